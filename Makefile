@@ -1,0 +1,40 @@
+# The two commands: `make run` (the whole system) and `make test` (lint + the whole suite).
+# Both create/update the virtualenv in .venv from pyproject.toml first.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test lint format stop-embedded migrate clean-venv
+
+$(INSTALLED): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	@touch $(INSTALLED)
+
+run: $(INSTALLED)
+	$(PY) -m config.run all
+
+test: $(INSTALLED)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m pytest
+
+lint: $(INSTALLED)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(INSTALLED)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+migrate: $(INSTALLED)
+	$(PY) manage.py migrate
+
+stop-embedded: $(INSTALLED)
+	$(PY) -m config.run stop-embedded
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,17 @@
+"""ASGI entry point: channels' protocol router with HTTP handled by Django.
+
+Static files (the Django admin's CSS/JS) are served by Django's own handler so that the one
+``make run`` command gives a usable admin without a separate web server.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django_http_application = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_http_application)})

@@ -1,0 +1,77 @@
+"""Client address and scheme as seen through the reverse proxies listed in TRUSTED_PROXIES."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, MutableMapping
+
+from asgiref.sync import iscoroutinefunction
+from django.conf import settings
+from django.utils.decorators import sync_and_async_middleware
+
+# Headers a reverse proxy sets. Believed only from a trusted proxy; from anyone else they are
+# removed before any view (or Django's SECURE_PROXY_SSL_HEADER / USE_X_FORWARDED_HOST) sees them.
+FORWARDING_HEADERS = (
+    "HTTP_X_FORWARDED_FOR",
+    "HTTP_X_FORWARDED_PROTO",
+    "HTTP_X_FORWARDED_HOST",
+    "HTTP_CF_CONNECTING_IP",
+)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _parse_ip(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not text:
+        return None
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+
+
+def _is_trusted(address, networks: Iterable[Network]) -> bool:
+    return address is not None and any(address in network for network in networks)
+
+
+def resolve_forwarded_request(
+    meta: MutableMapping[str, str], networks: tuple[Network, ...]
+) -> None:
+    """Rewrite ``meta`` in place so REMOTE_ADDR is the real client.
+
+    From a trusted peer: CF-Connecting-IP wins when present and valid; otherwise the
+    right-most X-Forwarded-For entry that is not itself a trusted proxy. X-Forwarded-Proto and
+    -Host are kept for Django to use. From any other peer all forwarding headers are dropped.
+    """
+    peer = _parse_ip(meta.get("REMOTE_ADDR"))
+    if not _is_trusted(peer, networks):
+        for header in FORWARDING_HEADERS:
+            meta.pop(header, None)
+        return
+    client = _parse_ip(meta.get("HTTP_CF_CONNECTING_IP"))
+    if client is None:
+        hops = [_parse_ip(hop) for hop in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        hops = [hop for hop in hops if hop is not None]
+        for hop in reversed(hops):
+            client = hop
+            if not _is_trusted(hop, networks):
+                break
+    if client is not None:
+        meta["REMOTE_ADDR"] = str(client)
+
+
+@sync_and_async_middleware
+def TrustedProxyMiddleware(get_response):  # noqa: N802 - Django middleware naming
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request):
+            resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
+            return await get_response(request)
+
+    else:
+
+        def middleware(request):
+            resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
+            return get_response(request)
+
+    return middleware

@@ -1,0 +1,227 @@
+"""Start the system's processes.
+
+    python -m config.run all       migrate, ensure the admin, then web + worker + beat together
+                                   in the foreground (one Ctrl-C stops all three) -- `make run`
+    python -m config.run prepare   migrate and ensure the default admin, then exit
+    python -m config.run web       uvicorn serving config.asgi (WEB_WORKERS processes)
+    python -m config.run worker    Celery worker
+    python -m config.run beat      Celery beat
+    python -m config.run stop-embedded   stop the embedded PostgreSQL and Redis (data is kept)
+
+web, worker and beat run the start-up checks (config.startup) first and refuse to start, with a
+message saying why, when one fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PROCESSES = ("web", "worker", "beat")
+_SHUTDOWN_GRACE_SECONDS = 20
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+
+
+def _refuse_or_continue(process: str) -> None:
+    from django.db import connections
+
+    from config.startup import StartupRefused, run_startup_checks
+
+    try:
+        run_startup_checks(process)
+    except StartupRefused as refusal:
+        print(f"{process}: refusing to start: {refusal}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        # The child program (uvicorn workers, celery) opens its own connections.
+        connections.close_all()
+
+
+def _uvicorn_log_config() -> dict:
+    from django.conf import settings
+
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"skip_healthz": {"()": "config.logging_filters.SkipHealthzAccessLog"}},
+        "formatters": {
+            "plain": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"}
+        },
+        "handlers": {
+            "console": {
+                "class": "logging.StreamHandler",
+                "formatter": "plain",
+                "filters": ["skip_healthz"],
+            }
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["console"], "level": settings.LOG_LEVEL, "propagate": False},
+            "uvicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        },
+    }
+
+
+def run_web() -> None:
+    import uvicorn
+    from django.conf import settings
+
+    _refuse_or_continue("web")
+    uvicorn.run(
+        "config.asgi:application",
+        host=os.environ.get("HOST", "127.0.0.1"),
+        port=settings.PORT,
+        workers=settings.WEB_WORKERS,
+        lifespan="off",
+        # Forwarded headers are judged by config.middleware against TRUSTED_PROXIES, not by
+        # uvicorn (which would trust 127.0.0.1 by default).
+        proxy_headers=False,
+        server_header=False,
+        log_config=_uvicorn_log_config(),
+    )
+
+
+def run_celery(process: str) -> None:
+    from django.conf import settings
+
+    _refuse_or_continue(process)
+    command = [sys.executable, "-m", "celery", "-A", "config", process, "-l", settings.LOG_LEVEL]
+    if process == "worker":
+        command += ["--concurrency", str(settings.CELERY_WORKER_CONCURRENCY), "-n", "worker@%h"]
+    else:
+        command += ["-s", settings.CELERY_BEAT_SCHEDULE_FILENAME, "--pidfile="]
+    sys.stdout.flush()
+    os.execv(sys.executable, command)  # noqa: S606 - replaces this process with celery
+
+
+def prepare() -> None:
+    from django.core.management import call_command
+
+    from config.startup import StartupRefused, ensure_default_admin
+
+    call_command("migrate", interactive=False, verbosity=1)
+    try:
+        ensure_default_admin()
+    except StartupRefused as refusal:
+        print(f"refusing to start: {refusal}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _wait_until_healthy(port: int, children: dict[str, subprocess.Popen]) -> bool:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any(child.poll() is not None for child in children.values()):
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:  # noqa: S310
+                if reply.status == 204:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def _stop(children: dict[str, subprocess.Popen]) -> None:
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + _SHUTDOWN_GRACE_SECONDS
+    for child in children.values():
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            child.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def run_all() -> int:
+    """Prepare, then supervise web + worker + beat until Ctrl-C or one of them exits."""
+    from django.conf import settings
+
+    prepare()
+    from django.db import connections
+
+    connections.close_all()
+    children = {
+        name: subprocess.Popen([sys.executable, "-m", "config.run", name]) for name in PROCESSES
+    }
+    stopping = False
+
+    def request_stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    if _wait_until_healthy(settings.PORT, children):
+        base = f"http://127.0.0.1:{settings.PORT}"
+        print(
+            f"\n  Ready: web, worker and beat are running.\n"
+            f"  Django admin:  {base}/admin/   (user '{settings.CPR_ADMIN_USERNAME}')\n"
+            f"  Health:        {base}/healthz\n"
+            f"  Stop all three with Ctrl-C.\n",
+            flush=True,
+        )
+    exit_code = 0
+    while not stopping:
+        for name, child in children.items():
+            code = child.poll()
+            if code is not None:
+                print(f"{name} exited with status {code}; stopping the others", file=sys.stderr)
+                exit_code = code or 1
+                stopping = True
+                break
+        time.sleep(0.2)
+    _stop(children)
+    return exit_code
+
+
+def main(argv: list[str]) -> int:
+    command = argv[1] if len(argv) > 1 else "all"
+    if command not in {"all", "prepare", "stop-embedded", *PROCESSES}:
+        print(__doc__, file=sys.stderr)
+        return 64
+    if command == "stop-embedded":
+        return stop_embedded()
+    _setup_django()
+    if command == "all":
+        return run_all()
+    if command == "prepare":
+        prepare()
+        return 0
+    if command == "web":
+        run_web()
+        return 0
+    run_celery(command)
+    return 0
+
+
+def stop_embedded() -> int:
+    """Stop the embedded servers without importing settings (which would start them)."""
+    from pathlib import Path
+
+    from config import embedded
+
+    var_dir = Path(os.environ.get("CPR_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
+    if not os.environ.get("REDIS_URL") and embedded.stop_redis(var_dir):
+        print("Stopped the embedded Redis.")
+    if not os.environ.get("DATABASE_URL") and embedded.stop_postgres(var_dir):
+        print("Stopped the embedded PostgreSQL.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

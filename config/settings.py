@@ -1,0 +1,237 @@
+"""Project settings, read only from the environment (see README "Configuration").
+
+Malformed values stop start-up with a message naming the variable (``config.env``). The bot's
+own variables (TELEGRAM_*, ADMIN_SECRET, SUPPORT_CHAT_ID, ...) are read leniently: a missing or
+bad one never blocks start-up or a manage.py command; the bot's selfcheck reports it instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import environ
+
+from config import embedded
+from config.env import (
+    InvalidEnvironmentValue,
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_networks,
+    env_str,
+)
+from config.secret_files import read_or_create_secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("CPR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+# --------------------------------------------------------------------------- core
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = (
+    env_str("DJANGO_SECRET_KEY")
+    or read_or_create_secret(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))[0]
+)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
+WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1, maximum=64)
+CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
+LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+
+# Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host and
+# CF-Connecting-IP headers are believed. From anyone else those headers are dropped.
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+
+# --------------------------------------------------------------------------- stores
+
+DATABASE_URL = env_str("DATABASE_URL")
+REDIS_URL = env_str("REDIS_URL")
+EMBEDDED_POSTGRES = DATABASE_URL is None
+EMBEDDED_REDIS = REDIS_URL is None
+
+# Seed 004 §1: a pool of 10 connections, 5 s to acquire one.
+_POOL_OPTIONS = {"min_size": 1, "max_size": 10, "timeout": 5}
+
+if EMBEDDED_POSTGRES:
+    _embedded_postgres = embedded.ensure_postgres(VAR_DIR)
+    DATABASE_URL = _embedded_postgres.url
+    _database = {
+        "NAME": _embedded_postgres.database,
+        "USER": _embedded_postgres.user,
+        "PASSWORD": "",
+        "HOST": _embedded_postgres.socket_dir,
+        "PORT": str(_embedded_postgres.port),
+    }
+    _database_options = {}
+else:
+    _database = environ.Env.db_url_config(DATABASE_URL)
+    if _database.get("ENGINE") != "django.db.backends.postgresql":
+        raise InvalidEnvironmentValue("DATABASE_URL must be a postgres:// or postgresql:// URL")
+    # libpq's ?host=/socket/dir&port=N form arrives as options; Django wants HOST/PORT.
+    _url_options = dict(_database.pop("OPTIONS", {}))
+    _database["HOST"] = _url_options.pop("host", _database.get("HOST", ""))
+    _database["PORT"] = str(_url_options.pop("port", _database.get("PORT", "")))
+    _database_options = _url_options
+
+DATABASES = {
+    "default": {
+        **_database,
+        # The PostgreSQL backend with Django's implicit `_like` pattern indexes switched off:
+        # the seeds list every index the schema has (config/postgres/base.py).
+        "ENGINE": "config.postgres",
+        "CONN_MAX_AGE": 0,
+        "OPTIONS": {**_database_options, "pool": _POOL_OPTIONS, "connect_timeout": 5},
+        "TEST": {"NAME": f"test_{_database['NAME']}"},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if EMBEDDED_REDIS:
+    REDIS_URL = embedded.ensure_redis(VAR_DIR)
+
+# Every key the project writes starts with this prefix (cache, runtime state, Celery).
+REDIS_KEY_PREFIX = env_str("REDIS_KEY_PREFIX", "cpr:")
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": REDIS_KEY_PREFIX,
+        "KEY_FUNCTION": "config.cache_keys.make_cache_key",
+        "OPTIONS": {
+            "SOCKET_CONNECT_TIMEOUT": 2,
+            "SOCKET_TIMEOUT": 2,
+        },
+    }
+}
+
+# --------------------------------------------------------------------------- admin identity
+
+AUTH_USER_MODEL = "proxy.AdminUser"
+AUTHENTICATION_BACKENDS = ["proxy.auth_backend.AdminCredentialsBackend"]
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.Argon2PasswordHasher"]
+CPR_ADMIN_USERNAME = env_str("CPR_ADMIN_USERNAME", "admin")
+CPR_ADMIN_DEFAULT_PASSWORD = env_str("CPR_ADMIN_DEFAULT_PASSWORD")
+ADMIN_SESSION_TTL_MINUTES = env_int("ADMIN_SESSION_TTL_MINUTES", 1440, minimum=1)
+# Where a generated default admin password is kept when the embedded stores are in use.
+GENERATED_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"
+
+# Django admin sessions live in Redis (never in PostgreSQL), like the proxy's admin sessions.
+SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+SESSION_COOKIE_AGE = ADMIN_SESSION_TTL_MINUTES * 60
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# --------------------------------------------------------------------------- data
+
+CPR_DATA_DIR = Path(env_str("CPR_DATA_DIR", str(VAR_DIR / "data"))).resolve()
+
+# --------------------------------------------------------------------------- Django
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "channels",
+    "proxy",
+    "telemetry",
+    "bots",
+]
+
+MIDDLEWARE = [
+    "config.middleware.TrustedProxyMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+# Only meaningful when the request came through a trusted proxy (TrustedProxyMiddleware drops
+# these headers from anyone else).
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+USE_X_FORWARDED_HOST = True
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+}
+
+# --------------------------------------------------------------------------- Celery
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+# Celery's broker keys (queues, bindings, unacked sets) and result keys carry the prefix too.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "global_keyprefix": f"{REDIS_KEY_PREFIX}celery:",
+    "visibility_timeout": 3600,
+}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_KEY_PREFIX}celery:"}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_EXPIRES = 3600
+# Tasks are idempotent (house style), so a task lost with a crashed worker is redelivered.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --------------------------------------------------------------------------- logging
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        # pgserver logs every command line at INFO; keep its chatter out of the service log.
+        "pgserver": {"level": "WARNING"},
+        "django.db.backends": {"level": "WARNING"},
+    },
+}

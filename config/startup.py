@@ -1,0 +1,81 @@
+"""Checks every long-running process (web, worker, beat) passes before it serves.
+
+A refusal stops the process with a message that says what to do. ``manage.py`` commands never
+run these checks, so ``migrate`` and friends always work.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from typing import TextIO
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+
+from config.secret_files import read_or_create_secret
+
+
+class StartupRefused(Exception):
+    """The process must not start; the message says why and what to do."""
+
+
+def run_startup_checks(process: str, *, out: TextIO = sys.stdout) -> None:
+    """Run every start-up check for ``process`` ("web", "worker" or "beat").
+
+    Raises StartupRefused with an actionable message.
+    """
+    ensure_default_admin(out=out)
+
+
+def ensure_default_admin(*, out: TextIO = sys.stdout) -> None:
+    """Create the admin from CPR_ADMIN_DEFAULT_PASSWORD when ``admin_users`` is empty.
+
+    With the embedded stores and no password configured, a strong random password is
+    generated, kept in var/admin-password.txt (0600) and printed once.
+    Raises StartupRefused when the table is missing or the configured password is unusable.
+    """
+    from proxy.services.admin_users import (
+        admin_password_problem,
+        admin_user_create_default,
+        admin_user_exists,
+    )
+
+    try:
+        if admin_user_exists():
+            return
+    except DatabaseError as error:
+        raise StartupRefused(
+            "the database schema is missing or unreachable "
+            f"({type(error).__name__}); run `python manage.py migrate` first"
+        ) from None
+
+    password = settings.CPR_ADMIN_DEFAULT_PASSWORD
+    generated = False
+    if password is None and settings.EMBEDDED_POSTGRES:
+        password, generated = read_or_create_secret(
+            settings.GENERATED_ADMIN_PASSWORD_FILE, lambda: secrets.token_urlsafe(18)
+        )
+    problem = admin_password_problem(password)
+    if problem is not None:
+        raise StartupRefused(
+            f"admin_users is empty and CPR_ADMIN_DEFAULT_PASSWORD {problem}: set it to at least "
+            "12 characters that are not a well-known weak value"
+        )
+    created = admin_user_create_default(password=password, now=timezone.now())
+    if created is None:
+        return
+    username = settings.CPR_ADMIN_USERNAME
+    if generated:
+        out.write(
+            f"Created the admin '{username}' with a generated password (shown once, also kept in "
+            f"{settings.GENERATED_ADMIN_PASSWORD_FILE}):\n    {password}\n"
+        )
+    elif settings.CPR_ADMIN_DEFAULT_PASSWORD is None:
+        out.write(
+            f"Created the admin '{username}' with the password kept in "
+            f"{settings.GENERATED_ADMIN_PASSWORD_FILE}\n"
+        )
+    else:
+        out.write(f"Created the admin '{username}' from CPR_ADMIN_DEFAULT_PASSWORD\n")

@@ -1,0 +1,10 @@
+from django.contrib.admin.forms import AdminAuthenticationForm
+
+
+class AdminLoginForm(AdminAuthenticationForm):
+    """The Django admin log-in form, labelled for the single admin's login name."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["username"].label = "Username"
+        self.fields["username"].max_length = 150

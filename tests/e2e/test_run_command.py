@@ -1,0 +1,155 @@
+"""The README's run command, end to end: web + worker + beat, health, admin, one Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from django.conf import settings
+
+from tests.conftest import _free_port
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ADMIN_PASSWORD = "e2e admin passphrase"
+
+
+def _environment(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": settings.REDIS_URL,
+        "REDIS_KEY_PREFIX": f"{settings.REDIS_KEY_PREFIX}e2e:",
+        "CPR_VAR_DIR": str(tmp_path),
+        "WEB_WORKERS": "1",
+        "CELERY_WORKER_CONCURRENCY": "1",
+        **extra,
+    }
+
+
+def _read_until(process: subprocess.Popen, pattern: str, timeout: float) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        if ready:
+            line = process.stdout.readline()
+            if not line and process.poll() is not None:
+                break
+            seen += line
+            if re.search(pattern, seen):
+                return seen
+        elif process.poll() is not None:
+            break
+    raise AssertionError(f"did not see {pattern!r} within {timeout}s; output so far:\n{seen}")
+
+
+def test_run_all_serves_health_and_admin_and_stops_on_one_ctrl_c(scratch_database, tmp_path):
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "config.run", "all"],
+        cwd=PROJECT_ROOT,
+        env=_environment(
+            scratch_database, tmp_path, PORT=str(port), CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output = _read_until(
+            process, r"Django admin:\s+http://127\.0\.0\.1:\d+/admin/", timeout=150
+        )
+        assert f"http://127.0.0.1:{port}/admin/" in output
+
+        base = f"http://127.0.0.1:{port}"
+        health = requests.get(f"{base}/healthz", timeout=5)
+        assert (health.status_code, health.content) == (204, b"")
+
+        browser = requests.Session()
+        login_page = browser.get(f"{base}/admin/login/", timeout=5)
+        assert login_page.status_code == 200
+        assert requests.get(f"{base}/static/admin/css/base.css", timeout=5).status_code == 200
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
+        logged_in = browser.post(
+            f"{base}/admin/login/?next=/admin/",
+            data={"csrfmiddlewaretoken": token, "username": "admin", "password": ADMIN_PASSWORD},
+            headers={"Referer": f"{base}/admin/login/"},
+            timeout=10,
+        )
+        assert logged_in.url == f"{base}/admin/"
+        assert "Site administration" in logged_in.text
+
+        command_lines = [
+            " ".join(child.cmdline())
+            for child in psutil.Process(process.pid).children(recursive=True)
+        ]
+        assert any("uvicorn" in line or "config.run web" in line for line in command_lines)
+        assert any("celery" in line and " worker" in line for line in command_lines)
+        assert any("celery" in line and " beat" in line for line in command_lines)
+
+        descendants = psutil.Process(process.pid).children(recursive=True)
+        os.killpg(process.pid, signal.SIGINT)  # what one Ctrl-C in the terminal does
+        assert process.wait(timeout=60) == 0
+        gone, alive = psutil.wait_procs(descendants, timeout=30)
+        assert alive == []
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.mark.parametrize("process_name", ["web", "worker", "beat"])
+def test_processes_refuse_to_start_with_a_weak_default_password_but_manage_py_works(
+    scratch_database, tmp_path, process_name
+):
+    environment = _environment(scratch_database, tmp_path, CPR_ADMIN_DEFAULT_PASSWORD="admin")
+
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert migrate.returncode == 0, migrate.stderr
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "config.run", process_name],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert f"{process_name}: refusing to start" in refused.stderr
+    assert "CPR_ADMIN_DEFAULT_PASSWORD is a well-known weak value" in refused.stderr
+
+
+def test_processes_refuse_to_start_on_an_unmigrated_database(scratch_database, tmp_path):
+    environment = _environment(
+        scratch_database, tmp_path, CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
+    )
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "config.run", "web"],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert refused.returncode == 2
+    assert "run `python manage.py migrate` first" in refused.stderr

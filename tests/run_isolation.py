@@ -1,0 +1,46 @@
+"""Pytest plugin (loaded with ``-p`` before Django is set up) isolating a test run.
+
+* Every Redis key of this run carries a random prefix, and the keys are removed at the end
+  (never FLUSHDB: the Redis may be shared).
+* CPR_DATA_DIR points at a fresh temporary folder, so per-installation secrets of the real
+  data folder are never touched.
+The database side is pytest-django's: a fresh ``test_<name>`` database per run (--create-db).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+
+RUN_PREFIX = f"cprtest:{uuid.uuid4().hex[:12]}:"
+RUN_DATA_DIR = tempfile.mkdtemp(prefix="cpr-test-data-")
+
+os.environ["REDIS_KEY_PREFIX"] = RUN_PREFIX
+os.environ["CPR_DATA_DIR"] = RUN_DATA_DIR
+
+
+def delete_keys_with_prefix(redis_url: str, prefix: str) -> int:
+    """Remove every key starting with ``prefix``; return how many were removed."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    removed = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            removed += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        removed += client.unlink(*batch)
+    client.close()
+    return removed
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    from django.conf import settings
+
+    delete_keys_with_prefix(settings.REDIS_URL, RUN_PREFIX)
+    shutil.rmtree(RUN_DATA_DIR, ignore_errors=True)
