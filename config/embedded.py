@@ -62,11 +62,7 @@ def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
     Returns where to connect. The ``cpr`` database is created on first use. The server is left
     running when this process exits (``cleanup_mode=None``) so that it is reused.
     """
-    with warnings.catch_warnings():
-        # platformdirs warns that XDG_RUNTIME_DIR is unset (normal in containers and CI).
-        warnings.simplefilter("ignore")
-        import pgserver  # imported lazily: production never pays for it
-
+    pgserver = _import_pgserver()
     pgdata = (var_dir / "postgres").resolve()
     with _start_lock(var_dir):
         if not _postgres_is_running(pgdata):
@@ -85,12 +81,23 @@ def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
     return target
 
 
+def _import_pgserver():
+    """Import pgserver lazily (production never pays for it) and quietly."""
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset (normal in containers and CI).
+        warnings.simplefilter("ignore")
+        import pgserver
+        import pgserver._commands
+        import pgserver.utils
+    return pgserver
+
+
 def _postgres_is_running(pgdata: Path) -> bool:
     """A clean stop removes postmaster.pid; a live pid in it means the server runs."""
     import psutil
-    from pgserver.utils import PostmasterInfo
 
-    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    postmaster_info = _import_pgserver().utils.PostmasterInfo
+    info = postmaster_info.read_from_pgdata(pgdata) if pgdata.exists() else None
     try:
         return info is not None and info.is_running() and info.process.status() != "zombie"
     except psutil.Error:
@@ -117,8 +124,7 @@ def _ensure_database_exists(target: EmbeddedPostgres) -> None:
 
 def stop_postgres(var_dir: Path) -> bool:
     """Stop the embedded PostgreSQL if it runs. Returns whether a server was stopped."""
-    from pgserver._commands import pg_ctl
-
+    pg_ctl = _import_pgserver()._commands.pg_ctl
     pgdata = (var_dir / "postgres").resolve()
     if not _postgres_is_running(pgdata):
         return False
