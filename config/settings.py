@@ -86,7 +86,8 @@ DATABASES = {
         "ENGINE": "config.postgres",
         "CONN_MAX_AGE": 0,
         "OPTIONS": {**_database_options, "pool": _POOL_OPTIONS, "connect_timeout": 5},
-        "TEST": {"NAME": f"test_{_database['NAME']}"},
+        # Test runs may name their own database so that several can run side by side.
+        "TEST": {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_database['NAME']}")},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -76,7 +76,6 @@ def private_redis(tmp_path):
 def scratch_database():
     """An empty database on the test server, dropped afterwards; yields its DATABASE_URL."""
     import uuid
-    from urllib.parse import quote
 
     import psycopg
 
@@ -92,14 +91,83 @@ def scratch_database():
     }
     with psycopg.connect(**connect) as admin:
         admin.execute(f'create database "{name}"')
-    host = default["HOST"]
-    credentials = quote(default["USER"]) + (
-        f":{quote(default['PASSWORD'])}" if default["PASSWORD"] else ""
-    )
-    if host.startswith("/"):
-        url = f"postgresql://{credentials}@/{name}?host={host}&port={default['PORT'] or 5432}"
-    else:
-        url = f"postgresql://{credentials}@{host}:{default['PORT'] or 5432}/{name}"
+    url = database_url_for(default, name)
     yield url
     with psycopg.connect(**connect) as admin:
         admin.execute(f'drop database if exists "{name}" with (force)')
+
+
+def database_url_for(database_settings: dict, name: str) -> str:
+    """A DATABASE_URL a subprocess can use to reach database ``name`` on our server."""
+    from urllib.parse import quote
+
+    credentials = quote(database_settings["USER"])
+    if database_settings["PASSWORD"]:
+        credentials += f":{quote(database_settings['PASSWORD'])}"
+    host, port = database_settings["HOST"], database_settings["PORT"] or 5432
+    if host.startswith("/"):
+        return f"postgresql://{credentials}@/{name}?host={host}&port={port}"
+    return f"postgresql://{credentials}@{host}:{port}/{name}"
+
+
+class CeleryWorkerProcess:
+    """A real ``celery worker`` subprocess bound to this test run's database and Redis prefix."""
+
+    def __init__(self, database_url: str, log_path: Path):
+        import os
+        import sys
+
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool",
+                "solo",
+                "-l",
+                "INFO",
+            ],
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "DATABASE_URL": database_url, "REDIS_URL": settings.REDIS_URL},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while "ready." not in log_path.read_text():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()}")
+            time.sleep(0.1)
+
+    def run(self, task, *args, timeout: float = 60, **kwargs):
+        """Send ``task`` through the broker, wait for the worker to finish it, return its result."""
+        return task.apply_async(args=args, kwargs=kwargs, ignore_result=False).get(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory):
+    """A real Celery worker for the session. Tests using it need committed data
+    (``@pytest.mark.django_db(transaction=True)``): the worker has its own connection."""
+    with django_db_blocker.unblock():
+        from django.db import connection
+
+        database_url = database_url_for(
+            settings.DATABASES["default"], connection.settings_dict["NAME"]
+        )
+    worker = CeleryWorkerProcess(database_url, tmp_path_factory.mktemp("celery") / "worker.log")
+    yield worker
+    worker.stop()

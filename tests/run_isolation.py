@@ -4,7 +4,8 @@
   (never FLUSHDB: the Redis may be shared).
 * CPR_DATA_DIR points at a fresh temporary folder, so per-installation secrets of the real
   data folder are never touched.
-The database side is pytest-django's: a fresh ``test_<name>`` database per run (--create-db).
+* The test database is named after the run (``test_cpr_<run id>``), created fresh by
+  pytest-django and dropped at the end.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import shutil
 import tempfile
 import uuid
 
-RUN_PREFIX = f"cprtest:{uuid.uuid4().hex[:12]}:"
+RUN_ID = uuid.uuid4().hex[:12]
+RUN_PREFIX = f"cprtest:{RUN_ID}:"
 RUN_DATA_DIR = tempfile.mkdtemp(prefix="cpr-test-data-")
 
 os.environ["REDIS_KEY_PREFIX"] = RUN_PREFIX
 os.environ["CPR_DATA_DIR"] = RUN_DATA_DIR
+# A database of this run only (pytest-django creates it and drops it at the end), so that
+# several test runs can share one PostgreSQL server.
+os.environ.setdefault("TEST_DATABASE_NAME", f"test_cpr_{RUN_ID}")
 
 
 def delete_keys_with_prefix(redis_url: str, prefix: str) -> int:
