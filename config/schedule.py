@@ -1,9 +1,21 @@
 """The Celery beat schedule: every periodic job of the project, in one place.
 
-Entries name tasks by their dotted path so this module imports no app. Each issue that adds a
-periodic job adds its entry here (and documents it in the README's "Periodic jobs" table).
+Entries name tasks by their registered name so this module imports no app. Each periodic job is
+also listed in the README's "Periodic jobs" table.
 """
 
-from celery.schedules import crontab  # noqa: F401 - used by entries as they are added
+from celery.schedules import crontab
 
-BEAT_SCHEDULE: dict[str, dict] = {}
+BEAT_SCHEDULE: dict[str, dict] = {
+    # seed 004 §2.10: hourly trims of usage_records, ops_error_logs, request_time_buckets and
+    # fingerprint_update_history.
+    "proxy-trim-retention": {
+        "task": "proxy.trim_retention",
+        "schedule": crontab(minute=7),
+    },
+    # codex-proxy spec §7.5: expired account cookies every 5 minutes.
+    "proxy-delete-expired-cookies": {
+        "task": "proxy.delete_expired_cookies",
+        "schedule": 300.0,
+    },
+}

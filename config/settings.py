@@ -91,6 +91,9 @@ DATABASES = {
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Index names come from the seeds (up to PostgreSQL's 63 characters); Django's 30-character
+# limit exists for Oracle, which this project never runs on.
+SILENCED_SYSTEM_CHECKS = ["models.E034"]
 
 if EMBEDDED_REDIS:
     REDIS_URL = embedded.ensure_redis(VAR_DIR)
@@ -144,6 +147,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "channels",
+    "config.apps.ProjectConfig",
     "proxy",
     "telemetry",
     "bots",
@@ -236,3 +240,26 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
     },
 }
+
+# ---- support bot (hodor)
+# Raw strings (None when unset or empty), parsed leniently by bots/conf.py: a missing or malformed
+# value never blocks start-up or a manage.py command (spec §1.3); GET /telegram/selfcheck names it.
+
+TELEGRAM_BOT_TOKEN = env_str("TELEGRAM_BOT_TOKEN")
+TELEGRAM_WEBHOOK_SECRET = env_str("TELEGRAM_WEBHOOK_SECRET")
+ADMIN_SECRET = env_str("ADMIN_SECRET")
+SUPPORT_CHAT_ID = env_str("SUPPORT_CHAT_ID")
+ADMIN_IDS = env_str("ADMIN_IDS")
+MAX_MESSAGES_PER_MINUTE = env_str("MAX_MESSAGES_PER_MINUTE")
+VERIFY_TTL_HOURS = env_str("VERIFY_TTL_HOURS")
+MAX_ATTEMPTS = env_str("MAX_ATTEMPTS")
+WELCOME_TEXT = env_str("WELCOME_TEXT")
+TURNSTILE_SITE_KEY = env_str("TURNSTILE_SITE_KEY")
+TURNSTILE_SECRET_KEY = env_str("TURNSTILE_SECRET_KEY")
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL")
+TELEGRAM_API_BASE = env_str("TELEGRAM_API_BASE", "https://api.telegram.org")
+BOT_LANGUAGE = env_str("BOT_LANGUAGE", "zh")
+# urllib3 logs every request line (which holds /bot<token>/) at DEBUG: keep it out of the log
+# even with LOG_LEVEL=debug, so the bot token never reaches a log line.
+LOGGING["loggers"]["urllib3.connectionpool"] = {"level": "INFO"}
+# ---- end of support bot (hodor)

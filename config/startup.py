@@ -26,7 +26,30 @@ def run_startup_checks(process: str, *, out: TextIO = sys.stdout) -> None:
 
     Raises StartupRefused with an actionable message.
     """
+    ensure_schema_history_matches_code()
     ensure_default_admin(out=out)
+    ensure_runtime_settings()
+
+
+def ensure_schema_history_matches_code() -> None:
+    """Refuse when schema_migrations is not an ordered prefix of the code's migrations."""
+    from config.schema_history import SchemaHistoryError, verify_schema_history
+
+    try:
+        verify_schema_history()
+    except SchemaHistoryError as error:
+        raise StartupRefused(f"schema history: {error}") from None
+    except DatabaseError as error:
+        raise StartupRefused(
+            f"the database is unreachable ({type(error).__name__}); check DATABASE_URL"
+        ) from None
+
+
+def ensure_runtime_settings() -> None:
+    """Create the runtime_settings singleton with the spec's defaults on first start."""
+    from proxy.services.runtime_settings import runtime_settings_ensure
+
+    runtime_settings_ensure(now=timezone.now())
 
 
 def ensure_default_admin(*, out: TextIO = sys.stdout) -> None:

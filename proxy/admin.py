@@ -1,9 +1,29 @@
-"""Django admin over the proxy's tables."""
+"""Django admin over the proxy's tables: an operators' console with secrets masked.
 
-from django.contrib import admin
+Writes go through ``proxy.services`` (never raw field edits of state the services own).
+"""
 
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.utils import timezone
+
+from proxy.admin_helpers import ReadOnlyAdmin, masked
 from proxy.forms import AdminLoginForm
-from proxy.models import AdminUser
+from proxy.models import (
+    Account,
+    AccountCookie,
+    AccountUsage,
+    AdminUser,
+    ClientApiKey,
+    Fingerprint,
+    FingerprintUpdateHistory,
+    RuntimeSettings,
+)
+from proxy.services.accounts import ADMIN_SETTABLE_STATUSES, account_update_by_admin
+from proxy.services.client_api_keys import client_api_key_create
+from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
 
 admin.site.login_form = AdminLoginForm
 admin.site.site_header = "Operators' console"
@@ -11,15 +31,221 @@ admin.site.site_title = "Operators' console"
 
 
 @admin.register(AdminUser)
-class AdminUserAdmin(admin.ModelAdmin):
-    """Read-only: the password is changed with `manage.py set_admin_password`."""
+class AdminUserAdmin(ReadOnlyAdmin):
+    """The password is changed with `manage.py set_admin_password`, never here."""
 
     list_display = ("id", "created_at", "updated_at", "last_login")
     fields = ("id", "created_at", "updated_at", "last_login")
-    readonly_fields = fields
+
+
+@admin.register(RuntimeSettings)
+class RuntimeSettingsAdmin(admin.ModelAdmin):
+    list_display = (
+        "rotation_strategy",
+        "max_concurrent_per_account",
+        "request_interval_ms",
+        "usage_retention_days",
+        "ops_error_retention_days",
+        "bucket_retention_days",
+        "updated_at",
+    )
+    fields = (
+        "rotation_strategy",
+        "max_concurrent_per_account",
+        "request_interval_ms",
+        "refresh_margin_seconds",
+        "refresh_concurrency",
+        "model_aliases_json",
+        "usage_retention_days",
+        "ops_error_retention_days",
+        "bucket_retention_days",
+        "admin_api_key_enabled",
+        "updated_at",
+    )
+    readonly_fields = ("admin_api_key_enabled", "updated_at")
+
+    @admin.display(boolean=True, description="admin API key enabled")
+    def admin_api_key_enabled(self, obj: RuntimeSettings) -> bool:
+        # The hash cannot be shown masked; only whether a key is set (seed §4.4).
+        return obj.admin_api_key_hash is not None
 
     def has_add_permission(self, request) -> bool:
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+    def save_model(self, request, obj, form, change) -> None:
+        changes = {
+            name: form.cleaned_data[name] for name in form.changed_data if name in EDITABLE_FIELDS
+        }
+        runtime_settings_update(changes=changes, now=timezone.now())
+
+
+class ClientApiKeyForm(forms.ModelForm):
+    class Meta:
+        model = ClientApiKey
+        fields = ("name", "label", "enabled")
+
+
+@admin.register(ClientApiKey)
+class ClientApiKeyAdmin(admin.ModelAdmin):
+    """The full key is shown only on its own page; lists show the prefix."""
+
+    form = ClientApiKeyForm
+    list_display = ("name", "masked_key", "label", "enabled", "created_at", "last_used_at")
+    list_filter = ("enabled",)
+    search_fields = ("name", "label", "prefix", "=id")
+    ordering = ("-created_at", "-id")
+    readonly_fields = ("id", "key", "prefix", "created_at", "last_used_at")
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("name", "label", "enabled")
+        return ("id", "name", "label", "enabled", "key", "prefix", "created_at", "last_used_at")
+
+    @admin.display(description="key")
+    def masked_key(self, obj: ClientApiKey) -> str:
+        return f"{obj.prefix}…"
+
+    def save_model(self, request, obj, form, change) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created = client_api_key_create(
+            name=form.cleaned_data["name"],
+            label=form.cleaned_data.get("label"),
+            enabled=form.cleaned_data.get("enabled", True),
+            now=timezone.now(),
+        )
+        obj.pk = created.pk
+        messages.info(request, "Key created: copy it from its page.")
+
+
+class AccountForm(forms.ModelForm):
+    status = forms.ChoiceField(
+        choices=[(status.value, status.label) for status in ADMIN_SETTABLE_STATUSES]
+    )
+
+    class Meta:
+        model = Account
+        fields = ("label", "status")
+
+
+@admin.register(Account)
+class AccountAdmin(admin.ModelAdmin):
+    form = AccountForm
+    list_display = (
+        "id",
+        "email",
+        "label",
+        "plan_type",
+        "status",
+        "quota_limit_reached",
+        "access_token_expires_at",
+        "masked_access_token",
+        "added_at",
+    )
+    list_filter = ("status", "plan_type", "quota_limit_reached", "quota_verify_required")
+    search_fields = ("=id", "email", "label", "=chatgpt_account_id", "=chatgpt_user_id")
+    ordering = ("-added_at", "-id")
+    readonly_fields = (
+        "id",
+        "email",
+        "chatgpt_account_id",
+        "chatgpt_user_id",
+        "plan_type",
+        "masked_access_token",
+        "masked_refresh_token",
+        "access_token_expires_at",
+        "next_refresh_at",
+        "quota_json",
+        "quota_fetched_at",
+        "quota_limit_reached",
+        "quota_verify_required",
+        "quota_cooldown_until",
+        "cloudflare_cooldown_until",
+        "added_at",
+        "updated_at",
+    )
+
+    def get_fields(self, request, obj=None):
+        return ("label", "status", *self.readonly_fields)
+
+    @admin.display(description="access token")
+    def masked_access_token(self, obj: Account) -> str:
+        return masked(obj.access_token)
+
+    @admin.display(description="refresh token")
+    def masked_refresh_token(self, obj: Account) -> str:
+        return masked(obj.refresh_token)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # accounts arrive through the import / OAuth flows
+
+    def save_model(self, request, obj, form, change) -> None:
+        account_update_by_admin(
+            account=obj,
+            label=form.cleaned_data.get("label") or None,
+            status=form.cleaned_data["status"],
+            now=timezone.now(),
+        )
+
+
+@admin.register(AccountUsage)
+class AccountUsageAdmin(ReadOnlyAdmin):
+    list_display = (
+        "account",
+        "request_count",
+        "empty_response_count",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "window_request_count",
+        "window_reset_at",
+        "last_used_at",
+    )
+    list_select_related = ("account",)
+    search_fields = ("=account__id", "account__email", "account__label")
+    ordering = ("-total_tokens",)
+
+
+@admin.register(AccountCookie)
+class AccountCookieAdmin(ReadOnlyAdmin):
+    list_display = (
+        "account_id",
+        "domain",
+        "name",
+        "path",
+        "masked_value",
+        "expires_at",
+        "updated_at",
+    )
+    list_filter = ("domain", "name")
+    search_fields = ("=account__id",)
+    fields = ("account", "domain", "name", "path", "masked_value", "expires_at", "updated_at")
+
+    @admin.display(description="value")
+    def masked_value(self, obj: AccountCookie) -> str:
+        return masked(obj.value)
+
+
+@admin.register(Fingerprint)
+class FingerprintAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "originator",
+        "app_version",
+        "build_number",
+        "platform",
+        "arch",
+        "source",
+        "updated_at",
+    )
+
+
+@admin.register(FingerprintUpdateHistory)
+class FingerprintUpdateHistoryAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "app_version", "build_number", "chromium_version", "source")
+    list_filter = ("source",)
+    ordering = ("-created_at", "-id")

@@ -152,4 +152,4 @@ def test_processes_refuse_to_start_on_an_unmigrated_database(scratch_database, t
     )
 
     assert refused.returncode == 2
-    assert "run `python manage.py migrate` first" in refused.stderr
+    assert "schema_migrations is missing; run `python manage.py migrate`" in refused.stderr

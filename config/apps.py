@@ -1,0 +1,23 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class ProjectConfig(AppConfig):
+    """The project's own wiring as an app: records the schema history after every migrate."""
+
+    name = "config"
+    label = "project"
+    verbose_name = "Project"
+
+    def ready(self) -> None:
+        from django.apps import apps
+
+        from config.schema_history import record_schema_history_after_migrate
+
+        # Django sends post_migrate only to apps with a models module, once per app and after
+        # the whole migrate run; listening to one such app records the history once per run.
+        post_migrate.connect(
+            record_schema_history_after_migrate,
+            sender=apps.get_app_config("proxy"),
+            dispatch_uid="config.schema_history.record",
+        )

@@ -1,0 +1,49 @@
+"""Every Redis key the proxy writes, built from REDIS_KEY_PREFIX (``cpr:`` in production).
+
+The contract of seed 004 §4B plus the keys later issues add; docs/redis-keys.md lists each key
+with its TTL and what a FLUSHALL does to it. Redis holds nothing that cannot be lost.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+
+def _prefix() -> str:
+    return settings.REDIS_KEY_PREFIX
+
+
+def admin_session(token_hash: str) -> str:
+    """§4B.1 ``cpr:admin:session:<sha256(token)>`` — TTL = session lifetime."""
+    return f"{_prefix()}admin:session:{token_hash}"
+
+
+def refresh_lease(account_id: str) -> str:
+    """§4B.2 ``cpr:lease:refresh:<account_id>`` — TTL = lease duration (PX)."""
+    return f"{_prefix()}lease:refresh:{account_id}"
+
+
+def affinity_response(response_id: str) -> str:
+    """§4B.3 ``cpr:affinity:v2:resp:<response_id>`` — EXAT createdAt + affinity TTL."""
+    return f"{_prefix()}affinity:v2:resp:{response_id}"
+
+
+def affinity_conversation(conversation_id: str) -> str:
+    """§4B.3 ZSET of response ids of one conversation, scored by createdAt (epoch ms)."""
+    return f"{_prefix()}affinity:v2:conv:{conversation_id}"
+
+
+def affinity_account(account_id: str) -> str:
+    """§4B.3 ZSET of response ids served by one account, scored by createdAt (epoch ms)."""
+    return f"{_prefix()}affinity:v2:account:{account_id}"
+
+
+def models_plan_snapshots() -> str:
+    """§4B.4 HASH plan_type → {"models": [...], "fetchedAt": ...}; replaced as a whole."""
+    return f"{_prefix()}models:plan_snapshots"
+
+
+def runtime_settings_version() -> str:
+    """Counter bumped on every runtime_settings write; caches of the settings compare it.
+    No TTL; after a FLUSHALL it restarts from nothing, which every cache treats as "changed"."""
+    return f"{_prefix()}settings:version"

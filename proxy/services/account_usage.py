@@ -1,0 +1,114 @@
+"""``account_usage`` (seed 004 §4.6): lifetime and window counters, added in one statement.
+
+The lifetime counters cannot be rebuilt from the facts (they expire), so the only write is an
+``INSERT … ON CONFLICT DO UPDATE`` that adds: concurrent writers never lose an increment.
+The window group mirrors the upstream quota dimensions only (no reasoning/total tokens, by design).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+from django.db import connection
+
+
+@dataclass(frozen=True)
+class AccountUsageIncrement:
+    """What one observation adds. ``counted_request`` = an upstream call was made."""
+
+    counted_request: bool = False
+    empty_response: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    total_tokens: int | None = None  # defaults to input + output
+    image_input_tokens: int = 0
+    image_output_tokens: int = 0
+    image_request: bool = False
+    image_request_failed: bool = False
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise ValueError(f"{field.name} must not be negative")
+
+
+_COUNTERS = (
+    "request_count",
+    "empty_response_count",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+    "image_input_tokens",
+    "image_output_tokens",
+    "image_request_count",
+    "image_request_failed_count",
+    "window_request_count",
+    "window_input_tokens",
+    "window_output_tokens",
+    "window_cached_tokens",
+    "window_image_input_tokens",
+    "window_image_output_tokens",
+    "window_image_request_count",
+    "window_image_request_failed_count",
+)
+
+# Built once from the constant column list above (no outside input reaches it).
+_UPSERT_SQL = (
+    "insert into account_usage as usage (account_id, "  # noqa: S608
+    + ", ".join(_COUNTERS)
+    + ", window_started_at, last_used_at) values (%s, "
+    + ", ".join(["%s"] * len(_COUNTERS))
+    + ", %s, %s) on conflict (account_id) do update set "
+    + ", ".join(f"{column} = usage.{column} + excluded.{column}" for column in _COUNTERS)
+    + ", window_started_at = coalesce(usage.window_started_at, excluded.window_started_at)"
+    + ", last_used_at = greatest(usage.last_used_at, excluded.last_used_at)"
+)
+
+
+def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now: datetime) -> None:
+    """Add ``increment`` to the account's counters (creating its row on first use).
+
+    A counted request also stamps ``last_used_at`` and starts the window if none is open.
+    Raises IntegrityError if the account does not exist (the foreign key).
+    """
+    counted = 1 if increment.counted_request else 0
+    total = (
+        increment.total_tokens
+        if increment.total_tokens is not None
+        else increment.input_tokens + increment.output_tokens
+    )
+    image_requests = 1 if increment.image_request else 0
+    image_failures = 1 if increment.image_request_failed else 0
+    values = {
+        "request_count": counted,
+        "empty_response_count": 1 if increment.empty_response else 0,
+        "input_tokens": increment.input_tokens,
+        "output_tokens": increment.output_tokens,
+        "cached_tokens": increment.cached_tokens,
+        "reasoning_tokens": increment.reasoning_tokens,
+        "total_tokens": total,
+        "image_input_tokens": increment.image_input_tokens,
+        "image_output_tokens": increment.image_output_tokens,
+        "image_request_count": image_requests,
+        "image_request_failed_count": image_failures,
+        "window_request_count": counted,
+        "window_input_tokens": increment.input_tokens,
+        "window_output_tokens": increment.output_tokens,
+        "window_cached_tokens": increment.cached_tokens,
+        "window_image_input_tokens": increment.image_input_tokens,
+        "window_image_output_tokens": increment.image_output_tokens,
+        "window_image_request_count": image_requests,
+        "window_image_request_failed_count": image_failures,
+    }
+    stamp = now if counted else None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UPSERT_SQL,
+            [account_id, *(values[column] for column in _COUNTERS), stamp, stamp],
+        )

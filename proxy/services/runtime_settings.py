@@ -1,0 +1,65 @@
+"""The ``runtime_settings`` singleton (seed 004 §4.4): created with the spec's defaults."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from proxy.models import RotationStrategy, RuntimeSettings
+from proxy.redis_keys import runtime_settings_version
+from proxy.runtime_state import redis_client
+
+# codex-proxy spec §3.4/§3.5/§4.1/§7.5 and the seed's column defaults.
+RUNTIME_SETTINGS_DEFAULTS = {
+    "model_aliases_json": {},
+    "refresh_margin_seconds": 3600,
+    "refresh_concurrency": 2,
+    "max_concurrent_per_account": 3,
+    "request_interval_ms": 50,
+    "rotation_strategy": RotationStrategy.SMART,
+    "admin_api_key_hash": None,
+    "usage_retention_days": 30,
+    "ops_error_retention_days": 30,
+    "bucket_retention_days": 90,
+}
+
+
+def runtime_settings_ensure(*, now: datetime) -> RuntimeSettings:
+    """Return the singleton row, inserting it with the defaults if it does not exist yet.
+
+    ``INSERT … ON CONFLICT DO NOTHING``: processes starting together never fail on each other
+    and an existing row is never overwritten.
+    """
+    RuntimeSettings.objects.bulk_create(
+        [
+            RuntimeSettings(
+                id=RuntimeSettings.SINGLETON_ID, updated_at=now, **RUNTIME_SETTINGS_DEFAULTS
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return RuntimeSettings.objects.get(id=RuntimeSettings.SINGLETON_ID)
+
+
+EDITABLE_FIELDS = frozenset(RUNTIME_SETTINGS_DEFAULTS) - {"admin_api_key_hash"}
+
+
+def runtime_settings_update(*, changes: dict[str, Any], now: datetime) -> RuntimeSettings:
+    """Apply ``changes`` to the singleton and bump the settings version key in Redis.
+
+    Processes may cache the settings only behind that version key, so the next request
+    anywhere sees the change. Raises ValueError for a field that is not editable here and
+    IntegrityError when a CHECK rejects a value (nothing is written then).
+    """
+    unknown = set(changes) - EDITABLE_FIELDS
+    if unknown:
+        raise ValueError(f"not editable: {', '.join(sorted(unknown))}")
+    runtime_settings_ensure(now=now)
+    RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID).update(
+        **changes, updated_at=now
+    )
+    # After commit: a reader that sees the new version must also see the new row.
+    transaction.on_commit(lambda: redis_client().incr(runtime_settings_version()))
+    return RuntimeSettings.objects.get(id=RuntimeSettings.SINGLETON_ID)

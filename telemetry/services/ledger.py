@@ -1,0 +1,196 @@
+"""The two write transactions of seed 004 §5.2.
+
+success: ``usage_records`` insert + bucket upsert (success_count, tokens, latencies)
+failure: ``ops_error_logs`` insert + bucket upsert (error_count only)
+
+each in one transaction.
+
+Either the fact and its bucket change are both committed or neither is.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from telemetry.models import UNKNOWN_DIMENSION, OpsErrorLog, UsageRecord
+from telemetry.services.buckets import BucketIncrement, bucket_add, bucket_start_for, dimension
+
+# kind is the stable event family; route variants converge on it (seed §4.7: mapping in one place).
+_KINDS_BY_ROUTE = {
+    "/v1/responses": "v1.response",
+    "/v1/responses/review": "v1.response",
+    "/v1/responses/compact": "v1.response",
+    "/v1/chat/completions": "v1.response",
+}
+DEFAULT_KIND = "v1.response"
+
+
+def event_kind(route: str | None) -> str:
+    """The ``kind`` of a fact recorded for ``route``."""
+    return _KINDS_BY_ROUTE.get(route or "", DEFAULT_KIND)
+
+
+def new_usage_record_id() -> str:
+    return f"usage_{uuid.uuid4().hex}"
+
+
+def new_ops_error_log_id() -> str:
+    return f"ops_error_{uuid.uuid4().hex}"
+
+
+def _sample(value: int | None) -> tuple[int, int]:
+    """(sum, count) contribution of one latency sample; NULL = not measured, not zero."""
+    return (0, 0) if value is None else (value, 1)
+
+
+@transaction.atomic
+def usage_record_create(
+    *,
+    created_at: datetime,
+    account_id: str,
+    model: str,
+    message: str,
+    provider: str = "openai",
+    status_code: int = 200,
+    route: str | None = None,
+    kind: str | None = None,
+    request_id: str | None = None,
+    client_api_key_id: str | None = None,
+    requested_model: str | None = None,
+    upstream_model: str | None = None,
+    service_tier: str | None = None,
+    transport: str | None = None,
+    attempt_index: int | None = None,
+    response_id: str | None = None,
+    upstream_request_id: str | None = None,
+    latency_ms: int | None = None,
+    first_token_ms: int | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cached_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> UsageRecord:
+    """Record one successful request and add it to its bucket, in one transaction.
+
+    Raises django.db.IntegrityError (and writes nothing) when a CHECK rejects the row, e.g. a
+    status outside 200–399 or a negative token count.
+    """
+    record = UsageRecord.objects.create(
+        id=new_usage_record_id(),
+        request_id=request_id,
+        client_api_key_id=client_api_key_id,
+        kind=kind or event_kind(route),
+        route=route,
+        provider=provider,
+        account_id=account_id,
+        model=model,
+        requested_model=requested_model,
+        upstream_model=upstream_model,
+        service_tier=service_tier,
+        status_code=status_code,
+        transport=transport,
+        attempt_index=attempt_index,
+        response_id=response_id,
+        upstream_request_id=upstream_request_id,
+        latency_ms=latency_ms,
+        first_token_ms=first_token_ms,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached_tokens,
+        reasoning_tokens=reasoning_tokens,
+        message=message,
+        metadata_json=metadata or {},
+        created_at=created_at,
+    )
+    latency_sum, latency_count = _sample(latency_ms)
+    first_token_sum, first_token_count = _sample(first_token_ms)
+    bucket_add(
+        increment=BucketIncrement(
+            bucket_start=bucket_start_for(created_at),
+            provider=dimension(provider),
+            account_id=dimension(account_id),
+            model=dimension(model),
+            service_tier=dimension(service_tier),
+            success_count=1,
+            input_tokens=input_tokens or 0,
+            output_tokens=output_tokens or 0,
+            cached_tokens=cached_tokens or 0,
+            first_token_latency_sum=first_token_sum,
+            first_token_latency_count=first_token_count,
+            latency_sum=latency_sum,
+            latency_count=latency_count,
+            max_latency_ms=latency_ms or 0,
+            min_latency_ms=latency_ms,
+        ),
+        now=created_at,
+    )
+    return record
+
+
+@transaction.atomic
+def ops_error_log_create(
+    *,
+    created_at: datetime,
+    message: str,
+    kind: str | None = None,
+    route: str | None = None,
+    provider: str | None = None,
+    account_id: str | None = None,
+    model: str | None = None,
+    request_id: str | None = None,
+    client_api_key_id: str | None = None,
+    status_code: int | None = None,
+    client_status_code: int | None = None,
+    upstream_status_code: int | None = None,
+    transport: str | None = None,
+    attempt_index: int | None = None,
+    failure_class: str | None = None,
+    response_id: str | None = None,
+    upstream_request_id: str | None = None,
+    latency_ms: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> OpsErrorLog:
+    """Record one failure and add 1 to its bucket's error_count, in one transaction.
+
+    The error path never touches token or latency columns, and its tier is always
+    ``__unknown__`` (failures carry no trustworthy service tier; seed §5.2).
+    """
+    record = OpsErrorLog.objects.create(
+        id=new_ops_error_log_id(),
+        request_id=request_id,
+        client_api_key_id=client_api_key_id,
+        kind=kind or event_kind(route),
+        provider=provider,
+        account_id=account_id,
+        route=route,
+        model=model,
+        status_code=status_code,
+        client_status_code=client_status_code,
+        upstream_status_code=upstream_status_code,
+        transport=transport,
+        attempt_index=attempt_index,
+        failure_class=failure_class,
+        response_id=response_id,
+        upstream_request_id=upstream_request_id,
+        latency_ms=latency_ms,
+        message=message,
+        metadata_json=metadata or {},
+        created_at=created_at,
+    )
+    bucket_add(
+        increment=BucketIncrement(
+            bucket_start=bucket_start_for(created_at),
+            provider=dimension(provider),
+            account_id=dimension(account_id),
+            model=dimension(model),
+            service_tier=UNKNOWN_DIMENSION,
+            error_count=1,
+        ),
+        now=created_at,
+    )
+    return record

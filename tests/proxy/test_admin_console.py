@@ -1,0 +1,156 @@
+"""The operators' console over the proxy and ledger tables: lists, masking, writes via services."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.utils import timezone
+
+from proxy.models import Account, ClientApiKey, RuntimeSettings
+from proxy.services.admin_users import admin_user_create_default
+from proxy.services.client_api_keys import client_api_key_create
+from proxy.services.runtime_settings import runtime_settings_ensure
+from telemetry.services.ledger import ops_error_log_create, usage_record_create
+from tests.proxy.factories import make_account, make_cookie, make_fingerprint
+
+
+@pytest.fixture
+def operator(client, db):
+    admin = admin_user_create_default(password="operator passphrase", now=datetime.now(UTC))
+    client.force_login(admin)
+    return client
+
+
+CHANGELISTS = [
+    "/admin/proxy/adminuser/",
+    "/admin/proxy/runtimesettings/",
+    "/admin/proxy/clientapikey/",
+    "/admin/proxy/account/",
+    "/admin/proxy/accountusage/",
+    "/admin/proxy/accountcookie/",
+    "/admin/proxy/fingerprint/",
+    "/admin/proxy/fingerprintupdatehistory/",
+    "/admin/telemetry/usagerecord/",
+    "/admin/telemetry/opserrorlog/",
+    "/admin/telemetry/requesttimebucketlisting/",
+]
+
+
+@pytest.mark.parametrize("url", CHANGELISTS)
+def test_every_changelist_renders(operator, url):
+    now = timezone.now()
+    runtime_settings_ensure(now=now)
+    account = make_account(email="ops@example.com")
+    make_cookie(account=account)
+    make_fingerprint()
+    usage_record_create(
+        created_at=now, account_id=account.id, model="gpt-5.4", message="ok", request_id="req_1"
+    )
+    ops_error_log_create(created_at=now, message="upstream failed", failure_class="upstream")
+
+    response = operator.get(url)
+
+    assert response.status_code == 200
+
+
+def test_secrets_are_masked_in_lists(operator):
+    account = make_account(
+        access_token="eyJsecret-access-token-value", refresh_token="rt_secret_refresh"
+    )
+    cookie = make_cookie(account=account, value="cf-clearance-secret-value")
+    key = client_api_key_create(name="ci", now=timezone.now())
+
+    pages = [
+        operator.get("/admin/proxy/account/").content.decode(),
+        operator.get(f"/admin/proxy/account/{account.pk}/change/").content.decode(),
+        operator.get("/admin/proxy/accountcookie/").content.decode(),
+        operator.get(f"/admin/proxy/accountcookie/{cookie.pk}/change/").content.decode(),
+        operator.get("/admin/proxy/clientapikey/").content.decode(),
+    ]
+
+    for page in pages:
+        assert "eyJsecret-access-token-value" not in page
+        assert "rt_secret_refresh" not in page
+        assert "cf-clearance-secret-value" not in page
+        assert key.key not in page
+    assert f"{key.prefix}…" in pages[4]
+    assert "eyJsec… (28 chars)" in pages[0]
+
+
+def test_a_client_key_is_shown_in_full_on_its_own_page(operator):
+    key = client_api_key_create(name="ci", now=timezone.now())
+
+    page = operator.get(f"/admin/proxy/clientapikey/{key.pk}/change/").content.decode()
+
+    assert key.key in page
+
+
+def test_creating_a_client_key_in_the_admin_issues_a_real_key(operator):
+    response = operator.post(
+        "/admin/proxy/clientapikey/add/", {"name": "laptop", "label": "", "enabled": "on"}
+    )
+
+    assert response.status_code == 302
+    key = ClientApiKey.objects.get(name="laptop")
+    assert key.key.startswith("sk_") and len(key.key) == 3 + 43
+    assert key.prefix == key.key[:12] and key.id.startswith("key_")
+
+
+def test_setting_active_on_a_quota_limited_account_stores_quota_exhausted(operator):
+    account = make_account(status="disabled", quota_limit_reached=True)
+
+    response = operator.post(
+        f"/admin/proxy/account/{account.pk}/change/", {"label": "main", "status": "active"}
+    )
+
+    assert response.status_code == 302
+    account.refresh_from_db()
+    assert (account.status, account.label) == ("quota_exhausted", "main")
+
+
+def test_operators_cannot_set_banned_or_expired(operator):
+    account = make_account(status="active")
+
+    response = operator.post(
+        f"/admin/proxy/account/{account.pk}/change/", {"label": "", "status": "banned"}
+    )
+
+    assert response.status_code == 200  # the form again, with an error
+    assert Account.objects.get(pk=account.pk).status == "active"
+
+
+def test_runtime_settings_are_edited_through_the_service(
+    operator, redis_client, settings, django_capture_on_commit_callbacks
+):
+    runtime_settings_ensure(now=timezone.now())
+    version_key = f"{settings.REDIS_KEY_PREFIX}settings:version"
+    before = int(redis_client.get(version_key) or 0)
+    form = operator.get("/admin/proxy/runtimesettings/1/change/").context["adminform"].form
+    data = {name: form.initial.get(name) for name in form.fields}
+    data.update({"rotation_strategy": "sticky", "model_aliases_json": '{"fast": "gpt-5.4-mini"}'})
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = operator.post("/admin/proxy/runtimesettings/1/change/", data)
+
+    assert response.status_code == 302
+    stored = RuntimeSettings.objects.get()
+    assert stored.rotation_strategy == "sticky"
+    assert stored.model_aliases_json == {"fast": "gpt-5.4-mini"}
+    assert int(redis_client.get(version_key)) == before + 1
+
+
+def test_fact_search_is_exact_on_ids_or_words_of_the_message(operator):
+    now = timezone.now()
+    usage_record_create(
+        created_at=now, account_id="a", model="m", message="stream completed", request_id="req_abc"
+    )
+    usage_record_create(
+        created_at=now, account_id="a", model="m", message="other", request_id="req_abcdef"
+    )
+
+    by_id = operator.get("/admin/telemetry/usagerecord/", {"q": "req_abc"})
+    by_words = operator.get("/admin/telemetry/usagerecord/", {"q": "stream"})
+
+    assert by_id.context["cl"].result_count == 1
+    assert by_words.context["cl"].result_count == 1
