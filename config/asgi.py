@@ -12,6 +12,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_http_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
+from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_http_application)})
+from config.body_limit import RequestBodyLimit  # noqa: E402
+from config.lifespan import lifespan  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": RequestBodyLimit(
+            ASGIStaticFilesHandler(django_http_application),
+            prefix="/v1/",
+            limit=settings.V1_MAX_BODY_BYTES,
+        ),
+        "lifespan": lifespan,
+    }
+)

@@ -82,7 +82,7 @@ def run_web() -> None:
         host=os.environ.get("HOST", "127.0.0.1"),
         port=settings.PORT,
         workers=settings.WEB_WORKERS,
-        lifespan="off",
+        lifespan="on",
         # Forwarded headers are judged by config.middleware against TRUSTED_PROXIES, not by
         # uvicorn (which would trust 127.0.0.1 by default).
         proxy_headers=False,

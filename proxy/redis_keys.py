@@ -47,3 +47,13 @@ def runtime_settings_version() -> str:
     """Counter bumped on every runtime_settings write; caches of the settings compare it.
     No TTL; after a FLUSHALL it restarts from nothing, which every cache treats as "changed"."""
     return f"{_prefix()}settings:version"
+
+
+def cloudflare_challenges(account_id: str) -> str:
+    """Cloudflare challenges of one account in the last hour (INCR, EXPIRE 1 h on each)."""
+    return f"{_prefix()}cloudflare:challenges:{account_id}"
+
+
+def cloudflare_path_blocks(account_id: str) -> str:
+    """Empty-404 path blocks of one account in the last hour (INCR, EXPIRE 1 h on each)."""
+    return f"{_prefix()}cloudflare:path_blocks:{account_id}"

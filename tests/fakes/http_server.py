@@ -44,8 +44,16 @@ class LocalHTTPServer:
     Use as a context manager or call ``start()`` / ``stop()``. ``requests`` lists what arrived.
     """
 
-    def __init__(self, build_application: Callable[[LocalHTTPServer], web.Application]):
+    def __init__(
+        self,
+        build_application: Callable[[LocalHTTPServer], web.Application],
+        *,
+        port: int = 0,
+        record: bool = True,
+    ):
         self._build_application = build_application
+        self._requested_port = port
+        self._record_requests = record
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -67,6 +75,8 @@ class LocalHTTPServer:
 
     @web.middleware
     async def _record(self, request: web.Request, handler):
+        if not self._record_requests:
+            return await handler(request)
         body = await request.read()
         recorded = RecordedRequest(
             method=request.method,
@@ -96,7 +106,7 @@ class LocalHTTPServer:
                 application.middlewares.insert(0, self._record)
                 self._runner = web.AppRunner(application, access_log=None, handle_signals=False)
                 loop.run_until_complete(self._runner.setup())
-                site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port)
                 loop.run_until_complete(site.start())
                 self.port = self._runner.addresses[0][1]
             except BaseException as error:  # reported to the starting thread

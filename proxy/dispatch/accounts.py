@@ -1,0 +1,284 @@
+"""The account pool as the request path sees it: one query, eligibility, state transitions.
+
+PostgreSQL is the one source of truth for account state (spec §3.7; the original's in-process
+copy drifted, pitfall §11.6): candidates are read from it per request and every transition is a
+single conditional UPDATE there. Cloudflare counters live in Redis with a one-hour TTL so they
+hold across processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from proxy import redis_keys
+from proxy.loop_resources import async_redis, database_pool
+
+CLOUDFLARE_CHALLENGE_COOLDOWNS = (10, 30, 90, 120)
+CLOUDFLARE_COUNTER_TTL_SECONDS = 3600
+PATH_BLOCKS_BEFORE_DISABLING = 3
+DEFAULT_RATE_LIMIT_COOLDOWN_SECONDS = 60
+
+
+@dataclass
+class AccountView:
+    """One row of ``accounts`` joined with its ``account_usage`` counters."""
+
+    id: str
+    email: str | None
+    chatgpt_account_id: str | None
+    plan_type: str | None
+    access_token: str
+    access_token_expires_at: datetime | None
+    status: str
+    quota_limit_reached: bool
+    quota_verify_required: bool
+    quota_cooldown_until: datetime | None
+    cloudflare_cooldown_until: datetime | None
+    added_at: datetime
+    request_count: int
+    window_request_count: int
+    window_tokens: int
+    window_cached_tokens: int
+    window_reset_at: datetime | None
+    limit_window_seconds: int | None
+    last_used_at: datetime | None
+
+    def token_expires_at(self) -> datetime | None:
+        """The access token's expiry: the stored column, else the JWT ``exp`` claim."""
+        return self.access_token_expires_at or jwt_expiry(self.access_token)
+
+
+_CANDIDATES_SQL = """
+select a.id, a.email, a.chatgpt_account_id, a.plan_type, a.access_token,
+       a.access_token_expires_at, a.status, a.quota_limit_reached, a.quota_verify_required,
+       a.quota_cooldown_until, a.cloudflare_cooldown_until, a.added_at,
+       coalesce(u.request_count, 0), coalesce(u.window_request_count, 0),
+       coalesce(u.window_input_tokens + u.window_output_tokens
+                + u.window_image_input_tokens + u.window_image_output_tokens, 0),
+       coalesce(u.window_cached_tokens, 0), u.window_reset_at, u.limit_window_seconds,
+       u.last_used_at
+from accounts a left join account_usage u on u.account_id = a.id
+where a.status in ('active', 'quota_exhausted')
+order by a.added_at, a.id
+"""
+
+
+@functools.lru_cache(maxsize=4096)
+def jwt_expiry(token: str) -> datetime | None:
+    """``exp`` of a JWT access token (signature not checked: we only schedule by it).
+
+    None when the token is opaque or has no numeric ``exp`` (callers treat that as expired).
+    """
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        expiry = payload["exp"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(expiry, int | float):
+        return None
+    from datetime import UTC
+
+    return datetime.fromtimestamp(expiry, tz=UTC)
+
+
+async def load_accounts() -> list[AccountView]:
+    """Every account that may serve (active, or quota-exhausted awaiting its cooldown)."""
+    pool = await database_pool.get()
+    async with pool.connection() as connection:
+        cursor = await connection.execute(_CANDIDATES_SQL)
+        rows = await cursor.fetchall()
+    return [AccountView(*row) for row in rows]
+
+
+async def refresh_and_filter_eligible(
+    accounts: list[AccountView], *, now: datetime
+) -> list[AccountView]:
+    """Apply the time-driven transitions of spec §3.2 and return the accounts that may serve.
+
+    Writes happen only when a state really changes: an active account whose token expired
+    becomes ``expired``; a quota limit whose cooldown passed is lifted (the account then needs
+    a usage check first: ``quota_verify_required``); a passed usage window is rolled forward.
+    """
+    eligible = []
+    for account in accounts:
+        if account.window_reset_at is not None and account.window_reset_at <= now:
+            await roll_usage_window(account, now=now)
+        if account.quota_limit_reached:
+            cooldown = account.quota_cooldown_until
+            if cooldown is None or cooldown > now:
+                continue
+            await lift_quota_limit(account, now=now)
+        if account.status != "active":
+            continue
+        expiry = account.token_expires_at()
+        if expiry is None or expiry <= now:
+            await mark_expired(account.id, now=now)
+            continue
+        if (
+            account.cloudflare_cooldown_until is not None
+            and account.cloudflare_cooldown_until > now
+        ):
+            continue
+        eligible.append(account)
+    return eligible
+
+
+async def _execute(sql: str, parameters: list) -> int:
+    pool = await database_pool.get()
+    async with pool.connection() as connection:
+        cursor = await connection.execute(sql, parameters)
+        return cursor.rowcount
+
+
+async def lift_quota_limit(account: AccountView, *, now: datetime) -> None:
+    changed = await _execute(
+        "update accounts set quota_limit_reached = false, quota_cooldown_until = null,"
+        " quota_verify_required = true,"
+        " status = case when status = 'quota_exhausted' then 'active' else status end,"
+        " updated_at = %s"
+        " where id = %s and quota_limit_reached and quota_cooldown_until <= %s",
+        [now, account.id, now],
+    )
+    if changed:
+        account.quota_limit_reached = False
+        account.quota_cooldown_until = None
+        account.quota_verify_required = True
+        if account.status == "quota_exhausted":
+            account.status = "active"
+
+
+async def roll_usage_window(account: AccountView, *, now: datetime) -> None:
+    """Zero the window counters and move ``window_reset_at`` forward by whole windows."""
+    seconds = account.limit_window_seconds
+    if seconds:
+        elapsed = (now - account.window_reset_at).total_seconds()
+        windows = int(elapsed // seconds) + 1
+        next_reset = account.window_reset_at + timedelta(seconds=windows * seconds)
+    else:
+        next_reset = None
+    await _execute(
+        "update account_usage set window_request_count = 0, window_input_tokens = 0,"
+        " window_output_tokens = 0, window_cached_tokens = 0, window_image_input_tokens = 0,"
+        " window_image_output_tokens = 0, window_image_request_count = 0,"
+        " window_image_request_failed_count = 0, window_started_at = null, window_reset_at = %s"
+        " where account_id = %s and window_reset_at <= %s",
+        [next_reset, account.id, now],
+    )
+    account.window_request_count = 0
+    account.window_tokens = 0
+    account.window_cached_tokens = 0
+    account.window_reset_at = next_reset
+
+
+async def mark_expired(account_id: str, *, now: datetime) -> None:
+    """401 or a token past its expiry: the account waits for a token refresh."""
+    await _execute(
+        "update accounts set status = 'expired', updated_at = %s"
+        " where id = %s and status in ('active', 'quota_exhausted')",
+        [now, account_id],
+    )
+
+
+async def mark_banned(account_id: str, *, now: datetime) -> None:
+    await _execute(
+        "update accounts set status = 'banned', updated_at = %s"
+        " where id = %s and status <> 'banned'",
+        [now, account_id],
+    )
+
+
+async def mark_rate_limited(
+    account_id: str, *, now: datetime, retry_after_seconds: float | None
+) -> datetime:
+    """429: quota exhausted until the upstream's Retry-After (60 s when it gave none).
+
+    An existing later cooldown is never shortened, and the usage window reset is moved to at
+    least the cooldown. Disabled or banned accounts keep their status (spec §3.1).
+    """
+    seconds = (
+        DEFAULT_RATE_LIMIT_COOLDOWN_SECONDS if retry_after_seconds is None else retry_after_seconds
+    )
+    cooldown = now + timedelta(seconds=seconds)
+    await _execute(
+        "update accounts set quota_limit_reached = true,"
+        " quota_cooldown_until = greatest(coalesce(quota_cooldown_until, %s), %s),"
+        " status = case when status in ('active', 'quota_exhausted') then 'quota_exhausted'"
+        " else status end, updated_at = %s where id = %s",
+        [cooldown, cooldown, now, account_id],
+    )
+    await _execute(
+        "update account_usage set window_reset_at = greatest(coalesce(window_reset_at, %s), %s)"
+        " where account_id = %s",
+        [cooldown, cooldown, account_id],
+    )
+    return cooldown
+
+
+async def mark_quota_exhausted(account_id: str, *, now: datetime) -> None:
+    """402 (or an SSE quota failure): exhausted until the quota refresh says otherwise."""
+    await _execute(
+        "update accounts set status = 'quota_exhausted', updated_at = %s"
+        " where id = %s and status in ('active', 'quota_exhausted')",
+        [now, account_id],
+    )
+
+
+async def register_cloudflare_challenge(account_id: str, *, now: datetime) -> datetime:
+    """A Cloudflare challenge page: cool the account down 10, 30, 90, then 120 s.
+
+    The counter lives in Redis and resets after an hour without challenges. The account's
+    cookies expire no later than the cooldown (a fresh clearance is needed after it).
+    """
+    redis = await async_redis.get()
+    key = redis_keys.cloudflare_challenges(account_id)
+    async with redis.pipeline(transaction=True) as pipeline:
+        pipeline.incr(key)
+        pipeline.expire(key, CLOUDFLARE_COUNTER_TTL_SECONDS)
+        count, _ = await pipeline.execute()
+    seconds = CLOUDFLARE_CHALLENGE_COOLDOWNS[min(count, len(CLOUDFLARE_CHALLENGE_COOLDOWNS)) - 1]
+    cooldown = now + timedelta(seconds=seconds)
+    await _execute(
+        "update accounts set cloudflare_cooldown_until = %s, updated_at = %s where id = %s",
+        [cooldown, now, account_id],
+    )
+    await _execute(
+        "update account_cookies set expires_at = least(coalesce(expires_at, %s), %s),"
+        " updated_at = %s where account_id = %s",
+        [cooldown, cooldown, now, account_id],
+    )
+    return cooldown
+
+
+async def register_cloudflare_path_block(account_id: str, *, now: datetime) -> bool:
+    """An empty 404 (path blocked): wipe the cookies; the 3rd within an hour disables the
+    account. Returns whether it was disabled."""
+    redis = await async_redis.get()
+    key = redis_keys.cloudflare_path_blocks(account_id)
+    async with redis.pipeline(transaction=True) as pipeline:
+        pipeline.incr(key)
+        pipeline.expire(key, CLOUDFLARE_COUNTER_TTL_SECONDS)
+        count, _ = await pipeline.execute()
+    await _execute("delete from account_cookies where account_id = %s", [account_id])
+    if count >= PATH_BLOCKS_BEFORE_DISABLING:
+        await _execute(
+            "update accounts set status = 'disabled', updated_at = %s"
+            " where id = %s and status <> 'banned'",
+            [now, account_id],
+        )
+        return True
+    return False
+
+
+async def reset_cloudflare_counters(account_id: str) -> None:
+    """Any successful response clears both Cloudflare counters of the account."""
+    redis = await async_redis.get()
+    await redis.delete(
+        redis_keys.cloudflare_challenges(account_id), redis_keys.cloudflare_path_blocks(account_id)
+    )

@@ -1,0 +1,361 @@
+"""What an upstream failure means for the account and for the client (spec §3.6, §1.7).
+
+Each attempt ends in success or an ``AttemptFailure``. The failure's ``kind`` decides whether
+the request moves on to the next account (``rotates``) and what happens to the account; when
+no account is left, the client's error is built from the last failure kind.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+
+ERROR_BODY_READ_CAP = 1024 * 1024
+SHORT_TEXT = 200
+
+
+class FailureKind(enum.StrEnum):
+    RATE_LIMITED = "rate_limited"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    EXPIRED = "expired"
+    BANNED = "banned"
+    DISABLED = "disabled"
+    CLOUDFLARE_CHALLENGE = "cloudflare_challenge"
+    CLOUDFLARE_PATH_BLOCKED = "cloudflare_path_blocked"
+    MODEL_UNSUPPORTED = "model_unsupported"
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    EMPTY_RESPONSE = "empty_upstream_response"
+    # Not rotated: returned to the client.
+    CLIENT_ERROR = "upstream"
+    RESPONSE_FAILED = "response_failed"
+    INVALID_SSE = "invalid_sse"
+    MISSING_COMPLETED = "missing_completed"
+
+
+ROTATING_KINDS = frozenset(
+    {
+        FailureKind.RATE_LIMITED,
+        FailureKind.QUOTA_EXHAUSTED,
+        FailureKind.EXPIRED,
+        FailureKind.BANNED,
+        FailureKind.DISABLED,
+        FailureKind.CLOUDFLARE_CHALLENGE,
+        FailureKind.CLOUDFLARE_PATH_BLOCKED,
+        FailureKind.MODEL_UNSUPPORTED,
+        FailureKind.UPSTREAM_UNAVAILABLE,
+        FailureKind.EMPTY_RESPONSE,
+    }
+)
+
+# How the exhausted-pool message names each kind ("All accounts exhausted (2 rate-limited)").
+_EXHAUSTED_LABELS = {
+    FailureKind.RATE_LIMITED: "rate-limited",
+    FailureKind.QUOTA_EXHAUSTED: "quota-exhausted",
+    FailureKind.EXPIRED: "expired",
+    FailureKind.DISABLED: "disabled",
+    FailureKind.BANNED: "banned",
+    FailureKind.CLOUDFLARE_CHALLENGE: "cloudflare-challenge",
+    FailureKind.CLOUDFLARE_PATH_BLOCKED: "cloudflare-path-block",
+    FailureKind.MODEL_UNSUPPORTED: "model-unsupported",
+    FailureKind.UPSTREAM_UNAVAILABLE: "upstream-unavailable",
+    FailureKind.EMPTY_RESPONSE: "empty-response",
+}
+
+CLOUDFLARE_MARKERS = (
+    "cf-mitigated",
+    "cf-chl-bypass",
+    "_cf_chl",
+    "cf_chl",
+    "attention required",
+    "just a moment",
+)
+BANNED_MARKERS = ("deactivated", "banned", "account_deactivated")
+_MODEL_UNSUPPORTED = re.compile(
+    r"model.{0,80}?(not[ _]supported|not[ _]available|unsupported)", re.I | re.S
+)
+
+
+@dataclass
+class AttemptFailure:
+    """Why one attempt on one account failed."""
+
+    kind: FailureKind
+    upstream_status: int | None = None
+    body: bytes = b""
+    detail: str = ""
+    code: str | None = None  # upstream error code (SSE failure code or JSON error code)
+    retry_after_seconds: float | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    response_id: str | None = None
+    # Whether the upstream answered at all (an HTTP status arrived): such attempts count as
+    # requests of the account; a connection that never got an answer does not.
+    answered: bool = True
+
+    @property
+    def rotates(self) -> bool:
+        return self.kind in ROTATING_KINDS
+
+    def short_text(self) -> str:
+        text = self.body.decode("utf-8", "replace").strip() if self.body else self.detail
+        return text[:SHORT_TEXT]
+
+
+def _body_text(body: bytes) -> str:
+    return body.decode("utf-8", "replace")
+
+
+def _json_or_none(body: bytes) -> dict | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_cloudflare_challenge(body: bytes) -> bool:
+    lowered = _body_text(body).lower()
+    return any(marker in lowered for marker in CLOUDFLARE_MARKERS)
+
+
+def looks_like_html(body: bytes, content_type: str | None) -> bool:
+    if content_type and "html" in content_type.lower():
+        return True
+    return _body_text(body[:512]).lstrip().lower().startswith(("<!doctype html", "<html"))
+
+
+def mentions_model_unsupported(text: str) -> bool:
+    return bool(_MODEL_UNSUPPORTED.search(text))
+
+
+def retry_after_seconds(headers: dict[str, str], body: bytes) -> float | None:
+    """Seconds to wait before the account may serve again (spec §2.4), if the upstream said."""
+    header = headers.get("retry-after")
+    if header:
+        try:
+            return max(0.0, float(header))
+        except ValueError:
+            pass
+    payload = _json_or_none(body) or {}
+    error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+    for key in ("resets_in_seconds", "retry_after_seconds", "retry_after"):
+        value = error.get(key)
+        if isinstance(value, int | float):
+            return max(0.0, float(value))
+    resets_at = error.get("resets_at")
+    if isinstance(resets_at, int | float):
+        import time
+
+        return max(0.0, resets_at - time.time())
+    match = re.search(r"try again in (\d+(?:\.\d+)?)(ms|s)", str(error.get("message", "")))
+    if match:
+        amount = float(match.group(1))
+        return amount / 1000 if match.group(2) == "ms" else amount
+    return None
+
+
+def classify_http_failure(status: int, headers: dict[str, str], body: bytes) -> AttemptFailure:
+    """Classify a non-200 upstream answer (after same-account 5xx retries are used up)."""
+    text = _body_text(body)
+    lowered = text.lower()
+    content_type = headers.get("content-type")
+    if status >= 500:
+        return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, status, body)
+    if status == 429:
+        return AttemptFailure(
+            FailureKind.RATE_LIMITED,
+            status,
+            body,
+            retry_after_seconds=retry_after_seconds(headers, body),
+        )
+    if status == 402:
+        return AttemptFailure(FailureKind.QUOTA_EXHAUSTED, status, body)
+    if status == 401:
+        banned = any(marker in lowered for marker in BANNED_MARKERS)
+        return AttemptFailure(FailureKind.BANNED if banned else FailureKind.EXPIRED, status, body)
+    if status == 403:
+        if is_cloudflare_challenge(body):
+            return AttemptFailure(FailureKind.CLOUDFLARE_CHALLENGE, status, body)
+        if not looks_like_html(body, content_type):
+            return AttemptFailure(FailureKind.BANNED, status, body)
+        # An HTML 403 without Cloudflare markers proves nothing about the account.
+        return AttemptFailure(FailureKind.CLIENT_ERROR, status, body)
+    if status == 404 and not body.strip():
+        return AttemptFailure(FailureKind.CLOUDFLARE_PATH_BLOCKED, status, body)
+    if 400 <= status < 500 and mentions_model_unsupported(text):
+        return AttemptFailure(FailureKind.MODEL_UNSUPPORTED, status, body)
+    return AttemptFailure(FailureKind.CLIENT_ERROR, status, body)
+
+
+_TOKEN_CODES = {
+    "token_invalid",
+    "token_expired",
+    "token_revoked",
+    "account_deactivated",
+    "unauthorized",
+    "invalid_api_key",
+}
+_QUOTA_CODES = {"quota_exceeded", "insufficient_quota"}
+_RATE_LIMIT_CODES = {"rate_limit_exceeded", "usage_limit_reached", "rate_limit_reached"}
+_TOKEN_MESSAGE = re.compile(r"token (?:was )?(revoked|invalid|expired)", re.I)
+
+
+def classify_failed_event(event: dict) -> AttemptFailure:
+    """Classify a ``response.failed`` / ``error`` SSE event seen before anything was sent."""
+    error = {}
+    if isinstance(event.get("response"), dict) and isinstance(event["response"].get("error"), dict):
+        error = event["response"]["error"]
+    elif isinstance(event.get("error"), dict):
+        error = event["error"]
+    elif event.get("type") == "error":
+        error = event
+    code = str(error.get("code") or "").lower()
+    message = str(error.get("message") or "")
+    body = json.dumps(event).encode()
+    response_id = (
+        (event.get("response") or {}).get("id") if isinstance(event.get("response"), dict) else None
+    )
+    common = {"body": body, "code": code or None, "detail": message, "response_id": response_id}
+    if mentions_model_unsupported(f"{code} {message}"):
+        return AttemptFailure(FailureKind.MODEL_UNSUPPORTED, **common)
+    if code in _QUOTA_CODES or "quota" in message.lower():
+        return AttemptFailure(FailureKind.QUOTA_EXHAUSTED, **common)
+    if code in _TOKEN_CODES or _TOKEN_MESSAGE.search(message):
+        banned = any(marker in f"{code} {message}".lower() for marker in BANNED_MARKERS)
+        return AttemptFailure(FailureKind.BANNED if banned else FailureKind.EXPIRED, **common)
+    if code in _RATE_LIMIT_CODES:
+        # The original did not rotate on these (its pitfall §11.11); a rate-limited account
+        # cannot serve this request, so we treat it like an HTTP 429.
+        seconds = retry_after_seconds({}, json.dumps({"error": error}).encode())
+        return AttemptFailure(FailureKind.RATE_LIMITED, retry_after_seconds=seconds, **common)
+    return AttemptFailure(FailureKind.RESPONSE_FAILED, **common)
+
+
+# ----------------------------------------------------------------------------- client errors
+
+
+@dataclass(frozen=True)
+class ClientError:
+    status: int
+    error_type: str
+    code: str
+    message: str
+    raw_body: bytes | None = None  # an upstream JSON error passed through verbatim
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.error_type, "code": self.code}}
+
+
+NO_ACCOUNTS = ClientError(
+    503,
+    "server_error",
+    "no_available_accounts",
+    "No available accounts. All accounts are expired or rate-limited.",
+)
+INVALID_UPSTREAM = ClientError(
+    502, "server_error", "invalid_upstream_response", "Invalid upstream Codex response"
+)
+
+
+def failed_event_status(code: str) -> int:
+    """HTTP status of a terminal ``response.failed`` by its upstream code (spec §1.7)."""
+    code = code.lower()
+    if "model" in code and ("not_supported" in code or "not_available" in code):
+        return 400
+    if "invalid_request" in code or "not_found" in code:
+        return 400
+    if any(
+        part in code for part in ("context_window", "invalid_prompt", "cyber_policy", "bad_request")
+    ):
+        return 400
+    if "rate_limit" in code or "usage_limit" in code:
+        return 429
+    if (
+        "unauthorized" in code
+        or "invalid_api_key" in code
+        or code
+        in {
+            "token_invalid",
+            "token_expired",
+            "account_deactivated",
+        }
+    ):
+        return 401
+    if "forbidden" in code or "banned" in code:
+        return 403
+    if "payment" in code or "quota" in code:
+        return 429
+    if "server_overloaded" in code:
+        return 503
+    return 502
+
+
+def _type_for_status(status: int) -> str:
+    if status == 429:
+        return "rate_limit_error"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
+    """The error a client gets when ``failure`` ended the request (``count`` accounts failed
+    with the same kind when the pool ran out)."""
+    kind = failure.kind
+    if kind in ROTATING_KINDS:
+        upstream_text = failure.short_text()
+        message = f"All accounts exhausted ({count} {_EXHAUSTED_LABELS[kind]})."
+        if upstream_text:
+            message += f" Codex upstream error: {upstream_text}"
+        if kind == FailureKind.RATE_LIMITED:
+            return ClientError(429, "rate_limit_error", "rate_limit_exceeded", message)
+        if kind == FailureKind.QUOTA_EXHAUSTED:
+            return ClientError(429, "insufficient_quota", "insufficient_quota", message)
+        if kind in (FailureKind.EXPIRED, FailureKind.DISABLED):
+            return ClientError(401, "invalid_request_error", "invalid_api_key", message)
+        if kind == FailureKind.BANNED:
+            return ClientError(
+                failure.upstream_status or 403, "invalid_request_error", "invalid_api_key", message
+            )
+        if kind in (FailureKind.CLOUDFLARE_CHALLENGE, FailureKind.CLOUDFLARE_PATH_BLOCKED):
+            return ClientError(502, "server_error", "upstream_error", message)
+        if kind == FailureKind.MODEL_UNSUPPORTED:
+            return ClientError(400, "invalid_request_error", "model_not_found", message)
+        if kind == FailureKind.EMPTY_RESPONSE:
+            return INVALID_UPSTREAM
+        return ClientError(503, "server_error", "upstream_error", message)
+    if kind == FailureKind.RESPONSE_FAILED:
+        status = failed_event_status(failure.code or "")
+        error_type = "server_error" if status >= 500 else _type_for_status(status)
+        code = "codex_api_error" if status >= 500 else (failure.code or "response_failed")
+        return ClientError(
+            status, error_type, code, failure.detail or "Upstream Codex response failed"
+        )
+    if kind in (FailureKind.INVALID_SSE, FailureKind.MISSING_COMPLETED):
+        return INVALID_UPSTREAM
+    # An upstream error returned to the client: a JSON 4xx passes through verbatim.
+    status = failure.upstream_status or 502
+    if 400 <= status < 500 and _json_or_none(failure.body) is not None:
+        return ClientError(
+            status, _type_for_status(status), "upstream_error", "", raw_body=failure.body
+        )
+    if not (400 <= status < 500 or status == 503):
+        status = 502
+    if status == 429:
+        return ClientError(
+            429, "rate_limit_error", "rate_limit_exceeded", "Upstream Codex request failed"
+        )
+    if status == 402:
+        return ClientError(
+            402, "insufficient_quota", "insufficient_quota", "Upstream Codex request failed"
+        )
+    if status in (401, 403):
+        return ClientError(
+            status, "invalid_request_error", "invalid_api_key", "Upstream Codex request failed"
+        )
+    if 400 <= status < 500:
+        return ClientError(
+            status, "invalid_request_error", "codex_client_error", "Upstream Codex request failed"
+        )
+    return ClientError(status, "server_error", "upstream_error", "Upstream Codex request failed")

@@ -1,0 +1,318 @@
+"""The per-request ledger (spec §7.1), written after the response has ended.
+
+Nothing here runs before the last byte reached the client: the view schedules ``record`` as a
+background task. The facts go through telemetry's two write transactions in a worker thread;
+a telemetry failure is logged and never reaches the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from proxy.dispatch import accounts as account_pool
+from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
+from proxy.services.account_usage import AccountUsageIncrement, account_usage_add
+from telemetry.services.ledger import ops_error_log_create, usage_record_create
+
+logger = logging.getLogger(__name__)
+TRANSPORT = "http_sse"
+_background_tasks: set[asyncio.Task] = set()
+
+
+@dataclass
+class LedgerEntry:
+    """Everything one finished request leaves behind."""
+
+    usage: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    account_usage: list[tuple[str, AccountUsageIncrement]] = field(default_factory=list)
+    succeeded_account_id: str | None = None
+
+
+def schedule(entry: LedgerEntry) -> None:
+    """Write ``entry`` in the background; the caller returns (or ends its stream) at once."""
+    task = asyncio.get_running_loop().create_task(write(entry))
+    _background_tasks.add(task)
+    task.add_done_callback(_background_tasks.discard)
+
+
+async def write(entry: LedgerEntry) -> None:
+    try:
+        await sync_to_async(_write_in_thread, thread_sensitive=False)(entry)
+    except Exception:
+        logger.exception("telemetry write failed; the client response was not affected")
+    if entry.succeeded_account_id:
+        try:
+            await account_pool.reset_cloudflare_counters(entry.succeeded_account_id)
+        except Exception:
+            logger.warning("could not reset Cloudflare counters", exc_info=True)
+
+
+def _write_in_thread(entry: LedgerEntry) -> None:
+    now = timezone.now()
+    try:
+        for error in entry.errors:
+            ops_error_log_create(**error)
+        if entry.usage is not None and settings.TELEMETRY_ENABLED:
+            usage_record_create(**entry.usage)
+        for account_id, increment in entry.account_usage:
+            try:
+                account_usage_add(account_id=account_id, increment=increment, now=now)
+            except Exception:
+                # The account may have been deleted meanwhile (foreign key); facts stay.
+                logger.warning("account_usage update failed for %s", account_id, exc_info=True)
+    finally:
+        # Return this thread's connection to the pool (no request cycle will do it).
+        connection.close()
+
+
+async def await_pending_writes() -> None:
+    """Wait for scheduled ledger writes (tests, and graceful shutdown)."""
+    while _background_tasks:
+        await asyncio.gather(*list(_background_tasks), return_exceptions=True)
+
+
+def _request_summary(body: dict) -> dict[str, Any]:
+    input_value = body.get("input")
+    tools = body.get("tools")
+    return {
+        "model": body.get("model"),
+        "stream": body.get("stream"),
+        "store": body.get("store"),
+        "inputType": type(input_value).__name__ if input_value is not None else None,
+        "inputItemsCount": len(input_value) if isinstance(input_value, list) else None,
+        "toolsCount": len(tools) if isinstance(tools, list) else 0,
+        "topLevelFields": sorted(body.keys()),
+        "previousResponseIdPresent": bool(body.get("previous_response_id")),
+        "serviceTier": body.get("service_tier"),
+    }
+
+
+def build_entry(dispatch, *, committed=None, response_object: dict | None = None) -> LedgerEntry:
+    """Translate what ``dispatch`` (a finished Dispatch) saw into facts and counters."""
+    request = dispatch.request
+    now = timezone.now()
+    latency = request.elapsed_ms()
+    reasoning = request.body.get("reasoning")
+    base_metadata: dict[str, Any] = {
+        "apiKind": "responses",
+        "stream": request.stream,
+        "compact": request.route.endswith("/compact"),
+        "clientIp": request.client_ip,
+        "userAgent": request.user_agent,
+        "requestedModel": request.requested_model,
+        "reasoningEffort": reasoning.get("effort") if isinstance(reasoning, dict) else None,
+        "attemptCount": len(dispatch.notes),
+        "attempts": [
+            {"index": note.index, "accountId": note.account_id} for note in dispatch.notes
+        ],
+        "requestSummary": _request_summary(request.body),
+    }
+    common = {
+        "request_id": request.request_id,
+        "client_api_key_id": request.client_api_key_id,
+        "route": request.route,
+    }
+    entry = LedgerEntry()
+
+    # Transient failures that moved the request on are logged one by one (spec §7.1); the other
+    # rotations (429, 401, ...) show up as account state, not as rows.
+    for note in dispatch.notes:
+        failure = note.failure
+        if failure is None:
+            continue
+        if failure.answered:
+            entry.account_usage.append(
+                (note.account_id, AccountUsageIncrement(counted_request=True))
+            )
+        if failure.kind == FailureKind.EMPTY_RESPONSE:
+            entry.account_usage.append(
+                (note.account_id, AccountUsageIncrement(empty_response=True))
+            )
+        is_final = failure is dispatch.final_failure
+        if failure.kind == FailureKind.UPSTREAM_UNAVAILABLE and not is_final:
+            entry.errors.append(
+                {
+                    **common,
+                    "created_at": now,
+                    "message": "v1 responses upstream request failed",
+                    "provider": "openai",
+                    "account_id": note.account_id,
+                    "model": request.model,
+                    "status_code": failure.upstream_status or 502,
+                    "upstream_status_code": failure.upstream_status,
+                    "transport": TRANSPORT,
+                    "attempt_index": note.index,
+                    "failure_class": failure.kind.value,
+                    "latency_ms": latency,
+                    "metadata": {
+                        **base_metadata,
+                        "errorKind": failure.kind.value,
+                        "error": failure.short_text(),
+                        "failureSource": "upstream",
+                    },
+                }
+            )
+
+    if dispatch.client_error is not None:
+        failure = dispatch.final_failure
+        failure_class = failure.kind.value if failure else "no_available_accounts"
+        error = dispatch.client_error
+        last_account = dispatch.notes[-1].account_id if dispatch.notes else None
+        entry.errors.append(
+            {
+                **common,
+                "created_at": now,
+                "message": "v1 responses dispatch failed",
+                "provider": "openai",
+                "account_id": last_account,
+                "model": request.model,
+                "status_code": error.status,
+                "client_status_code": error.status,
+                "upstream_status_code": failure.upstream_status if failure else None,
+                "transport": TRANSPORT if dispatch.notes else None,
+                "attempt_index": dispatch.notes[-1].index if dispatch.notes else None,
+                "failure_class": failure_class,
+                "response_id": failure.response_id if failure else None,
+                "latency_ms": latency,
+                "metadata": {
+                    **base_metadata,
+                    "failed": True,
+                    "errorKind": failure_class,
+                    "error": (failure.short_text() if failure else error.message),
+                    "upstreamCode": failure.code if failure else None,
+                    "exhaustedCount": dispatch.exhausted_count
+                    if failure and failure.kind in ROTATING_KINDS
+                    else None,
+                    "failureSource": "upstream" if failure else "proxy",
+                },
+            }
+        )
+        return entry
+
+    if committed is None:
+        return entry
+    progress = committed.progress
+    account = committed.account
+    upstream_headers = committed.upstream_headers
+    terminal = progress.terminal if isinstance(progress.terminal, dict) else {}
+    response = response_object or (terminal.get("response") if isinstance(terminal, dict) else None)
+    response = response if isinstance(response, dict) else {}
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    input_details = usage.get("input_tokens_details") or {}
+    output_details = usage.get("output_tokens_details") or {}
+    tokens = {
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cached_tokens": input_details.get("cached_tokens"),
+        "reasoning_tokens": output_details.get("reasoning_tokens"),
+    }
+    effective_model = upstream_headers.get("openai-model") or request.model
+    fact = {
+        **common,
+        "created_at": now,
+        "provider": "openai",
+        "account_id": account.id,
+        "model": effective_model,
+        "transport": TRANSPORT,
+        "attempt_index": committed.attempt_index,
+        "response_id": progress.response_id or response.get("id"),
+        "upstream_request_id": upstream_headers.get("x-request-id")
+        or upstream_headers.get("x-openai-request-id")
+        or upstream_headers.get("openai-request-id")
+        or upstream_headers.get("request-id"),
+        "latency_ms": latency,
+    }
+    metadata = {
+        **base_metadata,
+        "effectiveModel": effective_model,
+        "modelsEtag": upstream_headers.get("x-models-etag"),
+        "reasoningIncluded": upstream_headers.get("x-reasoning-included"),
+        "cfRay": upstream_headers.get("cf-ray"),
+        "accountEmail": account.email,
+    }
+    entry.account_usage.append(
+        (
+            account.id,
+            AccountUsageIncrement(
+                counted_request=True,
+                input_tokens=tokens["input_tokens"] or 0,
+                output_tokens=tokens["output_tokens"] or 0,
+                cached_tokens=tokens["cached_tokens"] or 0,
+                reasoning_tokens=tokens["reasoning_tokens"] or 0,
+                total_tokens=usage.get("total_tokens"),
+            ),
+        )
+    )
+    failed_badly = dispatch.stream_error or dispatch.synthetic_failure or dispatch.client_cancelled
+    terminal_event = progress.terminal_event
+    if not failed_badly and terminal_event in ("response.completed", "response.incomplete"):
+        incomplete = terminal_event == "response.incomplete"
+        entry.succeeded_account_id = account.id
+        kind_word = "incomplete" if incomplete else "completed"
+        message = (
+            f"v1 responses stream {kind_word}" if request.stream else f"v1 responses {kind_word}"
+        )
+        entry.usage = {
+            **fact,
+            **tokens,
+            "message": message,
+            "status_code": 200,
+            "requested_model": request.requested_model,
+            "upstream_model": effective_model,
+            "service_tier": request.body.get("service_tier")
+            if isinstance(request.body.get("service_tier"), str)
+            else None,
+            "first_token_ms": progress.first_token_ms,
+            "metadata": {**metadata, "completed": not incomplete, "incomplete": incomplete},
+        }
+        return entry
+
+    # The stream was committed but did not end well: cancelled, cut, or a terminal failure.
+    if dispatch.client_cancelled:
+        status, failure_class, source = 499, "client_cancelled", "client"
+        detail = "the client closed the connection before the response ended"
+    elif terminal_event in ("response.failed", "error"):
+        error = (
+            (response.get("error") or terminal.get("error") or {})
+            if isinstance(terminal, dict)
+            else {}
+        )
+        code = str(error.get("code") or "") if isinstance(error, dict) else ""
+        status, failure_class, source = failed_event_status(code), "response_failed", "upstream"
+        detail = str(error.get("message") or "") if isinstance(error, dict) else ""
+    else:
+        status, source = 502, "proxy"
+        failure_class = (
+            "invalid_sse"
+            if dispatch.stream_error and "SSE" in dispatch.stream_error
+            else "missing_completed"
+        )
+        detail = dispatch.stream_error or "ended without response.completed"
+    entry.errors.append(
+        {
+            **fact,
+            "message": "v1 responses stream failed",
+            "status_code": status,
+            "client_status_code": 200,
+            "failure_class": failure_class,
+            "metadata": {
+                **metadata,
+                "failed": True,
+                "errorKind": failure_class,
+                "failureSource": source,
+                "synthetic": dispatch.synthetic_failure,
+                "failureDetail": detail[:200],
+                "firstTokenMs": progress.first_token_ms,
+            },
+        }
+    )
+    return entry

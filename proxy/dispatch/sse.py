@@ -1,0 +1,138 @@
+"""Server-sent events as the proxy needs them: frame boundaries, event names, terminal events.
+
+The proxy forwards upstream bytes verbatim; this scanner only watches them go by. It splits
+frames on the blank line, reads the ``event:`` name (or the ``type`` of the data when there is
+no event line) and parses JSON only for the few events whose content matters (the created
+response's id, terminal events with usage). Deltas are recognised by name alone.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+
+TERMINAL_EVENTS = frozenset(
+    {"response.completed", "response.incomplete", "response.failed", "error"}
+)
+SUCCESS_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
+# Events that are "real output": once one is seen, a stream can no longer be retried elsewhere.
+OUTPUT_DELTA_EVENTS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.refusal.delta",
+    }
+)
+OUTPUT_ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class SSEFrameTooLarge(Exception):
+    """One event grew past 64 MiB without ending: the stream is not valid SSE."""
+
+
+@dataclass
+class Frame:
+    event: str | None
+    data: bytes
+
+    def json(self) -> dict:
+        return json.loads(self.data)
+
+
+def _parse_frame(raw: bytes) -> Frame | None:
+    event = None
+    data_lines = []
+    for line in raw.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if line.startswith(b"event:"):
+            event = line[6:].strip().decode("utf-8", "replace")
+        elif line.startswith(b"data:"):
+            data_lines.append(line[5:].lstrip(b" "))
+    if event is None and not data_lines:
+        return None  # a comment or keep-alive
+    data = b"\n".join(data_lines)
+    if event is None and data and data != b"[DONE]":
+        # No event line: the type lives in the JSON. Only then do we parse to learn it.
+        try:
+            event = json.loads(data).get("type")
+        except (ValueError, AttributeError):
+            event = None
+    return Frame(event=event, data=data)
+
+
+def _frame_end(buffer: bytearray) -> tuple[int, int]:
+    """Position and length of the first blank-line separator (LF or CRLF style), or (-1, 0)."""
+    lf = buffer.find(b"\n\n")
+    crlf = buffer.find(b"\r\n\r\n")
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, 4
+    return lf, 2
+
+
+@dataclass
+class SSEScanner:
+    """Feed it chunks as they arrive; it returns the complete frames each chunk finished."""
+
+    _buffer: bytearray = field(default_factory=bytearray)
+    ends_with_blank_line: bool = True
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        if not chunk:
+            return []
+        self.ends_with_blank_line = chunk.endswith(b"\n\n") or chunk.endswith(b"\r\n\r\n")
+        self._buffer += chunk
+        frames = []
+        while True:
+            end, separator_length = _frame_end(self._buffer)
+            if end < 0:
+                if len(self._buffer) > MAX_FRAME_BYTES:
+                    raise SSEFrameTooLarge("an SSE event exceeded 64 MiB")
+                return frames
+            raw = bytes(self._buffer[:end])
+            del self._buffer[: end + separator_length]
+            frame = _parse_frame(raw)
+            if frame is not None:
+                frames.append(frame)
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+
+def sse_event(event_type: str, payload: dict) -> bytes:
+    return f"event: {event_type}\ndata: {json.dumps(payload)}\n\n".encode()
+
+
+def stream_disconnected_event(response_id: str | None, detail: str | None = None) -> bytes:
+    """The synthetic ``response.failed`` for an upstream that ended without a terminal event."""
+    message = "Upstream stream closed before response.completed"
+    if detail:
+        message = f"{message}: {detail}"
+    error = {"type": "server_error", "code": "stream_disconnected", "message": message}
+    payload = {
+        "type": "response.failed",
+        "response": {
+            "id": response_id or f"resp_proxy_{uuid.uuid4().hex}",
+            "status": "failed",
+            "error": error,
+        },
+        "error": error,
+    }
+    return sse_event("response.failed", payload)
+
+
+def failure_event(*, error_type: str, code: str, message: str) -> bytes:
+    """A ``response.failed`` event standing for a failure found before any upstream byte."""
+    error = {"type": error_type, "code": code, "message": message}
+    payload = {
+        "type": "response.failed",
+        "response": {"id": f"resp_proxy_{uuid.uuid4().hex}", "status": "failed", "error": error},
+        "error": error,
+    }
+    return sse_event("response.failed", payload)

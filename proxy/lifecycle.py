@@ -1,0 +1,24 @@
+"""What a web process does when it stops: finish the ledger, then close its connections."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from proxy.dispatch import recording
+from proxy.loop_resources import close_current_loop_resources
+from proxy.v1.auth import flush_key_touches
+
+logger = logging.getLogger(__name__)
+SHUTDOWN_GRACE_SECONDS = 5
+
+
+async def shutdown() -> None:
+    """Wait (briefly) for scheduled ledger writes and key touches, then close resources."""
+    try:
+        await asyncio.wait_for(recording.await_pending_writes(), SHUTDOWN_GRACE_SECONDS)
+        await flush_key_touches()
+    except TimeoutError:
+        logger.warning("ledger writes still pending after %ss at shutdown", SHUTDOWN_GRACE_SECONDS)
+    finally:
+        await close_current_loop_resources()

@@ -1,0 +1,126 @@
+"""Per-event-loop shared resources of the async request path.
+
+Each uvicorn worker runs one event loop; the PostgreSQL pool, the Redis client and the upstream
+HTTP session are created once on it and reused by every request. They are keyed by loop because
+an asyncio resource must not be used from another loop (tests drive several).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+import aiohttp
+import redis.asyncio as redis_asyncio
+from django.conf import settings
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+Resource = TypeVar("Resource")
+
+
+class PerLoop(Generic[Resource]):
+    """One lazily created resource per running event loop."""
+
+    def __init__(self, create: Callable[[], Awaitable[Resource]]):
+        self._create = create
+        self._resources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._creating: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    async def get(self) -> Resource:
+        loop = asyncio.get_running_loop()
+        resource = self._resources.get(loop)
+        if resource is not None:
+            return resource
+        lock = self._creating.setdefault(loop, asyncio.Lock())
+        async with lock:
+            resource = self._resources.get(loop)
+            if resource is None:
+                resource = await self._create()
+                self._resources[loop] = resource
+        return resource
+
+    def forget_current_loop(self) -> None:
+        """Drop the current loop's resource (tests that reconfigure settings)."""
+        self._resources.pop(asyncio.get_running_loop(), None)
+
+
+def database_conninfo() -> str:
+    """libpq connection string of Django's default database (the same server and database)."""
+    database = settings.DATABASES["default"]
+    options = {
+        key: value
+        for key, value in database.get("OPTIONS", {}).items()
+        if key not in ("pool", "server_side_binding")
+    }
+    return make_conninfo(
+        "",
+        host=database.get("HOST") or None,
+        port=str(database.get("PORT") or "") or None,
+        dbname=database["NAME"],
+        user=database.get("USER") or None,
+        password=database.get("PASSWORD") or None,
+        **options,
+    )
+
+
+async def _open_database_pool() -> AsyncConnectionPool:
+    # Seed 004 §1: 10 connections, 5 s to acquire one. Autocommit: every hot-path statement is
+    # a single atomic read or conditional update.
+    pool = AsyncConnectionPool(
+        database_conninfo(),
+        min_size=1,
+        max_size=10,
+        timeout=5,
+        kwargs={"autocommit": True, "prepare_threshold": 0},
+        open=False,
+    )
+    await pool.open()
+    return pool
+
+
+async def _open_redis() -> redis_asyncio.Redis:
+    return redis_asyncio.Redis.from_url(
+        settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30
+    )
+
+
+async def _open_upstream_session() -> aiohttp.ClientSession:
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        connect=settings.CODEX_CONNECT_TIMEOUT_SECONDS,
+        sock_read=settings.CODEX_READ_TIMEOUT_SECONDS,
+    )
+    connector = aiohttp.TCPConnector(
+        limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=300
+    )
+    # Bodies are decompressed here (the client gets plain SSE with our own headers); trust_env
+    # off: system proxy variables are ignored, like the original client (spec §2.1).
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=True,
+        trust_env=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+    )
+
+
+database_pool: PerLoop[AsyncConnectionPool] = PerLoop(_open_database_pool)
+async_redis: PerLoop[redis_asyncio.Redis] = PerLoop(_open_redis)
+upstream_session: PerLoop[aiohttp.ClientSession] = PerLoop(_open_upstream_session)
+
+
+async def close_current_loop_resources() -> None:
+    """Close this loop's pool, Redis client and upstream session (graceful shutdown)."""
+    loop = asyncio.get_running_loop()
+    session = upstream_session._resources.pop(loop, None)
+    if session is not None:
+        await session.close()
+    client = async_redis._resources.pop(loop, None)
+    if client is not None:
+        await client.aclose()
+    pool = database_pool._resources.pop(loop, None)
+    if pool is not None:
+        await pool.close()

@@ -1,0 +1,114 @@
+"""Client keys on ``/v1`` (spec §1.2): one unique-index lookup per request, no in-process table.
+
+The same statement reads the hot runtime settings, so a request costs one PostgreSQL round
+trip before scheduling. ``last_used_at`` is touched in batches after a 1 s debounce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from proxy.loop_resources import PerLoop, database_pool
+from proxy.models_catalog import clean_aliases
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "sk_"
+TOUCH_DEBOUNCE_SECONDS = 1.0
+
+_KEY_AND_SETTINGS_SQL = """
+select k.id, s.model_aliases_json, s.max_concurrent_per_account, s.request_interval_ms,
+       s.rotation_strategy
+from client_api_keys k left join runtime_settings s on s.id = 1
+where k.key = %s and k.enabled
+"""
+
+
+@dataclass(frozen=True)
+class AuthenticatedClient:
+    key_id: str
+    aliases: dict[str, str]
+    max_concurrent_per_account: int
+    request_interval_ms: int
+    rotation_strategy: str
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The key of ``Authorization: Bearer <key>`` (exact ``Bearer `` prefix), or None."""
+    if not authorization or not authorization.startswith("Bearer "):
+        return None
+    token = authorization[len("Bearer ") :].strip()
+    return token if token.startswith(KEY_PREFIX) else None
+
+
+async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
+    """The enabled key's client and the current settings, or None for any failure."""
+    token = bearer_token(authorization)
+    if token is None:
+        return None
+    try:
+        pool = await database_pool.get()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(_KEY_AND_SETTINGS_SQL, [token])
+            row = await cursor.fetchone()
+    except Exception:
+        logger.warning("client key lookup failed", exc_info=True)
+        return None
+    if row is None:
+        return None
+    key_id, aliases, max_concurrent, interval, strategy = row
+    (await _touches.get()).touch(key_id)
+    return AuthenticatedClient(
+        key_id=key_id,
+        aliases=clean_aliases(aliases),
+        max_concurrent_per_account=max_concurrent or 3,
+        request_interval_ms=interval if interval is not None else 50,
+        rotation_strategy=strategy or "smart",
+    )
+
+
+class KeyTouches:
+    """Collects used key ids and writes ``last_used_at`` once per second at most."""
+
+    def __init__(self) -> None:
+        self._pending: set[str] = set()
+        self._flush_task: asyncio.Task | None = None
+
+    def touch(self, key_id: str) -> None:
+        self._pending.add(key_id)
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(TOUCH_DEBOUNCE_SECONDS)
+        await self.flush()
+
+    async def flush(self) -> None:
+        ids, self._pending = self._pending, set()
+        if not ids:
+            return
+        try:
+            pool = await database_pool.get()
+            async with pool.connection() as connection:
+                await connection.execute(
+                    "update client_api_keys set last_used_at = %s where id = any(%s)",
+                    [timezone.now(), list(ids)],
+                )
+        except Exception:
+            logger.warning("could not record key use; retrying with the next batch", exc_info=True)
+            self._pending |= ids
+
+
+async def _new_touches() -> KeyTouches:
+    return KeyTouches()
+
+
+_touches: PerLoop[KeyTouches] = PerLoop(_new_touches)
+
+
+async def flush_key_touches() -> None:
+    await (await _touches.get()).flush()

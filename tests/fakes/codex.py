@@ -1,0 +1,358 @@
+"""A fake ChatGPT Codex upstream: real HTTP, real SSE framing, programmable faults per token.
+
+Serves ``POST /codex/responses`` (Responses SSE), ``POST /codex/responses/compact`` (JSON) and
+``GET /codex/models``. Each request is answered by the next ``Reply`` programmed for its access
+token (``fake.program(token, Reply(...), ...)``); with nothing programmed, a normal streamed
+success. Every request is recorded with its headers in arrival order, and the fake tracks how
+many requests per token are in flight at once and whether a client went away mid-stream.
+
+Used by the tests and by bench/ (``python -m tests.fakes.codex --port N``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakes.http_server import LocalHTTPServer
+
+CLOUDFLARE_CHALLENGE_PAGE = (
+    "<!DOCTYPE html><html><head><title>Just a moment...</title></head><body>"
+    '<div id="cf-chl-widget"></div><script src="/cdn-cgi/challenge-platform/h/b/orchestrate/'
+    'chl_page/v1?ray=8f1c"></script><noscript>Enable JavaScript and cookies to continue'
+    "</noscript></body></html>"
+)
+
+
+@dataclass
+class Reply:
+    """What the fake answers to one request.
+
+    kind:
+      "ok"      a streamed success (``text`` split into ``deltas`` deltas), or ``events`` as given
+      "status"  an HTTP error: ``status`` with ``body`` (str/dict) and ``headers``
+      "cut"     stream ``cut_after`` events of a success, then drop the connection
+      "eof"     stream ``cut_after`` events, then end the body cleanly without a terminal event
+      "failed"  stream response.created then a ``response.failed`` with ``code``/``message``
+      "drop"    close the connection without answering at all
+    """
+
+    kind: str = "ok"
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    text: str = "Hello from the fake upstream."
+    deltas: int = 4
+    events: list[dict] | None = None
+    cut_after: int = 3
+    code: str = "server_error"
+    message: str = "Something went wrong upstream."
+    first_byte_delay: float = 0.0
+    delta_delay: float = 0.0
+    usage: dict | None = None
+    model: str | None = None
+
+
+def usage_object(
+    input_tokens: int = 12, output_tokens: int = 5, cached: int = 4, reasoning: int = 2
+) -> dict:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def response_object(
+    *, response_id: str, model: str, status: str, output: list, usage: dict | None, **extra
+) -> dict:
+    body = {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+    body.update(extra)
+    return body
+
+
+def text_events(*, text: str, deltas: int, model: str, usage: dict | None = None) -> list[dict]:
+    """The event sequence of a streamed text answer, as the Responses API sends it."""
+    response_id = f"resp_{uuid.uuid4().hex}"
+    item_id = f"msg_{uuid.uuid4().hex}"
+    size = max(1, -(-len(text) // max(1, deltas)))
+    pieces = [text[index : index + size] for index in range(0, len(text), size)] or [""]
+    message = {
+        "id": item_id,
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    in_progress = response_object(
+        response_id=response_id, model=model, status="in_progress", output=[], usage=None
+    )
+    events: list[dict] = [
+        {"type": "response.created", "response": in_progress},
+        {"type": "response.in_progress", "response": in_progress},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "status": "in_progress", "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []},
+        },
+    ]
+    for piece in pieces:
+        events.append(
+            {
+                "type": "response.output_text.delta",
+                "item_id": item_id,
+                "output_index": 0,
+                "content_index": 0,
+                "delta": piece,
+                "logprobs": [],
+            }
+        )
+    events += [
+        {
+            "type": "response.output_text.done",
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "text": text,
+            "logprobs": [],
+        },
+        {
+            "type": "response.content_part.done",
+            "item_id": item_id,
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": text, "annotations": []},
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {
+            "type": "response.completed",
+            "response": response_object(
+                response_id=response_id,
+                model=model,
+                status="completed",
+                output=[message],
+                usage=usage if usage is not None else usage_object(),
+            ),
+        },
+    ]
+    return number_events(events)
+
+
+def number_events(events: list[dict]) -> list[dict]:
+    return [{**event, "sequence_number": index} for index, event in enumerate(events)]
+
+
+def sse_frame(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+class FakeCodexUpstream:
+    """The fake's state; ``server`` is the LocalHTTPServer serving it."""
+
+    def __init__(self, *, port: int = 0, record: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._programs: dict[str, deque[Reply]] = defaultdict(deque)
+        self.in_flight: dict[str, int] = defaultdict(int)
+        self.max_in_flight: dict[str, int] = defaultdict(int)
+        self.disconnects: list[str] = []
+        self.models_payload: dict | None = None
+        self.models_headers: dict[str, str] = {}
+        self.compact_payload: dict | None = None
+        self.server = LocalHTTPServer(self._application, port=port, record=record)
+
+    # -- control (from the test thread)
+
+    def program(self, token: str, *replies: Reply) -> None:
+        with self._lock:
+            self._programs[token].extend(replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._programs.clear()
+            self.in_flight.clear()
+            self.max_in_flight.clear()
+            self.disconnects.clear()
+        self.server.clear()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def requests(self):
+        return self.server.requests
+
+    def responses_requests(self):
+        return self.server.requests_to("/codex/responses")
+
+    def tokens_called(self) -> list[str]:
+        return [
+            (request.header("authorization") or "").removeprefix("Bearer ")
+            for request in self.responses_requests()
+        ]
+
+    def start(self) -> FakeCodexUpstream:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    # -- serving (on the server's loop)
+
+    default_deltas = 4
+
+    def _next_reply(self, token: str) -> Reply:
+        with self._lock:
+            queue = self._programs.get(token)
+            return queue.popleft() if queue else Reply(deltas=self.default_deltas)
+
+    def _application(self, server: LocalHTTPServer) -> web.Application:
+        application = web.Application(client_max_size=64 * 1024 * 1024)
+        application.router.add_post("/codex/responses", self._responses)
+        application.router.add_post("/codex/responses/compact", self._compact)
+        application.router.add_get("/codex/models", self._models)
+        return application
+
+    def _token(self, request: web.Request) -> str:
+        return request.headers.get("Authorization", "").removeprefix("Bearer ")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        token = self._token(request)
+        reply = self._next_reply(token)
+        with self._lock:
+            self.in_flight[token] += 1
+            self.max_in_flight[token] = max(self.max_in_flight[token], self.in_flight[token])
+        try:
+            return await self._answer(request, token, reply)
+        finally:
+            with self._lock:
+                self.in_flight[token] -= 1
+
+    async def _answer(self, request: web.Request, token: str, reply: Reply) -> web.StreamResponse:
+        if reply.first_byte_delay:
+            await asyncio.sleep(reply.first_byte_delay)
+        if reply.kind == "drop":
+            request.transport.close()
+            raise asyncio.CancelledError
+        if reply.kind == "status":
+            body = reply.body if reply.body is not None else ""
+            if isinstance(body, dict | list):
+                return web.json_response(body, status=reply.status, headers=reply.headers)
+            content_type = "text/html" if "<html" in body.lower() else "text/plain"
+            return web.Response(
+                status=reply.status, text=body, headers=reply.headers, content_type=content_type
+            )
+        model = reply.model or (await request.json()).get("model") or "gpt-5.4"
+        events = reply.events or text_events(
+            text=reply.text, deltas=reply.deltas, model=model, usage=reply.usage
+        )
+        if reply.kind == "failed":
+            failed_response = response_object(
+                response_id=events[0]["response"]["id"],
+                model=model,
+                status="failed",
+                output=[],
+                usage=None,
+                error={"code": reply.code, "message": reply.message},
+            )
+            events = number_events(
+                [events[0], {"type": "response.failed", "response": failed_response}]
+            )
+        elif reply.kind in ("cut", "eof"):
+            events = events[: reply.cut_after]
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "x-request-id": f"upstream_{uuid.uuid4().hex[:12]}",
+                "openai-model": model,
+                **reply.headers,
+            },
+        )
+        await response.prepare(request)
+        try:
+            for index, event in enumerate(events):
+                if index and reply.delta_delay and event["type"].endswith(".delta"):
+                    await asyncio.sleep(reply.delta_delay)
+                await response.write(sse_frame(event))
+            if reply.kind == "cut":
+                # Drop the connection mid-stream (no terminating chunk).
+                request.transport.close()
+                return response
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+            with self._lock:
+                self.disconnects.append(token)
+            raise
+        return response
+
+    async def _compact(self, request: web.Request) -> web.Response:
+        token = self._token(request)
+        reply = self._next_reply(token)
+        if reply.kind == "status":
+            body = reply.body if reply.body is not None else ""
+            if isinstance(body, dict | list):
+                return web.json_response(body, status=reply.status, headers=reply.headers)
+            return web.Response(status=reply.status, text=body, headers=reply.headers)
+        payload = self.compact_payload or {
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response.compaction",
+            "output": [{"type": "compaction", "encrypted_content": "gAAAA-compacted"}],
+            "usage": usage_object(),
+        }
+        return web.json_response(payload, headers=reply.headers)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        payload = self.models_payload or {"models": []}
+        return web.json_response(payload, headers=self.models_headers)
+
+
+def main() -> None:
+    """Serve the fake in the foreground (used by bench/)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--deltas", type=int, default=20)
+    arguments = parser.parse_args()
+    fake = FakeCodexUpstream(port=arguments.port, record=False)
+    fake.default_deltas = arguments.deltas
+    fake.start()
+    print(fake.url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

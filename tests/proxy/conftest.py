@@ -1,0 +1,109 @@
+"""Fixtures for the /v1 request path: the fake upstream and a real uvicorn serving the project."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import uvicorn
+from django.utils import timezone
+
+from proxy.dispatch import recording
+from proxy.services.client_api_keys import client_api_key_create
+from proxy.services.runtime_settings import runtime_settings_ensure
+from tests.fakes.codex import FakeCodexUpstream
+from tests.proxy.factories import make_account
+
+
+@pytest.fixture(scope="session")
+def fake_codex():
+    fake = FakeCodexUpstream().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def upstream(fake_codex, settings):
+    """The fake ChatGPT upstream, reset, with the project pointed at it."""
+    fake_codex.reset()
+    settings.CODEX_UPSTREAM_BASE = fake_codex.url
+    yield fake_codex
+    fake_codex.reset()
+
+
+class LiveServer:
+    """uvicorn serving config.asgi in a thread of the test process (same settings/database)."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        from config.asgi import application
+
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                application, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
+            )
+        )
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="live-server")
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("live server did not start")
+            time.sleep(0.02)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.serve())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def drain(self) -> None:
+        """Wait until the ledger writes the server scheduled have finished."""
+        future = asyncio.run_coroutine_threadsafe(recording.await_pending_writes(), self.loop)
+        future.result(30)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup, django_db_blocker):
+    server = LiveServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def proxy(asgi_server, upstream, transactional_db):
+    """A running proxy with committed data visible to it; ``proxy.drain()`` waits for the ledger."""
+    runtime_settings_ensure(now=timezone.now())
+    yield asgi_server
+    asgi_server.drain()
+
+
+@pytest.fixture
+def client_key(transactional_db):
+    return client_api_key_create(name="tests", now=timezone.now())
+
+
+def make_pool_account(token: str, **fields):
+    """An account the scheduler may use: active, with a token valid for a day."""
+    return make_account(
+        access_token=token,
+        access_token_expires_at=fields.pop(
+            "access_token_expires_at", timezone.now() + timedelta(days=1)
+        ),
+        chatgpt_account_id=fields.pop("chatgpt_account_id", f"org-{token}"),
+        **fields,
+    )
