@@ -146,6 +146,53 @@ OPENAI_AUTH_BASE = env_str("OPENAI_AUTH_BASE", "https://auth.openai.com").rstrip
 # upstream stream before it counts as dead (models may think for minutes between events).
 CODEX_CONNECT_TIMEOUT_SECONDS = env_int("CODEX_CONNECT_TIMEOUT_SECONDS", 15, minimum=1)
 CODEX_READ_TIMEOUT_SECONDS = env_int("CODEX_READ_TIMEOUT_SECONDS", 300, minimum=1)
+# The upstream device identity seeded into fingerprints row "current" on first start (spec §2.2,
+# §8.2); afterwards the row is the truth.
+CODEX_FINGERPRINT = {
+    "originator": env_str("CODEX_ORIGINATOR", "Codex Desktop"),
+    "app_version": env_str("CODEX_APP_VERSION", "26.519.81530"),
+    "build_number": env_str("CODEX_BUILD_NUMBER", "3178"),
+    "platform": "darwin",
+    "arch": "arm64",
+    "chromium_version": "146",
+    "user_agent_template": "Codex Desktop/{version} ({platform}; {arch})",
+    "default_headers_json": [
+        {"name": "Accept-Encoding", "value": "gzip, deflate, br, zstd"},
+        {"name": "Accept-Language", "value": "en-US,en;q=0.9"},
+        {"name": "sec-ch-ua-mobile", "value": "?0"},
+        {"name": "sec-ch-ua-platform", "value": '"macOS"'},
+        {"name": "sec-fetch-site", "value": "same-origin"},
+        {"name": "sec-fetch-mode", "value": "cors"},
+        {"name": "sec-fetch-dest", "value": "empty"},
+    ],
+    "header_order_json": [
+        "authorization",
+        "chatgpt-account-id",
+        "originator",
+        "x-openai-internal-codex-residency",
+        "x-client-request-id",
+        "x-codex-installation-id",
+        "x-codex-turn-state",
+        "openai-beta",
+        "user-agent",
+        "sec-ch-ua",
+        "sec-ch-ua-mobile",
+        "sec-ch-ua-platform",
+        "accept-encoding",
+        "accept-language",
+        "sec-fetch-site",
+        "sec-fetch-mode",
+        "sec-fetch-dest",
+        "content-type",
+        "accept",
+        "cookie",
+    ],
+}
+# A concurrency slot not refreshed for this long belongs to a crashed worker and is reclaimed;
+# live streams refresh theirs every quarter of it.
+SCHEDULER_SLOT_TTL_SECONDS = env_int("SCHEDULER_SLOT_TTL_SECONDS", 300, minimum=1)
+# How long a request waits for a free slot when every eligible account is at its limit.
+SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, minimum=0)
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
 TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
 # Request bodies of /v1 may be this large (spec §1.1); Django's own limit is raised to match so

@@ -29,6 +29,7 @@ def run_startup_checks(process: str, *, out: TextIO = sys.stdout) -> None:
     ensure_schema_history_matches_code()
     ensure_default_admin(out=out)
     ensure_runtime_settings()
+    ensure_fingerprint()
 
 
 def ensure_schema_history_matches_code() -> None:
@@ -43,6 +44,13 @@ def ensure_schema_history_matches_code() -> None:
         raise StartupRefused(
             f"the database is unreachable ({type(error).__name__}); check DATABASE_URL"
         ) from None
+
+
+def ensure_fingerprint() -> None:
+    """Seed the upstream fingerprint row ``current`` on first start."""
+    from proxy.services.fingerprints import fingerprint_ensure_current
+
+    fingerprint_ensure_current(now=timezone.now())
 
 
 def ensure_runtime_settings() -> None:

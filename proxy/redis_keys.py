@@ -57,3 +57,15 @@ def cloudflare_challenges(account_id: str) -> str:
 def cloudflare_path_blocks(account_id: str) -> str:
     """Empty-404 path blocks of one account in the last hour (INCR, EXPIRE 1 h on each)."""
     return f"{_prefix()}cloudflare:path_blocks:{account_id}"
+
+
+def scheduler_cursor() -> str:
+    """HASH {strategy, cursor}: the shared rotation cursor, reset when the strategy changes.
+    EXPIRE 7 days on every use."""
+    return f"{_prefix()}scheduler:cursor"
+
+
+def account_slots(account_id: str) -> str:
+    """ZSET slot id → start (epoch ms): in-flight requests of one account. PEXPIRE = slot TTL on
+    every acquire; members older than the TTL (crashed workers) are removed on acquire."""
+    return f"{_prefix()}scheduler:slots:{account_id}"

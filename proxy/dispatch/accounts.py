@@ -46,6 +46,7 @@ class AccountView:
     window_reset_at: datetime | None
     limit_window_seconds: int | None
     last_used_at: datetime | None
+    cookies: list[dict]
 
     def token_expires_at(self) -> datetime | None:
         """The access token's expiry: the stored column, else the JWT ``exp`` claim."""
@@ -60,10 +61,24 @@ select a.id, a.email, a.chatgpt_account_id, a.plan_type, a.access_token,
        coalesce(u.window_input_tokens + u.window_output_tokens
                 + u.window_image_input_tokens + u.window_image_output_tokens, 0),
        coalesce(u.window_cached_tokens, 0), u.window_reset_at, u.limit_window_seconds,
-       u.last_used_at
-from accounts a left join account_usage u on u.account_id = a.id
+       u.last_used_at, cookies.items
+from accounts a
+left join account_usage u on u.account_id = a.id
+left join lateral (
+  select coalesce(json_agg(json_build_object(
+           'domain', c.domain, 'name', c.name, 'value', c.value, 'path', c.path,
+           'expires_at', c.expires_at)), '[]'::json) as items
+  from account_cookies c
+  where c.account_id = a.id and (c.expires_at is null or c.expires_at > %s)
+) cookies on true
 where a.status in ('active', 'quota_exhausted')
 order by a.added_at, a.id
+"""
+
+_RECHECK_SQL = """
+select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldown_until,
+       access_token, access_token_expires_at
+from accounts where id = any(%s)
 """
 
 
@@ -88,13 +103,45 @@ def jwt_expiry(token: str) -> datetime | None:
     return datetime.fromtimestamp(expiry, tz=UTC)
 
 
-async def load_accounts() -> list[AccountView]:
-    """Every account that may serve (active, or quota-exhausted awaiting its cooldown)."""
+async def load_accounts(*, now: datetime) -> list[AccountView]:
+    """Every account that may serve (active, or quota-exhausted awaiting its cooldown), with
+    its usage counters and live cookies: one query."""
     pool = await database_pool.get()
     async with pool.connection() as connection:
-        cursor = await connection.execute(_CANDIDATES_SQL)
+        cursor = await connection.execute(_CANDIDATES_SQL, [now])
         rows = await cursor.fetchall()
     return [AccountView(*row) for row in rows]
+
+
+async def still_eligible(accounts: list[AccountView], *, now: datetime) -> list[AccountView]:
+    """Re-read the state of ``accounts`` (one query) and keep those that may still serve.
+
+    Used before each later attempt: another request may have changed an account meanwhile.
+    """
+    if not accounts:
+        return []
+    pool = await database_pool.get()
+    async with pool.connection() as connection:
+        cursor = await connection.execute(_RECHECK_SQL, [[account.id for account in accounts]])
+        rows = {row[0]: row for row in await cursor.fetchall()}
+    kept = []
+    for account in accounts:
+        row = rows.get(account.id)
+        if row is None:
+            continue
+        _, status, limit_reached, quota_cooldown, cloudflare_cooldown, token, token_expiry = row
+        if status != "active" or (
+            limit_reached and (quota_cooldown is None or quota_cooldown > now)
+        ):
+            continue
+        if cloudflare_cooldown is not None and cloudflare_cooldown > now:
+            continue
+        account.access_token, account.access_token_expires_at = token, token_expiry
+        expiry = account.token_expires_at()
+        if expiry is None or expiry <= now:
+            continue
+        kept.append(account)
+    return kept
 
 
 async def refresh_and_filter_eligible(

@@ -1,11 +1,11 @@
-"""One client request through the account pool (spec §3.3, §3.6, §1.4).
+"""One client request through the account pool (spec §3.3–§3.6, §1.4).
 
-The candidate list is frozen at the start; each account is tried at most once (5xx answers are
-retried twice on the same account first). A failure that says something about the account
-changes its state in PostgreSQL and moves on; any other failure is returned to the client. For a
-stream, nothing reaches the client until the upstream shows real output (or a terminal event),
-so failures that arrive right after ``response.created`` can still move to another account; once
-a byte has been sent there is no rotation.
+The candidate ledger hands out one account (with a concurrency slot) at a time; each is tried
+at most once, 5xx answers twice more on the same account first. A failure that says something
+about the account changes its state in PostgreSQL and the request moves on; any other failure
+is returned to the client. A stream reaches the client only once the upstream shows real output
+(or a terminal event), so failures that arrive right after ``response.created`` can still move
+to another account; after the first byte there is no rotation.
 """
 
 from __future__ import annotations
@@ -13,18 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import aiohttp
+from django.conf import settings
 from django.utils import timezone
 
 from proxy.clients import codex
 from proxy.dispatch import accounts as account_pool
+from proxy.dispatch import scheduler
 from proxy.dispatch.accounts import AccountView
+from proxy.dispatch.candidates import CandidateLedger
+from proxy.dispatch.cookies import captured_cookies, cookie_header
 from proxy.dispatch.failures import (
     NO_ACCOUNTS,
     AttemptFailure,
@@ -34,7 +37,7 @@ from proxy.dispatch.failures import (
     classify_http_failure,
     client_error_for,
 )
-from proxy.dispatch.scheduler import order_candidates
+from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.dispatch.sse import (
     DONE_FRAME,
     OUTPUT_DELTA_EVENTS,
@@ -46,9 +49,13 @@ from proxy.dispatch.sse import (
     SSEScanner,
     stream_disconnected_event,
 )
-from proxy.dispatch.upstream_request import upstream_headers
-
-logger = logging.getLogger(__name__)
+from proxy.dispatch.upstream_request import (
+    ClientIdentity,
+    FingerprintHeaders,
+    scoped_body,
+    upstream_headers,
+)
+from proxy.quota import UsageFetchError, apply_snapshot, fetch_usage
 
 SAME_ACCOUNT_5XX_RETRIES = 2
 COMMIT_PREFETCH_LIMIT = 64 * 1024
@@ -57,6 +64,12 @@ SAFE_UPSTREAM_HEADERS = (
     "x-models-etag",
     "x-reasoning-included",
     "openai-processing-ms",
+)
+ALL_BUSY = ClientError(
+    503,
+    "server_error",
+    "no_available_accounts",
+    "All accounts are at their concurrency limit. Retry the request.",
 )
 
 
@@ -70,6 +83,9 @@ class DispatchRequest:
     model: str
     body: dict
     stream: bool
+    scheduler_settings: SchedulerSettings
+    fingerprint: FingerprintHeaders
+    client_identity: ClientIdentity = field(default_factory=ClientIdentity)
     client_api_key_id: str | None = None
     client_ip: str | None = None
     user_agent: str | None = None
@@ -107,9 +123,9 @@ class AttemptNote:
 
 @dataclass
 class Committed:
-    """An upstream stream that reached real output (or a terminal event) on ``account``."""
+    """An upstream stream that reached real output (or a terminal event) on ``slot``'s account."""
 
-    account: AccountView
+    slot: Slot
     attempt_index: int
     response: aiohttp.ClientResponse
     upstream_headers: dict[str, str]
@@ -117,65 +133,106 @@ class Committed:
     scanner: SSEScanner
     progress: StreamProgress
 
+    @property
+    def account(self) -> AccountView:
+        return self.slot.account
+
 
 class Dispatch:
-    """Runs one request; after it ends ``notes``/``usage`` tell the ledger what happened."""
+    """Runs one request; afterwards ``notes`` and the flags below tell the ledger what happened."""
 
-    def __init__(self, request: DispatchRequest, *, max_candidates: int | None = None):
+    def __init__(self, request: DispatchRequest):
         self.request = request
         self.notes: list[AttemptNote] = []
         self.final_failure: AttemptFailure | None = None
         self.client_error: ClientError | None = None
         self.exhausted_count = 0
-        # How a committed stream ended (read by the ledger).
+        self.captured_cookies: list[tuple[str, list[dict]]] = []
+        # How a committed stream ended.
         self.client_cancelled = False
         self.synthetic_failure = False
         self.stream_error: str | None = None
-        self._body_bytes = json.dumps(
-            request.body, ensure_ascii=False, separators=(",", ":")
-        ).encode()
-        # A previous_response_id is bound to the account that produced it: exactly one account
-        # is tried, the id untouched (spec §5.3 "external unknown"), until managed continuation.
-        self._max_candidates = 1 if request.previous_response_id else max_candidates
+        self._url = codex.responses_url()
 
     # ------------------------------------------------------------------------- candidates
 
-    async def _candidates(self) -> list[AccountView]:
+    async def _ledger(self) -> CandidateLedger:
         now = timezone.now()
-        accounts = await account_pool.load_accounts()
+        accounts = await account_pool.load_accounts(now=now)
         eligible = await account_pool.refresh_and_filter_eligible(accounts, now=now)
-        ordered = order_candidates(eligible)
-        return ordered[: self._max_candidates] if self._max_candidates else ordered
+        # A previous_response_id is bound to the account that produced it: exactly one account
+        # is tried, the id untouched (spec §5.3 "external unknown"), never fanned out.
+        limit = 1 if self.request.previous_response_id else None
+        return CandidateLedger(eligible, self.request.scheduler_settings, limit=limit)
 
-    # ------------------------------------------------------------------------- attempts
+    # ------------------------------------------------------------------------- one attempt
+
+    def _headers(self, account: AccountView) -> list[tuple[str, str]]:
+        cookie = cookie_header(account.cookies, url=self._url, now=timezone.now())
+        return upstream_headers(
+            account=account,
+            request=self.request,
+            fingerprint=self.request.fingerprint,
+            cookie=cookie,
+        )
+
+    def _body_for(self, account: AccountView) -> bytes:
+        body = scoped_body(self.request.body, self.request.client_identity, account.id)
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _capture_cookies(self, account: AccountView, response: aiohttp.ClientResponse) -> None:
+        headers = response.headers.getall("Set-Cookie", [])
+        if headers:
+            found = captured_cookies(headers, url=self._url, now=timezone.now())
+            if found:
+                self.captured_cookies.append((account.id, found))
 
     async def _send(self, account: AccountView) -> aiohttp.ClientResponse | AttemptFailure:
         """POST to the upstream, retrying 5xx twice on the same account."""
-        headers = upstream_headers(account=account, request=self.request)
+        headers = self._headers(account)
+        body = self._body_for(account)
         for try_number in range(SAME_ACCOUNT_5XX_RETRIES + 1):
             try:
-                response = await codex.post(
-                    codex.responses_url(), body=self._body_bytes, headers=headers
-                )
+                response = await codex.post(self._url, body=body, headers=headers)
             except codex.TRANSPORT_ERRORS as error:
                 return AttemptFailure(
                     FailureKind.UPSTREAM_UNAVAILABLE, detail=type(error).__name__, answered=False
                 )
+            self._capture_cookies(account, response)
             if response.status == 200:
                 return response
             response_headers = codex.lowercase_headers(response)
-            body = await codex.read_error_body(response)
+            body_read = await codex.read_error_body(response)
             if response.status >= 500 and try_number < SAME_ACCOUNT_5XX_RETRIES:
                 continue
-            failure = classify_http_failure(response.status, response_headers, body)
+            failure = classify_http_failure(response.status, response_headers, body_read)
             failure.headers = response_headers
             return failure
         raise AssertionError("unreachable")
 
+    async def _quota_still_blocked(self, account: AccountView) -> bool:
+        """For an account whose quota limit just lifted: ask the usage endpoint first (spec §3.5).
+
+        Returns True when the upstream still reports the limit (the account is skipped); an
+        unreadable usage endpoint lets the request go ahead.
+        """
+        headers = [
+            (name, value)
+            for name, value in self._headers(account)
+            if name in ("user-agent", "authorization", "originator", "chatgpt-account-id", "cookie")
+        ] + [("accept", "application/json")]
+        now = timezone.now()
+        try:
+            snapshot = await fetch_usage(headers, now=now)
+        except UsageFetchError:
+            return False
+        await apply_snapshot(account.id, snapshot, now=now)
+        return snapshot.limit_reached
+
     async def _apply_account_effect(self, account: AccountView, failure: AttemptFailure) -> None:
         now = timezone.now()
         kind = failure.kind
-        if kind == FailureKind.RATE_LIMITED:
+        if kind == FailureKind.RATE_LIMITED and failure.answered:
             await account_pool.mark_rate_limited(
                 account.id, now=now, retry_after_seconds=failure.retry_after_seconds
             )
@@ -190,10 +247,44 @@ class Dispatch:
         elif kind == FailureKind.CLOUDFLARE_PATH_BLOCKED:
             await account_pool.register_cloudflare_path_block(account.id, now=now)
 
+    def _observe(self, frames: list[Frame], progress: StreamProgress) -> AttemptFailure | None:
+        """Update ``progress`` from new frames. Before output, a rotatable terminal failure is
+        returned so the caller can move to the next account."""
+        for frame in frames:
+            event = frame.event
+            if frame.data == b"[DONE]":
+                progress.done_seen = True
+                continue
+            if event == "response.created" and progress.response_id is None:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    progress.response_id = frame.json()["response"]["id"]
+            elif event in OUTPUT_DELTA_EVENTS:
+                progress.output_seen = True
+                if progress.first_token_ms is None:
+                    progress.first_token_ms = max(1, self.request.elapsed_ms())
+            elif event in OUTPUT_ITEM_EVENTS:
+                progress.output_seen = True
+            elif event in TERMINAL_EVENTS:
+                try:
+                    terminal = frame.json()
+                except ValueError:
+                    terminal = {}
+                terminal = terminal if isinstance(terminal, dict) else {}
+                progress.terminal_event = event
+                progress.terminal = terminal
+                response = terminal.get("response")
+                if isinstance(response, dict) and response.get("id"):
+                    progress.response_id = response["id"]
+                if event not in SUCCESS_TERMINAL_EVENTS and not progress.output_seen:
+                    failure = classify_failed_event(terminal)
+                    if failure.rotates:
+                        return failure
+        return None
+
     async def _open_stream(
-        self, account: AccountView, attempt_index: int, response: aiohttp.ClientResponse
+        self, slot: Slot, attempt_index: int, response: aiohttp.ClientResponse
     ) -> Committed | AttemptFailure:
-        """Read until the stream shows real output or a terminal event, or 64 KiB are held."""
+        """Hold the stream until real output, a terminal event, or 64 KiB."""
         scanner = SSEScanner()
         progress = StreamProgress()
         buffered: list[bytes] = []
@@ -223,7 +314,7 @@ class Dispatch:
             response.close()
             return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error))
         return Committed(
-            account=account,
+            slot=slot,
             attempt_index=attempt_index,
             response=response,
             upstream_headers=codex.lowercase_headers(response),
@@ -232,134 +323,10 @@ class Dispatch:
             progress=progress,
         )
 
-    def _observe(self, frames: list[Frame], progress: StreamProgress) -> AttemptFailure | None:
-        """Update ``progress`` from new frames. Before commit, a rotatable terminal failure is
-        returned so the caller can try the next account."""
-        for frame in frames:
-            event = frame.event
-            if frame.data == b"[DONE]":
-                progress.done_seen = True
-                continue
-            if event == "response.created" and progress.response_id is None:
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    progress.response_id = frame.json()["response"]["id"]
-            elif event in OUTPUT_DELTA_EVENTS:
-                if not progress.output_seen:
-                    progress.output_seen = True
-                if progress.first_token_ms is None:
-                    progress.first_token_ms = max(1, self.request.elapsed_ms())
-            elif event in OUTPUT_ITEM_EVENTS:
-                progress.output_seen = True
-            elif event in TERMINAL_EVENTS:
-                try:
-                    terminal = frame.json()
-                except ValueError:
-                    terminal = {}
-                progress.terminal_event = event
-                progress.terminal = terminal
-                response = terminal.get("response") if isinstance(terminal, dict) else None
-                if isinstance(response, dict) and response.get("id"):
-                    progress.response_id = response["id"]
-                if event not in SUCCESS_TERMINAL_EVENTS and not progress.output_seen:
-                    failure = classify_failed_event(terminal if isinstance(terminal, dict) else {})
-                    if failure.rotates:
-                        return failure
-        return None
-
-    # ------------------------------------------------------------------------- streaming
-
-    async def open_stream(self) -> Committed | ClientError:
-        """Walk the candidates until one stream commits; else the client's error."""
-        candidates = await self._candidates()
-        if not candidates:
-            self.client_error = NO_ACCOUNTS
-            return NO_ACCOUNTS
-        for attempt_index, account in enumerate(candidates):
-            sent = await self._send(account)
-            if isinstance(sent, AttemptFailure):
-                outcome: Committed | AttemptFailure = sent
-            else:
-                outcome = await self._open_stream(account, attempt_index, sent)
-            if isinstance(outcome, Committed):
-                self.notes.append(AttemptNote(attempt_index, account.id))
-                return outcome
-            self.notes.append(AttemptNote(attempt_index, account.id, outcome))
-            if not outcome.rotates:
-                return self._give_up(outcome)
-            await self._apply_account_effect(account, outcome)
-        return self._give_up(self.notes[-1].failure)
-
-    def _give_up(self, failure: AttemptFailure) -> ClientError:
-        self.final_failure = failure
-        self.exhausted_count = sum(
-            1
-            for note in self.notes
-            if note.failure is not None and note.failure.kind == failure.kind
-        )
-        self.client_error = client_error_for(failure, self.exhausted_count)
-        return self.client_error
-
-    async def relay(self, committed: Committed) -> AsyncIterator[bytes]:
-        """The bytes of a committed stream, then the synthetic failure if the upstream ended
-        without a terminal event, then ``data: [DONE]``. Cancellation (client gone) closes the
-        upstream connection at once."""
-        progress = committed.progress
-        scanner = committed.scanner
-        try:
-            for chunk in committed.buffered:
-                yield chunk
-            committed.buffered = []
-            async for chunk in committed.response.content.iter_any():
-                self._observe(scanner.feed(chunk), progress)
-                yield chunk
-        except codex.TRANSPORT_ERRORS as error:
-            self.stream_error = f"upstream read failed ({type(error).__name__})"
-        except SSEFrameTooLarge as error:
-            self.stream_error = str(error)
-        except asyncio.CancelledError:
-            self.client_cancelled = True
-            committed.response.close()
-            raise
-        finally:
-            if self.stream_error or not progress.terminal_event:
-                committed.response.close()
-            else:
-                committed.response.release()
-        if not progress.terminal_event:
-            separator = b"" if scanner.ends_with_blank_line else b"\n\n"
-            self.synthetic_failure = True
-            yield separator + stream_disconnected_event(progress.response_id, self.stream_error)
-        if not progress.done_seen:
-            yield DONE_FRAME
-
-    # ------------------------------------------------------------------------- non-streaming
-
-    async def run_to_completion(self) -> tuple[Committed, dict] | ClientError:
-        """For non-stream clients: read each attempt to its terminal event; rotate on failures
-        (nothing has been sent, so even a cut stream can move on). Returns the committed
-        attempt and the terminal ``response`` object."""
-        candidates = await self._candidates()
-        if not candidates:
-            self.client_error = NO_ACCOUNTS
-            return NO_ACCOUNTS
-        for attempt_index, account in enumerate(candidates):
-            sent = await self._send(account)
-            if isinstance(sent, AttemptFailure):
-                outcome: tuple[Committed, dict] | AttemptFailure = sent
-            else:
-                outcome = await self._read_all(account, attempt_index, sent)
-            if not isinstance(outcome, AttemptFailure):
-                self.notes.append(AttemptNote(attempt_index, account.id))
-                return outcome
-            self.notes.append(AttemptNote(attempt_index, account.id, outcome))
-            if not outcome.rotates:
-                return self._give_up(outcome)
-            await self._apply_account_effect(account, outcome)
-        return self._give_up(self.notes[-1].failure)
-
     async def _read_all(
-        self, account: AccountView, attempt_index: int, response: aiohttp.ClientResponse
+        self, slot: Slot, attempt_index: int, response: aiohttp.ClientResponse
     ) -> tuple[Committed, dict] | AttemptFailure:
+        """For non-stream clients: read to the end (nothing was sent, so any failure rotates)."""
         scanner = SSEScanner()
         progress = StreamProgress()
         try:
@@ -372,16 +339,7 @@ class Dispatch:
             response.close()
             return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error))
         response.release()
-        committed = Committed(
-            account=account,
-            attempt_index=attempt_index,
-            response=response,
-            upstream_headers=codex.lowercase_headers(response),
-            buffered=[],
-            scanner=scanner,
-            progress=progress,
-        )
-        terminal = progress.terminal if isinstance(progress.terminal, dict) else None
+        terminal = progress.terminal
         if progress.terminal_event is None or terminal is None:
             return AttemptFailure(
                 FailureKind.UPSTREAM_UNAVAILABLE,
@@ -399,7 +357,125 @@ class Dispatch:
                 detail="upstream completed with no output",
                 response_id=response_object.get("id"),
             )
+        committed = Committed(
+            slot=slot,
+            attempt_index=attempt_index,
+            response=response,
+            upstream_headers=codex.lowercase_headers(response),
+            buffered=[],
+            scanner=scanner,
+            progress=progress,
+        )
         return committed, response_object
+
+    # ------------------------------------------------------------------------- the walk
+
+    async def _walk(self, finish) -> object:
+        """Try accounts until ``finish(slot, index, response)`` returns a non-failure."""
+        ledger = await self._ledger()
+        attempt_index = 0
+        while True:
+            slot = await ledger.next_slot()
+            if slot is None:
+                break
+            account = slot.account
+            await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
+            if account.quota_verify_required and await self._quota_still_blocked(account):
+                await scheduler.release(slot)
+                self.notes.append(
+                    AttemptNote(
+                        attempt_index,
+                        account.id,
+                        AttemptFailure(
+                            FailureKind.RATE_LIMITED,
+                            detail="rate-limited: Upstream usage quota still reports limit_reached",
+                            answered=False,
+                        ),
+                    )
+                )
+                attempt_index += 1
+                continue
+            sent = await self._send(account)
+            outcome = (
+                sent
+                if isinstance(sent, AttemptFailure)
+                else await finish(slot, attempt_index, sent)
+            )
+            if not isinstance(outcome, AttemptFailure):
+                self.notes.append(AttemptNote(attempt_index, account.id))
+                return outcome
+            await scheduler.release(slot)
+            self.notes.append(AttemptNote(attempt_index, account.id, outcome))
+            attempt_index += 1
+            if not outcome.rotates:
+                return self._give_up(outcome)
+            await self._apply_account_effect(account, outcome)
+        if not self.notes:
+            self.client_error = ALL_BUSY if ledger.timed_out else NO_ACCOUNTS
+            return self.client_error
+        return self._give_up(self.notes[-1].failure)
+
+    def _give_up(self, failure: AttemptFailure) -> ClientError:
+        self.final_failure = failure
+        self.exhausted_count = sum(
+            1
+            for note in self.notes
+            if note.failure is not None and note.failure.kind == failure.kind
+        )
+        self.client_error = client_error_for(failure, self.exhausted_count)
+        return self.client_error
+
+    async def open_stream(self) -> Committed | ClientError:
+        """Walk the candidates until one stream commits; else the client's error."""
+        return await self._walk(self._open_stream)
+
+    async def run_to_completion(self) -> tuple[Committed, dict] | ClientError:
+        """For non-stream clients: the committed attempt and the terminal ``response`` object."""
+        outcome = await self._walk(self._read_all)
+        if isinstance(outcome, tuple):
+            await scheduler.release(outcome[0].slot, succeeded=True)
+        return outcome
+
+    # ------------------------------------------------------------------------- relaying
+
+    async def relay(self, committed: Committed) -> AsyncIterator[bytes]:
+        """The bytes of a committed stream, then the synthetic failure if the upstream ended
+        without a terminal event, then ``data: [DONE]``. Cancellation (the client left) closes
+        the upstream connection at once. The slot is released when the stream ends."""
+        progress = committed.progress
+        scanner = committed.scanner
+        heartbeat_every = settings.SCHEDULER_SLOT_TTL_SECONDS / 4
+        last_heartbeat = time.monotonic()
+        try:
+            for chunk in committed.buffered:
+                yield chunk
+            committed.buffered = []
+            async for chunk in committed.response.content.iter_any():
+                self._observe(scanner.feed(chunk), progress)
+                yield chunk
+                if time.monotonic() - last_heartbeat > heartbeat_every:
+                    last_heartbeat = time.monotonic()
+                    await scheduler.heartbeat(committed.slot)
+        except codex.TRANSPORT_ERRORS as error:
+            self.stream_error = f"upstream read failed ({type(error).__name__})"
+        except SSEFrameTooLarge as error:
+            self.stream_error = str(error)
+        except (asyncio.CancelledError, GeneratorExit):
+            self.client_cancelled = True
+            raise
+        finally:
+            if self.client_cancelled or self.stream_error or not progress.terminal_event:
+                committed.response.close()
+            else:
+                committed.response.release()
+            succeeded = progress.terminal_event in SUCCESS_TERMINAL_EVENTS and not self.stream_error
+            await asyncio.shield(scheduler.release(committed.slot, succeeded=succeeded))
+        if not progress.terminal_event:
+            separator = b"" if scanner.ends_with_blank_line else b"\n\n"
+            self.synthetic_failure = True
+            yield separator + stream_disconnected_event(progress.response_id, self.stream_error)
+        if not progress.done_seen:
+            yield DONE_FRAME
 
 
 def _is_empty_completion(response: dict) -> bool:

@@ -17,8 +17,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from proxy.dispatch import accounts as account_pool
+from proxy.dispatch.cookies import store_cookies
 from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
+from proxy.quota import passive_quota_sync
 from proxy.services.account_usage import AccountUsageIncrement, account_usage_add
 from telemetry.services.ledger import ops_error_log_create, usage_record_create
 
@@ -34,7 +35,9 @@ class LedgerEntry:
     usage: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     account_usage: list[tuple[str, AccountUsageIncrement]] = field(default_factory=list)
-    succeeded_account_id: str | None = None
+    cookies: list[tuple[str, list[dict]]] = field(default_factory=list)
+    # (account id, upstream headers) of a success whose rate-limit headers update the quota.
+    quota_sync: tuple[str, dict[str, str]] | None = None
 
 
 def schedule(entry: LedgerEntry) -> None:
@@ -49,11 +52,18 @@ async def write(entry: LedgerEntry) -> None:
         await sync_to_async(_write_in_thread, thread_sensitive=False)(entry)
     except Exception:
         logger.exception("telemetry write failed; the client response was not affected")
-    if entry.succeeded_account_id:
+    now = timezone.now()
+    for account_id, cookies in entry.cookies:
         try:
-            await account_pool.reset_cloudflare_counters(entry.succeeded_account_id)
+            await store_cookies(account_id, cookies, now=now)
         except Exception:
-            logger.warning("could not reset Cloudflare counters", exc_info=True)
+            logger.warning("could not store upstream cookies", exc_info=True)
+    if entry.quota_sync is not None:
+        account_id, headers = entry.quota_sync
+        try:
+            await passive_quota_sync(account_id, headers, now=now)
+        except Exception:
+            logger.warning("passive quota sync failed", exc_info=True)
 
 
 def _write_in_thread(entry: LedgerEntry) -> None:
@@ -121,7 +131,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
         "client_api_key_id": request.client_api_key_id,
         "route": request.route,
     }
-    entry = LedgerEntry()
+    entry = LedgerEntry(cookies=list(dispatch.captured_cookies))
 
     # Transient failures that moved the request on are logged one by one (spec §7.1); the other
     # rotations (429, 401, ...) show up as account state, not as rows.
@@ -256,7 +266,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
     terminal_event = progress.terminal_event
     if not failed_badly and terminal_event in ("response.completed", "response.incomplete"):
         incomplete = terminal_event == "response.incomplete"
-        entry.succeeded_account_id = account.id
+        entry.quota_sync = (account.id, upstream_headers)
         kind_word = "incomplete" if incomplete else "completed"
         message = (
             f"v1 responses stream {kind_word}" if request.stream else f"v1 responses {kind_word}"

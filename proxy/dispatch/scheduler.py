@@ -1,23 +1,362 @@
-"""Candidate order. Round robin over the eligible accounts (insertion order, ``added_at``)."""
+"""Choosing accounts (spec §3.3–§3.5), with the shared state in Redis so limits hold across
+uvicorn workers and hosts (the original kept it in one process).
+
+Per request: one Lua call advances the shared rotation cursor, finishes the ordering (the smart
+strategy's load factor comes from live slot counts), and takes a concurrency slot on the first
+account that has one free; one Lua call releases it. Slots are ZSET members scored by their
+start time: a slot older than the TTL (a crashed worker's) is reclaimed on the next acquire, and
+live streams refresh their slot's score so long responses keep counting.
+"""
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import functools
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from django.conf import settings
+
+from proxy import redis_keys
 from proxy.dispatch.accounts import AccountView
+from proxy.loop_resources import async_redis
 
-_cursor = itertools.count()
+SMART_WEIGHTS = {
+    "load": 1.0,
+    "window_tokens": 0.8,
+    "window_cached": 0.05,
+    "window_requests": 0.6,
+    "error_rate": 1.0,
+    "first_token": 0.5,
+    "reset": 0.0,
+}
+QUOTA_PENALTY = 1000.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CURSOR_TTL_SECONDS = 7 * 24 * 3600
+
+# KEYS[1] cursor hash, KEYS[2..n+1] slot keys of the candidates (same order as the ARGV pairs)
+# ARGV: strategy, now_ms, stale_before_ms, max_slots, slot_id, slot_ttl_ms, load_weight,
+#       rotate (1/0), cursor_ttl_s, then n pairs (account id, base score)
+_ORDER_AND_ACQUIRE = """
+local strategy = ARGV[1]
+local now = tonumber(ARGV[2])
+local max_slots = tonumber(ARGV[4])
+local load_weight = tonumber(ARGV[7])
+if redis.call('HGET', KEYS[1], 'strategy') ~= strategy then
+  redis.call('HSET', KEYS[1], 'strategy', strategy, 'cursor', 0)
+end
+local cursor = redis.call('HINCRBY', KEYS[1], 'cursor', 1) - 1
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[9]))
+local n = (#ARGV - 9) / 2
+local entries = {}
+for i = 1, n do
+  local key = KEYS[i + 1]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[3])
+  local slots = redis.call('ZCARD', key)
+  local score = tonumber(ARGV[9 + 2 * i]) + load_weight * (1 - slots / max_slots)
+  entries[i] = {index = i, id = ARGV[8 + 2 * i], score = score, slots = slots}
+end
+table.sort(entries, function(a, b)
+  if a.score ~= b.score then return a.score > b.score end
+  return a.index < b.index
+end)
+if ARGV[8] == '1' then
+  local rotated = {}
+  local i = 1
+  while i <= n do
+    local j = i
+    while j < n and entries[j + 1].score == entries[i].score do j = j + 1 end
+    local size = j - i + 1
+    local shift = cursor % size
+    for k = 0, size - 1 do
+      rotated[#rotated + 1] = entries[i + ((k + shift) % size)]
+    end
+    i = j + 1
+  end
+  entries = rotated
+end
+local result = {'', '-1'}
+for _, entry in ipairs(entries) do
+  result[#result + 1] = entry.id
+  if result[1] == '' and entry.slots < max_slots then
+    local key = KEYS[entry.index + 1]
+    local latest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    if #latest > 0 then result[2] = latest[2] end
+    redis.call('ZADD', key, now, ARGV[5])
+    redis.call('PEXPIRE', key, tonumber(ARGV[6]))
+    result[1] = entry.id
+  end
+end
+return result
+"""
+
+# KEYS[1] slot key; ARGV: now_ms, stale_before_ms, max_slots, slot_id, slot_ttl_ms
+_ACQUIRE_ONE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {0, '-1'} end
+local latest = redis.call('ZREVRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[4])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
+if #latest > 0 then return {1, latest[2]} end
+return {1, '-1'}
+"""
+
+# KEYS[1] slot key, KEYS[2..3] Cloudflare counters; ARGV: slot_id, reset_cloudflare (1/0)
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then redis.call('DEL', KEYS[2], KEYS[3]) end
+return 1
+"""
 
 
-def order_candidates(eligible: list[AccountView]) -> list[AccountView]:
-    """The eligible accounts rotated left by a cursor that advances once per request."""
-    if not eligible:
-        return []
-    shift = next(_cursor) % len(eligible)
-    return eligible[shift:] + eligible[:shift]
+@dataclass(frozen=True)
+class SchedulerSettings:
+    strategy: str
+    max_concurrent_per_account: int
+    request_interval_ms: int
+
+    @property
+    def slot_ttl_ms(self) -> int:
+        return settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
 
 
-def reset_rotation() -> None:
-    """Start the rotation from the first account again (tests)."""
-    global _cursor
-    _cursor = itertools.count()
+@dataclass
+class Slot:
+    """A concurrency slot held on ``account``; ``previous_start_ms`` is the start of the most
+    recent other in-flight request on it (for the pacing interval), or None."""
+
+    account: AccountView
+    slot_id: str
+    previous_start_ms: int | None
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def _inverse_share(values: Sequence[float]) -> list[float]:
+    """1 − x/max for each x; a degenerate range (max 0) normalises to 1.0 (spec §3.4)."""
+    largest = max(values) if values else 0
+    if largest <= 0:
+        return [1.0 for _ in values]
+    return [1.0 - value / largest for value in values]
+
+
+def smart_base_scores(accounts: Sequence[AccountView]) -> list[float]:
+    """Every smart factor except load (which Redis adds from live slot counts).
+
+    The error-rate and time-to-first-token EWMAs have no samples yet and count as neutral 1.0.
+    """
+    tokens = _inverse_share([account.window_tokens for account in accounts])
+    cached = _inverse_share([account.window_cached_tokens for account in accounts])
+    requests = _inverse_share([account.window_request_count for account in accounts])
+    scores = []
+    for index, account in enumerate(accounts):
+        score = (
+            SMART_WEIGHTS["window_tokens"] * tokens[index]
+            + SMART_WEIGHTS["window_cached"] * cached[index]
+            + SMART_WEIGHTS["window_requests"] * requests[index]
+            + SMART_WEIGHTS["error_rate"] * 1.0
+            + SMART_WEIGHTS["first_token"] * 1.0
+        )
+        if account.quota_limit_reached:
+            score -= QUOTA_PENALTY
+        scores.append(score)
+    return scores
+
+
+def _quota_reset_compare(first: AccountView, second: AccountView) -> int:
+    if first.quota_limit_reached != second.quota_limit_reached:
+        return 1 if first.quota_limit_reached else -1
+    if (
+        first.window_reset_at
+        and second.window_reset_at
+        and first.window_reset_at != second.window_reset_at
+    ):
+        return -1 if first.window_reset_at < second.window_reset_at else 1
+    if first.request_count != second.request_count:
+        return -1 if first.request_count < second.request_count else 1
+    first_used, second_used = first.last_used_at, second.last_used_at
+    if first_used != second_used:
+        if first_used is None:
+            return -1
+        if second_used is None:
+            return 1
+        return -1 if first_used < second_used else 1
+    return 0
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Candidates in rank order with a base score each; equal scores are ties."""
+
+    accounts: list[AccountView]
+    base_scores: list[float]
+    load_weight: float
+    rotate_ties: bool
+
+
+def rank(
+    accounts: list[AccountView],
+    strategy: str,
+    tier_rank: Callable[[AccountView], int] | None = None,
+) -> Ranking:
+    """Order candidates by ``strategy`` (spec §3.4), then stably by tier rank."""
+    if strategy == "sticky":
+        # Most recently used first; never-used last; equal times keep their order (stable).
+        ordered = sorted(
+            accounts,
+            key=lambda account: (account.last_used_at is not None, account.last_used_at or _EPOCH),
+            reverse=True,
+        )
+        ranking = Ranking(ordered, [-float(index) for index in range(len(ordered))], 0.0, False)
+    elif strategy == "quota_reset_priority":
+        ordered = sorted(accounts, key=functools.cmp_to_key(_quota_reset_compare))
+        scores, group = [], 0
+        for index, account in enumerate(ordered):
+            if index and _quota_reset_compare(ordered[index - 1], account) != 0:
+                group += 1
+            scores.append(-float(group))
+        ranking = Ranking(ordered, scores, 0.0, True)
+    elif strategy == "round_robin":
+        ranking = Ranking(list(accounts), [0.0] * len(accounts), 0.0, True)
+    else:  # smart (the default)
+        ranking = Ranking(list(accounts), smart_base_scores(accounts), SMART_WEIGHTS["load"], True)
+    if tier_rank is None:
+        return ranking
+    # Tier priority: a stable sort by tier, expressed as a dominant score term.
+    combined = sorted(
+        zip(ranking.accounts, ranking.base_scores, strict=True),
+        key=lambda pair: tier_rank(pair[0]),
+    )
+    offset = 10_000.0
+    return Ranking(
+        [account for account, _ in combined],
+        [score - offset * tier_rank(account) for account, score in combined],
+        ranking.load_weight,
+        ranking.rotate_ties,
+    )
+
+
+# ----------------------------------------------------------------------------- Redis calls
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@functools.cache
+def _script_sources() -> dict[str, str]:
+    return {"order": _ORDER_AND_ACQUIRE, "one": _ACQUIRE_ONE, "release": _RELEASE}
+
+
+async def _run_script(name: str, keys: list[str], args: list) -> list:
+    redis = await async_redis.get()
+    script = redis.register_script(_script_sources()[name])
+    return await script(keys=keys, args=args)
+
+
+def _decode(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def order_and_acquire(
+    ranking: Ranking, scheduler: SchedulerSettings
+) -> tuple[list[AccountView], Slot | None]:
+    """Finish the order and take a slot on the first account with one free.
+
+    Returns the full candidate order and the slot (None when every account is busy).
+    """
+    accounts = ranking.accounts
+    if not accounts:
+        return [], None
+    now = _now_ms()
+    slot_id = uuid.uuid4().hex
+    keys = [redis_keys.scheduler_cursor()] + [
+        redis_keys.account_slots(account.id) for account in accounts
+    ]
+    args = [
+        scheduler.strategy,
+        now,
+        now - scheduler.slot_ttl_ms,
+        scheduler.max_concurrent_per_account,
+        slot_id,
+        scheduler.slot_ttl_ms,
+        repr(ranking.load_weight),
+        "1" if ranking.rotate_ties else "0",
+        CURSOR_TTL_SECONDS,
+    ]
+    for account, score in zip(accounts, ranking.base_scores, strict=True):
+        args += [account.id, repr(score)]
+    result = await _run_script("order", keys, args)
+    acquired_id, previous = _decode(result[0]), int(float(_decode(result[1])))
+    by_id = {account.id: account for account in accounts}
+    order = [by_id[_decode(account_id)] for account_id in result[2:]]
+    if not acquired_id:
+        return order, None
+    return order, Slot(by_id[acquired_id], slot_id, previous if previous >= 0 else None)
+
+
+async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | None:
+    """Take a slot on ``account``; None when it is at its concurrency limit."""
+    now = _now_ms()
+    slot_id = uuid.uuid4().hex
+    acquired, previous = await _run_script(
+        "one",
+        [redis_keys.account_slots(account.id)],
+        [
+            now,
+            now - scheduler.slot_ttl_ms,
+            scheduler.max_concurrent_per_account,
+            slot_id,
+            scheduler.slot_ttl_ms,
+        ],
+    )
+    if not int(acquired):
+        return None
+    previous_ms = int(float(_decode(previous)))
+    return Slot(account, slot_id, previous_ms if previous_ms >= 0 else None)
+
+
+async def release(slot: Slot, *, succeeded: bool = False) -> None:
+    """Give the slot back (one round trip); a success also clears the Cloudflare counters."""
+    await _run_script(
+        "release",
+        [
+            redis_keys.account_slots(slot.account.id),
+            redis_keys.cloudflare_challenges(slot.account.id),
+            redis_keys.cloudflare_path_blocks(slot.account.id),
+        ],
+        [slot.slot_id, "1" if succeeded else "0"],
+    )
+
+
+async def heartbeat(slot: Slot) -> None:
+    """Mark a long-running slot as alive (its score is its last sign of life)."""
+    redis = await async_redis.get()
+    await redis.zadd(redis_keys.account_slots(slot.account.id), {slot.slot_id: _now_ms()}, xx=True)
+
+
+async def pace(slot: Slot, interval_ms: int) -> None:
+    """Wait so that starts on one account are at least ``interval_ms`` apart (spec §3.5).
+
+    No wait when the account had nothing in flight.
+    """
+    if interval_ms <= 0 or slot.previous_start_ms is None:
+        return
+    wait_ms = interval_ms - (_now_ms() - slot.previous_start_ms)
+    if wait_ms > 0:
+        await asyncio.sleep(wait_ms / 1000)
+
+
+@dataclass
+class WaitPolicy:
+    """How long a request waits for a slot when every candidate is busy."""
+
+    timeout_seconds: float = field(
+        default_factory=lambda: float(settings.SCHEDULER_WAIT_TIMEOUT_SECONDS)
+    )
+    first_pause: float = 0.01
+    longest_pause: float = 0.2

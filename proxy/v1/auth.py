@@ -10,8 +10,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.utils import timezone
 
+from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.dispatch.upstream_request import FingerprintHeaders, render_fingerprint
 from proxy.loop_resources import PerLoop, database_pool
 from proxy.models_catalog import clean_aliases
 
@@ -22,19 +25,36 @@ TOUCH_DEBOUNCE_SECONDS = 1.0
 
 _KEY_AND_SETTINGS_SQL = """
 select k.id, s.model_aliases_json, s.max_concurrent_per_account, s.request_interval_ms,
-       s.rotation_strategy
-from client_api_keys k left join runtime_settings s on s.id = 1
+       s.rotation_strategy,
+       f.originator, f.app_version, f.build_number, f.platform, f.arch, f.chromium_version,
+       f.user_agent_template, f.default_headers_json, f.header_order_json
+from client_api_keys k
+left join runtime_settings s on s.id = 1
+left join fingerprints f on f.id = 'current'
 where k.key = %s and k.enabled
 """
+_FINGERPRINT_COLUMNS = (
+    "originator",
+    "app_version",
+    "build_number",
+    "platform",
+    "arch",
+    "chromium_version",
+    "user_agent_template",
+    "default_headers_json",
+    "header_order_json",
+)
 
 
 @dataclass(frozen=True)
 class AuthenticatedClient:
+    """The verified key plus what the request path needs from runtime_settings and the
+    fingerprint, read in the same round trip."""
+
     key_id: str
     aliases: dict[str, str]
-    max_concurrent_per_account: int
-    request_interval_ms: int
-    rotation_strategy: str
+    scheduler_settings: SchedulerSettings
+    fingerprint: FingerprintHeaders
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -60,14 +80,20 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
         return None
     if row is None:
         return None
-    key_id, aliases, max_concurrent, interval, strategy = row
+    key_id, aliases, max_concurrent, interval, strategy = row[:5]
+    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:], strict=True))
+    if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
+        fingerprint = settings.CODEX_FINGERPRINT
     (await _touches.get()).touch(key_id)
     return AuthenticatedClient(
         key_id=key_id,
         aliases=clean_aliases(aliases),
-        max_concurrent_per_account=max_concurrent or 3,
-        request_interval_ms=interval if interval is not None else 50,
-        rotation_strategy=strategy or "smart",
+        scheduler_settings=SchedulerSettings(
+            strategy=strategy or "smart",
+            max_concurrent_per_account=max_concurrent or 3,
+            request_interval_ms=interval if interval is not None else 50,
+        ),
+        fingerprint=render_fingerprint(fingerprint),
     )
 
 

@@ -17,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from proxy.dispatch import recording
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS, Dispatch, DispatchRequest
 from proxy.dispatch.failures import ClientError
+from proxy.dispatch.upstream_request import read_client_identity
 from proxy.models_catalog import BUILTIN_MODEL_IDS, is_recognised, resolve_alias
 from proxy.v1.auth import authenticate
 from proxy.v1.errors import (
@@ -102,6 +103,11 @@ async def _serve_responses(request: HttpRequest, *, route: str, forced_subagent:
             model=model,
             body=body,
             stream=stream,
+            scheduler_settings=client.scheduler_settings,
+            fingerprint=client.fingerprint,
+            client_identity=read_client_identity(
+                body, {k.lower(): v for k, v in request.headers.items()}
+            ),
             client_api_key_id=client.key_id,
             client_ip=request.META.get("REMOTE_ADDR"),
             user_agent=request.headers.get("user-agent"),

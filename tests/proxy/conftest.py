@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from proxy.dispatch import recording
 from proxy.services.client_api_keys import client_api_key_create
+from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
 from tests.fakes.codex import FakeCodexUpstream
 from tests.proxy.factories import make_account
@@ -84,10 +85,22 @@ def asgi_server(django_db_setup, django_db_blocker):
     server.stop()
 
 
+def reset_rotation() -> None:
+    """Start the shared rotation cursor (in Redis) from the beginning again."""
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(f"{settings.REDIS_KEY_PREFIX}scheduler:cursor")
+    client.close()
+
+
 @pytest.fixture
 def proxy(asgi_server, upstream, transactional_db):
     """A running proxy with committed data visible to it; ``proxy.drain()`` waits for the ledger."""
     runtime_settings_ensure(now=timezone.now())
+    fingerprint_ensure_current(now=timezone.now())
+    reset_rotation()
     yield asgi_server
     asgi_server.drain()
 

@@ -10,7 +10,6 @@ import pytest
 import requests
 from django.utils import timezone
 
-from proxy.dispatch.scheduler import reset_rotation
 from proxy.models import Account, AccountCookie, AccountUsage
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
 from tests.fakes.codex import (
@@ -20,7 +19,7 @@ from tests.fakes.codex import (
     sse_frame,
     text_events,
 )
-from tests.proxy.conftest import make_pool_account
+from tests.proxy.conftest import make_pool_account, reset_rotation
 from tests.proxy.factories import make_cookie
 
 

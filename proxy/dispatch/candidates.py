@@ -1,0 +1,112 @@
+"""The per-request candidate ledger (spec §3.3).
+
+The candidate order is frozen when the request starts. Walking it, each account is checked
+again (another request may have changed it): no longer eligible → dropped; at its concurrency
+limit → parked; otherwise a slot is taken. When only parked accounts remain the request waits for
+a slot to free up (polling Redis with a short back-off) until the wait timeout. Each account is
+tried at most once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from django.utils import timezone
+
+from proxy.dispatch import accounts as account_pool
+from proxy.dispatch import scheduler
+from proxy.dispatch.accounts import AccountView
+from proxy.dispatch.scheduler import SchedulerSettings, Slot, WaitPolicy
+
+
+class CandidateLedger:
+    def __init__(
+        self,
+        eligible: list[AccountView],
+        settings: SchedulerSettings,
+        *,
+        limit: int | None = None,
+        prefer: Callable[[list[AccountView]], list[AccountView]] | None = None,
+        wait: WaitPolicy | None = None,
+    ):
+        self._eligible = eligible
+        self._settings = settings
+        self._limit = limit
+        self._prefer = prefer  # affinity hook: moves a preferred account to the front
+        self._wait = wait or WaitPolicy()
+        self._pending: list[AccountView] = []
+        self._parked: list[AccountView] = []
+        self._tried = 0
+        self._started = False
+        self.timed_out = False
+
+    @property
+    def had_candidates(self) -> bool:
+        return bool(self._eligible)
+
+    def _within_limit(self) -> bool:
+        return self._limit is None or self._tried < self._limit
+
+    async def next_slot(self) -> Slot | None:
+        """A slot on the next account to try, or None when the ledger is exhausted."""
+        if not self._within_limit():
+            return None
+        if not self._started:
+            self._started = True
+            slot = await self._first()
+        else:
+            slot = await self._walk()
+        if slot is None and self._parked and self._within_limit():
+            slot = await self._wait_for_parked()
+        if slot is not None:
+            self._tried += 1
+        return slot
+
+    async def _first(self) -> Slot | None:
+        ranking = scheduler.rank(self._eligible, self._settings.strategy)
+        order, slot = await scheduler.order_and_acquire(ranking, self._settings)
+        if self._prefer is not None:
+            order = self._prefer(order)
+            if slot is not None and order and order[0].id != slot.account.id:
+                # The preferred account comes first; give back the slot taken elsewhere.
+                await scheduler.release(slot)
+                self._pending = order
+                return await self._walk()
+        if self._limit is not None:
+            order = order[: self._limit]
+        if slot is None:
+            self._parked = order
+            return None
+        self._pending = [account for account in order if account.id != slot.account.id]
+        return slot
+
+    async def _walk(self) -> Slot | None:
+        if not self._pending:
+            return None
+        candidates, self._pending = self._pending, []
+        live = await account_pool.still_eligible(candidates, now=timezone.now())
+        for index, account in enumerate(live):
+            slot = await scheduler.acquire(account, self._settings)
+            if slot is not None:
+                self._pending = live[index + 1 :]
+                return slot
+            self._parked.append(account)
+        return None
+
+    async def _wait_for_parked(self) -> Slot | None:
+        deadline = time.monotonic() + self._wait.timeout_seconds
+        pause = self._wait.first_pause
+        while self._parked:
+            for account in list(self._parked):
+                slot = await scheduler.acquire(account, self._settings)
+                if slot is not None:
+                    self._parked.remove(account)
+                    return slot
+            if time.monotonic() >= deadline:
+                self.timed_out = True
+                return None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self._wait.longest_pause)
+        return None

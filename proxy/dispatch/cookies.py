@@ -1,0 +1,121 @@
+"""Upstream cookies (spec §2.6): ``cf_clearance`` captured from any answer and replayed.
+
+Cookies follow RFC 6265 identity (account, domain, name, path). A cookie without a Domain
+attribute belongs to the upstream host. Replay sends every live cookie whose domain and path
+match the request, longest path first.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import uuid
+from datetime import UTC, datetime, timedelta
+from http.cookies import CookieError, SimpleCookie
+from urllib.parse import urlsplit
+
+from proxy.loop_resources import database_pool
+
+CAPTURED_COOKIE_NAMES = frozenset({"cf_clearance"})
+
+
+def _expiry(morsel, now: datetime) -> datetime | None:
+    max_age = morsel["max-age"]
+    if max_age:
+        try:
+            seconds = int(max_age)
+        except ValueError:
+            seconds = None
+        if seconds is not None:
+            return now if seconds <= 0 else now + timedelta(seconds=seconds)
+    expires = morsel["expires"]
+    if expires:
+        try:
+            return email.utils.parsedate_to_datetime(expires).astimezone(UTC)
+        except (TypeError, ValueError):
+            pass
+        try:
+            parsed = datetime.fromisoformat(expires)
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        except ValueError:
+            return None  # unparseable: kept as a session cookie (seed §4.10)
+    return None
+
+
+def captured_cookies(set_cookie_headers: list[str], *, url: str, now: datetime) -> list[dict]:
+    """The cookies worth keeping among an answer's Set-Cookie headers."""
+    host = urlsplit(url).hostname or ""
+    found = []
+    for header in set_cookie_headers:
+        cookie = SimpleCookie()
+        try:
+            cookie.load(header)
+        except CookieError:
+            continue
+        for name, morsel in cookie.items():
+            if name not in CAPTURED_COOKIE_NAMES:
+                continue
+            found.append(
+                {
+                    "domain": (morsel["domain"] or host).lstrip(".").lower(),
+                    "name": name,
+                    "value": morsel.value,
+                    "path": morsel["path"] or "/",
+                    "expires_at": _expiry(morsel, now),
+                }
+            )
+    return found
+
+
+async def store_cookies(account_id: str, cookies: list[dict], *, now: datetime) -> None:
+    """Upsert by (account, domain, name, path): a newer value replaces the old one."""
+    if not cookies:
+        return
+    pool = await database_pool.get()
+    async with pool.connection() as connection:
+        for cookie in cookies:
+            await connection.execute(
+                "insert into account_cookies"
+                " (id, account_id, domain, name, value, path, expires_at, updated_at)"
+                " values (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " on conflict (account_id, domain, name, path) do update set"
+                " value = excluded.value, expires_at = excluded.expires_at,"
+                " updated_at = excluded.updated_at",
+                [
+                    f"cookie_{uuid.uuid4().hex}",
+                    account_id,
+                    cookie["domain"],
+                    cookie["name"],
+                    cookie["value"],
+                    cookie["path"],
+                    cookie["expires_at"],
+                    now,
+                ],
+            )
+
+
+def cookie_header(cookies: list[dict], *, url: str, now: datetime) -> str | None:
+    """``Cookie:`` value for ``url`` from an account's stored cookies, or None."""
+    if not cookies:
+        return None
+    parts = urlsplit(url)
+    host, path = (parts.hostname or "").lower(), parts.path or "/"
+    matching = []
+    for cookie in cookies:
+        domain = cookie["domain"].lower()
+        if not (host == domain or host.endswith("." + domain)):
+            continue
+        cookie_path = cookie["path"] or "/"
+        if not (path == cookie_path or path.startswith(cookie_path.rstrip("/") + "/")):
+            continue
+        expires = cookie.get("expires_at")
+        if expires is not None:
+            expires = datetime.fromisoformat(expires) if isinstance(expires, str) else expires
+            if expires.tzinfo is None:
+                expires = expires.replace(tzinfo=UTC)
+            if expires <= now:
+                continue
+        matching.append(cookie)
+    if not matching:
+        return None
+    matching.sort(key=lambda cookie: len(cookie["path"] or "/"), reverse=True)
+    return "; ".join(f"{cookie['name']}={cookie['value']}" for cookie in matching)

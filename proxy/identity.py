@@ -1,0 +1,93 @@
+"""Account-scoped identity (spec §2.5): stable HMAC pseudonyms per upstream account.
+
+A 32-byte secret, created once in CPR_DATA_DIR/identity_hmac_secret (hex, mode 0600) and never
+regenerated, keys every pseudonym: losing it would change every installation id at once and
+break prompt-cache and affinity continuity (pitfall §11.5). The same client value gets a
+different pseudonym on each account, and the same one on the same account every time.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import tempfile
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+
+SECRET_FILE_NAME = "identity_hmac_secret"
+STABLE_KEY_INSTRUCTION_CHARS = 2000
+_SYSTEM_REMINDER = re.compile(r"^\s*(<system-reminder>.*?</system-reminder>\s*)+", re.S)
+
+
+@functools.cache
+def _secret_for(directory: str) -> bytes:
+    path = Path(directory) / SECRET_FILE_NAME
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".identity-")
+    try:
+        with os.fdopen(descriptor, "w") as secret_file:
+            secret_file.write(secrets.token_hex(32) + "\n")
+        os.chmod(temporary, 0o600)
+        # Atomic: of processes racing here exactly one wins; the others read its secret.
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
+    finally:
+        os.unlink(temporary)
+    return bytes.fromhex(path.read_text().strip())
+
+
+def identity_secret() -> bytes:
+    """The 32-byte secret of this installation (created on first use)."""
+    return _secret_for(str(settings.CPR_DATA_DIR))
+
+
+def _digest(domain: str, account_id: str, value: str) -> bytes:
+    message = f"{domain}\0{account_id}\0{value}".encode()
+    return hmac.new(identity_secret(), message, hashlib.sha256).digest()
+
+
+def pseudonym(domain: str, account_id: str, value: str) -> str:
+    """base64url (no padding) of HMAC-SHA256(secret, domain \\0 account \\0 value)."""
+    return base64.urlsafe_b64encode(_digest(domain, account_id, value)).rstrip(b"=").decode()
+
+
+def installation_id(account_id: str) -> str:
+    """A UUIDv4-shaped id, stable per account: the first 16 bytes of the HMAC."""
+    return str(uuid.UUID(bytes=_digest("installation-id", account_id, "")[:16], version=4))
+
+
+def scoped_id(domain: str, account_id: str, value: str) -> str:
+    """``wi_`` pseudonyms: prompt-cache-key, session-id, thread-id, turn-id, window-id,
+    parent-thread-id."""
+    return "wi_" + pseudonym(domain, account_id, value)
+
+
+def client_request_id(account_id: str, value: str) -> str:
+    return "cr_" + pseudonym("client-request-id", account_id, value)
+
+
+def local_conversation_id(anchor: str) -> str:
+    """The proxy's own conversation id (never sent upstream), independent of the account."""
+    return "lc_" + pseudonym("local-conversation", "", anchor)
+
+
+def stable_conversation_key(model: str, instructions: str, first_user_text: str) -> str:
+    """SHA-256 of model, the first 2000 instruction characters and the first user text (with
+    leading ``<system-reminder>`` blocks removed), formatted 8-4-4-4-12."""
+    text = _SYSTEM_REMINDER.sub("", first_user_text)
+    digest = hashlib.sha256(
+        f"{model}\0{instructions[:STABLE_KEY_INSTRUCTION_CHARS]}\0{text}".encode()
+    ).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
