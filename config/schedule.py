@@ -18,4 +18,10 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "proxy.delete_expired_cookies",
         "schedule": 300.0,
     },
+    # Support bot: idempotency claims older than 7 days (Telegram stopped redelivering long
+    # before), daily.
+    "bots-trim-processed-updates": {
+        "task": "bots.tasks.processed_updates_trim_task",
+        "schedule": crontab(minute=23, hour=3),
+    },
 }

@@ -7,4 +7,5 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("", include("proxy.urls")),
+    path("telegram/", include("bots.urls")),
 ]

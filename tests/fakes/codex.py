@@ -189,6 +189,8 @@ class FakeCodexUpstream:
         self.models_payload: dict | None = None
         self.models_headers: dict[str, str] = {}
         self.compact_payload: dict | None = None
+        # token -> usage payload (dict) or an HTTP status (int) for GET /codex/usage
+        self.usage: dict[str, dict | int] = {}
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -203,6 +205,7 @@ class FakeCodexUpstream:
             self.in_flight.clear()
             self.max_in_flight.clear()
             self.disconnects.clear()
+            self.usage.clear()
         self.server.clear()
 
     @property
@@ -243,6 +246,7 @@ class FakeCodexUpstream:
         application.router.add_post("/codex/responses", self._responses)
         application.router.add_post("/codex/responses/compact", self._compact)
         application.router.add_get("/codex/models", self._models)
+        application.router.add_get("/codex/usage", self._usage)
         return application
 
     def _token(self, request: web.Request) -> str:
@@ -333,6 +337,12 @@ class FakeCodexUpstream:
             "usage": usage_object(),
         }
         return web.json_response(payload, headers=reply.headers)
+
+    async def _usage(self, request: web.Request) -> web.Response:
+        answer = self.usage.get(self._token(request), 404)
+        if isinstance(answer, int):
+            return web.json_response({"detail": "no usage"}, status=answer)
+        return web.json_response(answer)
 
     async def _models(self, request: web.Request) -> web.Response:
         payload = self.models_payload or {"models": []}

@@ -1,10 +1,15 @@
-"""The operators' console over the proxy and ledger tables: lists, masking, writes via services."""
+"""The operators' console over the proxy and ledger tables: lists, masking, writes via services.
+
+URLs quote primary keys the way the admin does (``_`` followed by two hex digits would
+otherwise be read as an escape in ids like ``key_2c…``).
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.utils import timezone
 
 from proxy.models import Account, ClientApiKey, RuntimeSettings
@@ -63,9 +68,9 @@ def test_secrets_are_masked_in_lists(operator):
 
     pages = [
         operator.get("/admin/proxy/account/").content.decode(),
-        operator.get(f"/admin/proxy/account/{account.pk}/change/").content.decode(),
+        operator.get(f"/admin/proxy/account/{quote(account.pk)}/change/").content.decode(),
         operator.get("/admin/proxy/accountcookie/").content.decode(),
-        operator.get(f"/admin/proxy/accountcookie/{cookie.pk}/change/").content.decode(),
+        operator.get(f"/admin/proxy/accountcookie/{quote(cookie.pk)}/change/").content.decode(),
         operator.get("/admin/proxy/clientapikey/").content.decode(),
     ]
 
@@ -81,7 +86,7 @@ def test_secrets_are_masked_in_lists(operator):
 def test_a_client_key_is_shown_in_full_on_its_own_page(operator):
     key = client_api_key_create(name="ci", now=timezone.now())
 
-    page = operator.get(f"/admin/proxy/clientapikey/{key.pk}/change/").content.decode()
+    page = operator.get(f"/admin/proxy/clientapikey/{quote(key.pk)}/change/").content.decode()
 
     assert key.key in page
 
@@ -101,7 +106,7 @@ def test_setting_active_on_a_quota_limited_account_stores_quota_exhausted(operat
     account = make_account(status="disabled", quota_limit_reached=True)
 
     response = operator.post(
-        f"/admin/proxy/account/{account.pk}/change/", {"label": "main", "status": "active"}
+        f"/admin/proxy/account/{quote(account.pk)}/change/", {"label": "main", "status": "active"}
     )
 
     assert response.status_code == 302
@@ -113,7 +118,7 @@ def test_operators_cannot_set_banned_or_expired(operator):
     account = make_account(status="active")
 
     response = operator.post(
-        f"/admin/proxy/account/{account.pk}/change/", {"label": "", "status": "banned"}
+        f"/admin/proxy/account/{quote(account.pk)}/change/", {"label": "", "status": "banned"}
     )
 
     assert response.status_code == 200  # the form again, with an error

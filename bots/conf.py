@@ -1,0 +1,186 @@
+"""The bot's configuration, parsed leniently from the raw strings of ``config/settings.py``.
+
+Spec §1.3: at runtime a missing or malformed value never stops anything — invalid optional values
+fall back to their defaults, an invalid SUPPORT_CHAT_ID makes every update ``ignore`` (fail
+closed), bad ADMIN_IDS tokens are skipped. ``GET /telegram/selfcheck`` diagnoses the same raw
+values strictly (``bots.selfcheck``) with the parsers below, so both paths agree on what is valid.
+
+Settings are read on every call (no module-level cache), so a changed setting takes effect at
+once and tests can override them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+# JavaScript's Number.MAX_SAFE_INTEGER: the original's bound for ids read from text.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+DEFAULT_MAX_MESSAGES_PER_MINUTE = 20
+DEFAULT_VERIFY_TTL_HOURS = 0
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
+
+_DIGITS = re.compile(r"[0-9]+")
+_SUPPORT_CHAT_ID = re.compile(r"-100[0-9]+")
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """How an optional numeric variable is read: its default and smallest accepted value."""
+
+    name: str
+    default: int
+    minimum: int
+
+
+NUMERIC_RULES = (
+    NumberRule("MAX_MESSAGES_PER_MINUTE", DEFAULT_MAX_MESSAGES_PER_MINUTE, 1),
+    NumberRule("VERIFY_TTL_HOURS", DEFAULT_VERIFY_TTL_HOURS, 0),
+    NumberRule("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, 1),
+)
+
+
+@dataclass(frozen=True)
+class BotConfig:
+    bot_token: str | None
+    webhook_secret: str | None
+    admin_secret: str | None
+    support_chat_id: int | None  # None when SUPPORT_CHAT_ID is missing or invalid
+    admin_ids: frozenset[int]
+    max_messages_per_minute: int
+    verify_ttl_hours: int
+    max_attempts: int
+    welcome_text: str | None  # None: the built-in welcome (bots.copy)
+    turnstile_site_key: str | None
+    turnstile_secret_key: str | None
+    public_base_url: str | None  # a validated https origin, or None
+    telegram_api_base: str
+
+    def is_admin(self, user_id: int) -> bool:
+        return user_id in self.admin_ids
+
+
+def _raw(name: str) -> str | None:
+    """The setting's value trimmed, or None when unset or empty."""
+    value = getattr(settings, name, None)
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def parse_safe_integer(text: str) -> int | None:
+    """A string of decimal digits within the safe-integer range, as an int; else None."""
+    if not _DIGITS.fullmatch(text):
+        return None
+    number = int(text)
+    return number if number <= MAX_SAFE_INTEGER else None
+
+
+def parse_support_chat_id(raw: str | None) -> int | None:
+    """A supergroup id (``-100…``, negative, safe integer), or None when missing or invalid."""
+    if raw is None or not _SUPPORT_CHAT_ID.fullmatch(raw):
+        return None
+    magnitude = parse_safe_integer(raw[1:])
+    return None if magnitude is None else -magnitude
+
+
+def parse_admin_ids(raw: str | None) -> tuple[frozenset[int], list[int]]:
+    """The valid admin ids, and the 1-based positions of the tokens that are not.
+
+    Tokens are trimmed; empty tokens (``1,2,``) are ignored; a token must be a positive safe
+    integer.
+    """
+    if raw is None:
+        return frozenset(), []
+    valid: set[int] = set()
+    invalid_positions: list[int] = []
+    for position, token in enumerate(raw.split(","), start=1):
+        token = token.strip()
+        if not token:
+            continue
+        number = parse_safe_integer(token)
+        if number is None or number == 0:
+            invalid_positions.append(position)
+        else:
+            valid.add(number)
+    return frozenset(valid), invalid_positions
+
+
+def parse_number(raw: str | None, rule: NumberRule) -> int | None:
+    """The variable as an int when present and valid; None when present but invalid.
+
+    Absent variables give the rule's default.
+    """
+    if raw is None:
+        return rule.default
+    number = parse_safe_integer(raw)
+    if number is None or number < rule.minimum:
+        return None
+    return number
+
+
+def parse_public_base_url(raw: str | None) -> str | None:
+    """``https://host[:port]`` when PUBLIC_BASE_URL is a bare https origin, else None.
+
+    Rejected (spec §1.3): another scheme, credentials, a query or fragment, a path other than
+    ``/``.
+    """
+    if raw is None or "?" in raw or "#" in raw:
+        return None
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        return None
+    if parts.scheme.lower() != "https" or not parts.hostname:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    if parts.path not in ("", "/"):
+        return None
+    return f"https://{parts.netloc}"
+
+
+def parse_welcome_text(raw: str | None) -> str | None:
+    """The custom welcome with literal ``\\n`` turned into newlines; None for the default."""
+    if raw is None:
+        return None
+    text = raw.replace("\\n", "\n").strip()
+    return text or None
+
+
+def _number_or_default(rule: NumberRule) -> int:
+    parsed = parse_number(_raw(rule.name), rule)
+    return rule.default if parsed is None else parsed
+
+
+def load_config() -> BotConfig:
+    """Parse the bot's settings leniently (never raises)."""
+    numbers = {rule.name: _number_or_default(rule) for rule in NUMERIC_RULES}
+    api_base = _raw("TELEGRAM_API_BASE") or DEFAULT_TELEGRAM_API_BASE
+    return BotConfig(
+        bot_token=_raw("TELEGRAM_BOT_TOKEN"),
+        webhook_secret=_raw("TELEGRAM_WEBHOOK_SECRET"),
+        admin_secret=_raw("ADMIN_SECRET"),
+        support_chat_id=parse_support_chat_id(_raw("SUPPORT_CHAT_ID")),
+        admin_ids=parse_admin_ids(_raw("ADMIN_IDS"))[0],
+        max_messages_per_minute=numbers["MAX_MESSAGES_PER_MINUTE"],
+        verify_ttl_hours=numbers["VERIFY_TTL_HOURS"],
+        max_attempts=numbers["MAX_ATTEMPTS"],
+        welcome_text=parse_welcome_text(_raw("WELCOME_TEXT")),
+        turnstile_site_key=_raw("TURNSTILE_SITE_KEY"),
+        turnstile_secret_key=_raw("TURNSTILE_SECRET_KEY"),
+        public_base_url=parse_public_base_url(_raw("PUBLIC_BASE_URL")),
+        telegram_api_base=api_base.rstrip("/"),
+    )
+
+
+def raw_setting(name: str) -> str | None:
+    """The trimmed raw value of one bot setting (for selfcheck's strict diagnosis)."""
+    return _raw(name)

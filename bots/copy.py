@@ -1,0 +1,228 @@
+"""Every text the bot shows: Telegram messages, toasts, the command menu and endpoint bodies.
+
+The bot speaks Chinese (the original's language) by default. Each text is a gettext message whose
+id is the Chinese text, so an English catalogue chosen by BOT_LANGUAGE can be added without
+touching the callers. Texts are built when called (never at import), so the active language
+applies.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+
+PROJECT_URL = "https://github.com/huaiminyetnotsleep/hodor"
+
+# ------------------------------------------------------------------ private chat (user side)
+
+
+def welcome_default() -> str:
+    return _(
+        "你好，这里是 hodor 私聊客服机器人。\n"
+        "直接发送消息即可，不需要任何命令；客服的回复会出现在这里。\n"
+        "项目地址：{url}"
+    ).format(url=PROJECT_URL)
+
+
+def ban_notice() -> str:
+    return _("你已被禁言，发送的消息不会送达客服。")
+
+
+def challenge_math(question: str) -> str:
+    return _("为了确认你是真人，请回答下面的问题：\n{question}").format(question=question)
+
+
+def challenge_button() -> str:
+    return _("请点击下方按钮，确认你不是机器人。")
+
+
+def challenge_button_label() -> str:
+    return _("我不是机器人")
+
+
+def rate_limited_prefix(limit: int) -> str:
+    return _(
+        "发送太快了：每分钟最多 {limit} 条消息，刚才这条没有送达。请重新完成验证后再发送。"
+    ).format(limit=limit)
+
+
+def wrong_answer_prefix() -> str:
+    return _("回答错误，请再试一次。")
+
+
+def toast_wrong_answer() -> str:
+    return _("回答错误，请再试一次。")
+
+
+def toast_challenge_expired() -> str:
+    return _("验证已失效，请发送任意消息获取新的验证。")
+
+
+def toast_verified() -> str:
+    return _("验证通过！")
+
+
+def verified_message() -> str:
+    return _("✅ 验证通过，现在可以发送消息了。")
+
+
+# ------------------------------------------------------------------ support group (admin side)
+
+
+def admins_only() -> str:
+    return _("此命令仅限客服管理员使用。")
+
+
+def no_binding() -> str:
+    return _("找不到对应的用户：这个话题没有有效的绑定（从未建立或已关闭），请不要在这里继续回复。")
+
+
+def risk_reminder(name: str) -> str:
+    return _("⚠️ 高危用户来信，请谨慎处理：{name}").format(name=name)
+
+
+def card_nickname(name: str) -> str:
+    return _("昵称：{name}").format(name=name)
+
+
+def card_user_id(user_id: int) -> str:
+    return _("用户 ID：{user_id}").format(user_id=user_id)
+
+
+def card_first_seen(minute: str) -> str:
+    return _("首次对话：{minute} (UTC)").format(minute=minute)
+
+
+def card_verified() -> str:
+    return _("验证状态：✅ 已验证")
+
+
+def card_unverified() -> str:
+    return _("验证状态：❌ 未验证")
+
+
+def card_verification_disabled() -> str:
+    return _("验证状态：未启用")
+
+
+def card_risk() -> str:
+    return _("⚠️ 高危用户")
+
+
+def card_note(note: str) -> str:
+    return _("备注：{note}").format(note=note)
+
+
+def command_menu() -> list[tuple[str, str]]:
+    """The 18 admin commands registered by setwebhook (spec §1.4), in menu order."""
+    return [
+        ("help", _("查看全部命令")),
+        ("ban", _("禁言当前话题的用户")),
+        ("unban", _("解除禁言")),
+        ("note", _("设置用户备注")),
+        ("unnote", _("清除用户备注")),
+        ("risk", _("标记为高危用户")),
+        ("unrisk", _("取消高危标记")),
+        ("verifyon", _("开启人机验证（General）")),
+        ("verifyoff", _("关闭人机验证（General）")),
+        ("verifymode", _("查看或切换验证方式（General）")),
+        ("verifymode_math", _("切换为算术验证（General）")),
+        ("verifymode_button", _("切换为按钮验证（General）")),
+        ("verifymode_turnstile", _("切换为 Turnstile 网页验证（General）")),
+        ("archive", _("归档当前会话")),
+        ("deluser", _("彻底删除该用户的数据（需确认）")),
+        ("purgemsg", _("删除话题内已记录的消息")),
+        ("broadcast", _("向全部用户广播（General）")),
+        ("wipealldata", _("清空全部话题与数据（需确认）")),
+    ]
+
+
+# ------------------------------------------------------------------ HTTP endpoints
+
+
+def invalid_admin_key() -> str:
+    return _("无效的管理密钥")
+
+
+def config_missing(names: list[str]) -> str:
+    return _("配置缺失：{names}").format(names="、".join(names))
+
+
+def telegram_call_failed(method: str) -> str:
+    return _("{method} 调用失败").format(method=method)
+
+
+# ------------------------------------------------------------------ selfcheck items
+
+
+def check_missing_required(names: list[str]) -> str:
+    return _("缺少必填环境变量：{names}").format(names=", ".join(names))
+
+
+def check_support_chat_id_invalid() -> str:
+    return _("SUPPORT_CHAT_ID 无效：必须是以 -100 开头的超级群 ID")
+
+
+def check_admin_ids_none_valid() -> str:
+    return _("ADMIN_IDS 无效：没有任何有效的用户 ID")
+
+
+def check_admin_ids_token_invalid(position: int) -> str:
+    return _("ADMIN_IDS 第 {position} 项不是有效的用户 ID，已忽略").format(position=position)
+
+
+def check_secrets_equal(first: str, second: str) -> str:
+    return _("{first} 与 {second} 不能相同").format(first=first, second=second)
+
+
+def check_number_invalid(name: str, default: int) -> str:
+    return _("{name} 的值无效，运行时按默认值 {default} 处理").format(name=name, default=default)
+
+
+def check_turnstile_half_configured(present: str, missing: str) -> str:
+    return _("Turnstile 配置不完整：已设置 {present}，缺少 {missing}").format(
+        present=present, missing=missing
+    )
+
+
+def check_turnstile_mode_without_keys() -> str:
+    return _("验证方式为 turnstile，但 TURNSTILE_SITE_KEY / TURNSTILE_SECRET_KEY 未配置")
+
+
+def check_turnstile_test_key(name: str) -> str:
+    return _("{name} 是 Cloudflare 官方测试密钥，任何人都能通过验证").format(name=name)
+
+
+def check_public_base_url_invalid() -> str:
+    return _("PUBLIC_BASE_URL 无效：必须是不含路径、查询和凭据的 https 源地址，已按未设置处理")
+
+
+def check_settings_unreadable() -> str:
+    return _("无法读取验证设置（settings 表）")
+
+
+def check_tables_missing(names: list[str]) -> str:
+    return _("缺少数据表：{names}（请运行 migrate）").format(names=", ".join(names))
+
+
+def check_tables_unreadable() -> str:
+    return _("无法查询数据表")
+
+
+def check_webhook_cannot_check() -> str:
+    return _("未配置 TELEGRAM_BOT_TOKEN，无法检查 webhook")
+
+
+def check_webhook_info_failed(detail: str) -> str:
+    return _("getWebhookInfo 失败：{detail}").format(detail=detail)
+
+
+def check_webhook_not_bound() -> str:
+    return _("webhook 未绑定：请访问 /telegram/setwebhook/<ADMIN_SECRET>")
+
+
+def check_webhook_points_elsewhere(url: str) -> str:
+    return _("webhook 指向其他地址：{url}").format(url=url)
+
+
+def check_webhook_last_error(message: str) -> str:
+    return _("Telegram 最近一次投递失败：{message}").format(message=message)

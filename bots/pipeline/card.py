@@ -1,0 +1,120 @@
+"""The pinned user-info card: one per topic (spec §2.7).
+
+The card is the admins' view of who writes in the topic (the bot is the visible sender of every
+relayed message). It is sent and pinned once per topic and edited in place afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bots import copy
+from bots.clients.telegram import TelegramPermanentError
+from bots.models import BotUser, Topic
+from bots.pipeline.context import UpdateContext
+from bots.pipeline.failures import best_effort, required
+from bots.selectors import topic_get_for_user, user_get
+from bots.services.topics import topic_set_pinned_message
+
+logger = logging.getLogger(__name__)
+
+# Telegram's limit for a topic name.
+TOPIC_TITLE_MAX_LENGTH = 128
+
+
+def display_name(user: BotUser) -> str:
+    """First and last name (``(@username)`` appended when known), else ``@username``, else
+    ``ID_<id>``."""
+    name = " ".join(part for part in (user.first_name.strip(), user.last_name.strip()) if part)
+    username = user.username.strip()
+    if name:
+        return f"{name} (@{username})" if username else name
+    if username:
+        return f"@{username}"
+    return f"ID_{user.user_id}"
+
+
+def topic_title(user: BotUser) -> str:
+    """The topic's name, fixed at creation: first name, else ``@username``, else ``ID_<id>``."""
+    title = user.first_name.strip()
+    if not title:
+        title = f"@{user.username.strip()}" if user.username.strip() else f"ID_{user.user_id}"
+    return title[:TOPIC_TITLE_MAX_LENGTH]
+
+
+def compose_card(user: BotUser, *, note: str | None, verification_enabled: bool) -> str:
+    """The card's text, line by line as spec §2.7 orders it."""
+    if not verification_enabled:
+        verification = copy.card_verification_disabled()
+    elif user.is_verified:
+        verification = copy.card_verified()
+    else:
+        verification = copy.card_unverified()
+    lines = [
+        copy.card_nickname(display_name(user)),
+        copy.card_user_id(user.user_id),
+        copy.card_first_seen(user.first_seen_at.strftime("%Y-%m-%d %H:%M")),
+        verification,
+    ]
+    if user.is_risk:
+        lines.append(copy.card_risk())
+    if note:
+        lines.append(copy.card_note(note))
+    return "\n".join(lines)
+
+
+def post_card(
+    ctx: UpdateContext, *, user: BotUser, topic: Topic, verification_enabled: bool
+) -> None:
+    """Send the card into the topic, pin it silently and store its message id.
+
+    Send retryable ⇒ raise; send permanent ⇒ skip (nothing stored, the next message tries
+    again). Pin permanent ⇒ the id is still stored (one card per topic); pin retryable ⇒ raise.
+    """
+    text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
+    sent = required(
+        "card send",
+        lambda: ctx.client.send_message(
+            chat_id=ctx.support_chat_id, text=text, message_thread_id=topic.thread_id
+        ),
+    )
+    if sent is None:
+        return
+    try:
+        ctx.client.pin_chat_message(chat_id=ctx.support_chat_id, message_id=sent["message_id"])
+    except TelegramPermanentError as error:
+        logger.warning("card pin: permanent failure, card kept unpinned: %s", error)
+    if not topic_set_pinned_message(
+        bot_id=ctx.bot_id,
+        user_id=user.user_id,
+        thread_id=topic.thread_id,
+        message_id=sent["message_id"],
+    ):
+        # Another delivery stored a card first (or the binding changed meanwhile).
+        logger.warning("card: topic %s already had a card", topic.thread_id)
+
+
+def refresh_card(
+    ctx: UpdateContext, *, user_id: int, verification_enabled: bool, must_deliver: bool = False
+) -> None:
+    """Edit the user's pinned card to the current profile, if the topic has one.
+
+    ``verification_enabled`` is the switch this message read (settings are read once per
+    message). ``must_deliver``: Telegram errors follow the usual policy (retryable ⇒ raise,
+    permanent ⇒ log); otherwise the edit is best effort and never raises.
+    """
+    topic = topic_get_for_user(bot_id=ctx.bot_id, user_id=user_id)
+    user = user_get(bot_id=ctx.bot_id, user_id=user_id)
+    if topic is None or topic.pinned_msg_id is None or user is None:
+        return
+    text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
+
+    def edit() -> dict:
+        return ctx.client.edit_message_text(
+            chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
+        )
+
+    if must_deliver:
+        required("card refresh", edit)
+    else:
+        best_effort("card refresh", edit)

@@ -1,0 +1,161 @@
+"""A user's private message (spec §2): the gates, the topic, the card, then the relay.
+
+Order matters (§2.11): every side effect other than the relay (topic, card, welcome, notices)
+happens before the relay, and after it only the ledger row and the best-effort risk reminder, so
+a redelivery after a failed step never duplicates the user's relayed message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+
+from bots import copy
+from bots.models import BotUser
+from bots.pipeline.card import post_card, refresh_card
+from bots.pipeline.classify import command_name, is_positive_integer
+from bots.pipeline.content import Content, extract_content
+from bots.pipeline.context import UpdateContext
+from bots.pipeline.failures import required
+from bots.pipeline.relay import relay_inbound
+from bots.pipeline.topics import resolve_topic
+from bots.selectors import VerificationSettings, verification_settings_get
+from bots.services.users import (
+    EnsuredUser,
+    user_claim_notice_slot,
+    user_clear_verification,
+    user_count_message,
+    user_ensure,
+)
+from bots.verification.flow import issue_challenge
+
+logger = logging.getLogger(__name__)
+
+
+def is_start(content: Content) -> bool:
+    """``/start``, ``/start@bot`` or ``/start <payload>`` (``/startups`` is not)."""
+    return content.is_text and command_name(content.text) == "/start"
+
+
+def _name(sender: Mapping, field: str) -> str:
+    value = sender.get(field)
+    return value if isinstance(value, str) else ""
+
+
+def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
+    """Process one private message of a user. Retryable failures propagate."""
+    content = extract_content(message)
+    if content is None:
+        return  # unsupported (video note, location, poll, service message, ...): silent
+    sender = message.get("from")
+    if not isinstance(sender, Mapping) or not is_positive_integer(sender.get("id")):
+        return
+    ensured = user_ensure(
+        bot_id=ctx.bot_id,
+        user_id=sender["id"],
+        first_name=_name(sender, "first_name"),
+        last_name=_name(sender, "last_name"),
+        username=_name(sender, "username"),
+        now=ctx.now,
+    )
+    user = ensured.user
+    switches = verification_settings_get()
+    starting = is_start(content)
+
+    if user.is_banned:
+        _notify_banned(ctx, user)
+        return
+    if switches.enabled and _needs_verification(ctx, user):
+        _hold_for_verification(ctx, ensured, switches, starting=starting)
+        return
+    if not user_count_message(
+        bot_id=ctx.bot_id,
+        user_id=user.user_id,
+        now=ctx.now,
+        limit=ctx.config.max_messages_per_minute,
+    ):
+        _overflow(ctx, user, switches)
+        return
+
+    topic = resolve_topic(ctx, user)
+    if topic is None:
+        return
+    if topic.pinned_msg_id is None:
+        post_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
+    elif ensured.display_changed:
+        refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
+    if starting:
+        # /start is never relayed: it (re)opens the conversation and greets.
+        _send_welcome_if_slot(ctx, user)
+        return
+    private_msg_id = message.get("message_id")
+    relay_inbound(
+        ctx,
+        verification_enabled=switches.enabled,
+        user=user,
+        topic=topic,
+        content=content,
+        private_msg_id=private_msg_id if is_positive_integer(private_msg_id) else None,
+    )
+
+
+def _is_expired(ctx: UpdateContext, user: BotUser) -> bool:
+    """VERIFY_TTL_HOURS > 0 and verified at or before now − TTL (the boundary counts)."""
+    ttl_hours = ctx.config.verify_ttl_hours
+    return (
+        ttl_hours > 0
+        and user.is_verified
+        and user.verified_at is not None
+        and user.verified_at <= ctx.now - timedelta(hours=ttl_hours)
+    )
+
+
+def _needs_verification(ctx: UpdateContext, user: BotUser) -> bool:
+    return not user.is_verified or _is_expired(ctx, user)
+
+
+def _notify_banned(ctx: UpdateContext, user: BotUser) -> None:
+    if user_claim_notice_slot(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
+        required(
+            "ban notice",
+            lambda: ctx.client.send_message(chat_id=user.user_id, text=copy.ban_notice()),
+        )
+
+
+def _send_welcome_if_slot(ctx: UpdateContext, user: BotUser) -> None:
+    if user_claim_notice_slot(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
+        text = ctx.config.welcome_text or copy.welcome_default()
+        # The slot is already taken, so a redelivery after a retryable failure does not resend.
+        required("welcome", lambda: ctx.client.send_message(chat_id=user.user_id, text=text))
+
+
+def _hold_for_verification(
+    ctx: UpdateContext, ensured: EnsuredUser, switches: VerificationSettings, *, starting: bool
+) -> None:
+    """Gate 2: the message is dropped (never replayed later); welcome and challenge as due."""
+    user = ensured.user
+    if _is_expired(ctx, user):
+        user_clear_verification(bot_id=ctx.bot_id, user_id=user.user_id)
+        refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
+    if ensured.is_new or starting:
+        _send_welcome_if_slot(ctx, user)
+    # First contact gets welcome + challenge together; afterwards at most one challenge a minute
+    # (the notice slot, which a /start welcome may already have used).
+    if ensured.is_new or user_claim_notice_slot(
+        bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now
+    ):
+        issue_challenge(ctx, user_id=user.user_id, switches=switches)
+
+
+def _overflow(ctx: UpdateContext, user: BotUser, switches: VerificationSettings) -> None:
+    """Gate 3 refused: re-verification (not a ban) with one combined notice + challenge."""
+    user_clear_verification(bot_id=ctx.bot_id, user_id=user.user_id)
+    refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
+    if user_claim_notice_slot(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
+        issue_challenge(
+            ctx,
+            user_id=user.user_id,
+            switches=switches,
+            rate_limit=ctx.config.max_messages_per_minute,
+        )

@@ -1,0 +1,111 @@
+"""Relaying a user's message into their topic, with recovery and the ledger (spec §2.9, §2.10)."""
+
+from __future__ import annotations
+
+import logging
+
+from bots import copy
+from bots.clients.telegram import (
+    TelegramPermanentError,
+    is_topic_closed,
+    is_topic_gone,
+)
+from bots.models import BotUser, Direction, Topic
+from bots.pipeline.card import display_name, post_card
+from bots.pipeline.content import Content, send_content
+from bots.pipeline.context import UpdateContext
+from bots.pipeline.failures import best_effort
+from bots.pipeline.topics import reopen_topic, replace_topic
+from bots.services.ledger import relayed_message_record
+from bots.services.topics import topic_delete
+from bots.services.users import user_claim_risk_reminder, user_mark_active
+
+logger = logging.getLogger(__name__)
+
+
+def relay_inbound(
+    ctx: UpdateContext,
+    *,
+    user: BotUser,
+    topic: Topic,
+    content: Content,
+    private_msg_id: int | None,
+    verification_enabled: bool,
+) -> None:
+    """Send the user's message into the topic; on success write the ledger and, for a user
+    marked high-risk, the (best-effort) 24 h reminder.
+
+    TOPIC_CLOSED ⇒ reopen and resend once. Topic gone (deleted by hand) ⇒ replace the topic,
+    post a fresh card, resend once. Other permanent errors ⇒ drop (binding kept, no ledger).
+    Retryable errors and ledger failures propagate: the update is redelivered (a message
+    already relayed may then be relayed twice — the accepted at-least-once cost).
+    """
+    delivered = _send_with_recovery(
+        ctx, user=user, topic=topic, content=content, verification_enabled=verification_enabled
+    )
+    if delivered is None:
+        return
+    topic, sent = delivered
+    relayed_message_record(
+        bot_id=ctx.bot_id,
+        user_id=user.user_id,
+        thread_id=topic.thread_id,
+        direction=Direction.IN,
+        group_msg_id=sent["message_id"],
+        private_msg_id=private_msg_id,
+        content_type=content.kind,
+        now=ctx.now,
+    )
+    if user.is_risk:
+        best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))
+
+
+def _send(ctx: UpdateContext, topic: Topic, content: Content) -> dict:
+    return send_content(
+        ctx.client, content, chat_id=ctx.support_chat_id, message_thread_id=topic.thread_id
+    )
+
+
+def _send_with_recovery(
+    ctx: UpdateContext, *, user: BotUser, topic: Topic, content: Content, verification_enabled: bool
+) -> tuple[Topic, dict] | None:
+    try:
+        return topic, _send(ctx, topic, content)
+    except TelegramPermanentError as error:
+        if is_topic_closed(error):
+            # The row said open but the topic was closed in Telegram without us being told.
+            recovered = reopen_topic(ctx, user, topic)
+        elif is_topic_gone(error):
+            recovered = replace_topic(ctx, user, topic)
+        else:
+            logger.warning("relay to topic %s failed, message dropped: %s", topic.thread_id, error)
+            return None
+    if recovered is None:
+        return None
+    user_mark_active(bot_id=ctx.bot_id, user_id=user.user_id)
+    if recovered.pinned_msg_id is None:  # a replacement topic: its card comes first (§2.11)
+        post_card(ctx, user=user, topic=recovered, verification_enabled=verification_enabled)
+    return _resend(ctx, user=user, topic=recovered, content=content)
+
+
+def _resend(
+    ctx: UpdateContext, *, user: BotUser, topic: Topic, content: Content
+) -> tuple[Topic, dict] | None:
+    """The one resend after a recovery; a topic gone again is unbound and the message dropped
+    (no loop)."""
+    try:
+        return topic, _send(ctx, topic, content)
+    except TelegramPermanentError as error:
+        if is_topic_gone(error):
+            topic_delete(bot_id=ctx.bot_id, user_id=user.user_id, thread_id=topic.thread_id)
+        logger.warning("relay resend to topic %s failed, dropped: %s", topic.thread_id, error)
+        return None
+
+
+def _remind_risk(ctx: UpdateContext, *, user: BotUser, topic: Topic) -> None:
+    if user_claim_risk_reminder(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
+        ctx.client.send_message(
+            chat_id=ctx.support_chat_id,
+            text=copy.risk_reminder(display_name(user)),
+            message_thread_id=topic.thread_id,
+        )

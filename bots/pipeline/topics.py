@@ -1,0 +1,106 @@
+"""Finding the user's forum topic, creating, reopening and replacing it (spec §2.6, §2.9)."""
+
+from __future__ import annotations
+
+import logging
+
+from bots.clients.telegram import (
+    TelegramPermanentError,
+    is_topic_gone,
+    is_topic_not_modified,
+)
+from bots.models import BotUser, Topic, TopicStatus
+from bots.pipeline.card import topic_title
+from bots.pipeline.classify import is_positive_integer
+from bots.pipeline.context import UpdateContext
+from bots.pipeline.failures import best_effort, required
+from bots.selectors import topic_get_for_user
+from bots.services.topics import topic_create, topic_delete, topic_reopen
+from bots.services.users import user_mark_active
+
+logger = logging.getLogger(__name__)
+
+
+class TopicBindingLost(Exception):
+    """A topic-creation race was lost but no winner's binding can be read: retry the update."""
+
+
+def resolve_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
+    """The open topic this user's message goes to, or None to drop the message.
+
+    Open binding ⇒ reuse. Closed ⇒ reopen it (topic gone ⇒ replace it; other permanent error ⇒
+    drop). No binding ⇒ create one. Retryable Telegram errors propagate. Resolving a topic
+    resumes the conversation (``users.status='active'``).
+    """
+    topic = topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    if topic is not None and topic.status == TopicStatus.CLOSED:
+        topic = reopen_topic(ctx, user, topic)
+        if topic is None:
+            return None
+    if topic is None:
+        topic = create_topic(ctx, user)
+    if topic is not None:
+        user_mark_active(bot_id=ctx.bot_id, user_id=user.user_id)
+    return topic
+
+
+def reopen_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | None:
+    """Reopen a topic closed in Telegram (native close, /archive, or TOPIC_CLOSED on a send).
+
+    Returns the reopened topic, a replacement when Telegram says the topic is gone, or None
+    (another permanent error: the binding is kept and the message dropped).
+    """
+    try:
+        ctx.client.reopen_forum_topic(
+            chat_id=ctx.support_chat_id, message_thread_id=topic.thread_id
+        )
+    except TelegramPermanentError as error:
+        if is_topic_gone(error):
+            return replace_topic(ctx, user, topic)
+        if not is_topic_not_modified(error):  # TOPIC_NOT_MODIFIED: it is open already
+            logger.warning("reopen topic %s failed, message dropped: %s", topic.thread_id, error)
+            return None
+    topic_reopen(bot_id=ctx.bot_id, user_id=user.user_id, thread_id=topic.thread_id)
+    topic.status, topic.closed_at = TopicStatus.OPEN, None
+    return topic
+
+
+def replace_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | None:
+    """The topic was deleted by hand in Telegram: drop the binding (its note is lost; ledger rows
+    stay with a dangling thread id) and create a new topic. None when that fails permanently."""
+    logger.info("topic %s is gone; creating a replacement", topic.thread_id)
+    topic_delete(bot_id=ctx.bot_id, user_id=user.user_id, thread_id=topic.thread_id)
+    return create_topic(ctx, user)
+
+
+def create_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
+    """Create the user's forum topic and bind it; None when Telegram refuses permanently.
+
+    Two first messages of one user can race: both create a topic, one binding wins, and the
+    loser deletes the topic it created (best effort) and continues with the winner's binding.
+    """
+    title = topic_title(user)
+    created = required(
+        "createForumTopic",
+        lambda: ctx.client.create_forum_topic(chat_id=ctx.support_chat_id, name=title),
+    )
+    if created is None:
+        return None
+    thread_id = created.get("message_thread_id") if isinstance(created, dict) else None
+    if not is_positive_integer(thread_id):
+        raise ValueError("createForumTopic returned no message_thread_id")
+    if topic_create(
+        bot_id=ctx.bot_id, user_id=user.user_id, thread_id=thread_id, title=title, now=ctx.now
+    ):
+        return topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    logger.info("topic race lost for user %s; deleting topic %s", user.user_id, thread_id)
+    best_effort(
+        "deleteForumTopic (race loser)",
+        lambda: ctx.client.delete_forum_topic(
+            chat_id=ctx.support_chat_id, message_thread_id=thread_id
+        ),
+    )
+    winner = topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    if winner is None:
+        raise TopicBindingLost(f"user {user.user_id}: no binding after a lost creation race")
+    return winner

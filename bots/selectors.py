@@ -1,0 +1,110 @@
+"""Reads of the bot's tables. Every query of a business table filters by ``bot_id``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection
+
+from bots.models import Bot, BotUser, ProcessedUpdate, Setting, Topic
+
+VERIFY_ENABLED = "verify_enabled"
+VERIFY_MODE = "verify_mode"
+VERIFY_GENERATION = "verify_generation"
+VERIFICATION_KEYS = (VERIFY_ENABLED, VERIFY_MODE, VERIFY_GENERATION)
+
+MODE_MATH = "math"
+MODE_BUTTON = "button"
+MODE_TURNSTILE = "turnstile"
+VERIFICATION_MODES = (MODE_MATH, MODE_BUTTON, MODE_TURNSTILE)
+
+BOT_TABLES = (
+    "users",
+    "topics",
+    "messages",
+    "settings",
+    "processed_updates",
+    "bots",
+    "delete_confirmations",
+    "broadcasts",
+)
+
+
+@dataclass(frozen=True)
+class VerificationSettings:
+    """One snapshot of the verification switches (spec §5.2), with the stored raw values.
+
+    ``stored`` keeps what the table held (None = no row), so a later conditional UPDATE can
+    require "the switches are still exactly what this snapshot saw".
+    """
+
+    enabled: bool
+    mode: str
+    generation: int
+    stored: dict[str, str | None]
+
+
+def bot_current_id() -> int | None:
+    """The bot id of this deployment (``bots`` row written by setwebhook), or None.
+
+    One deployment serves one bot (spec §1.6); should the table ever hold several rows (the
+    token was switched to another bot), the most recently bound one is the bot.
+    """
+    return Bot.objects.order_by("-created_at", "-bot_id").values_list("bot_id", flat=True).first()
+
+
+def verification_settings_get() -> VerificationSettings:
+    """Read the three switches in one query; missing or invalid values give the defaults.
+
+    Defaults (seed, spec §5.2): enabled, math, generation 0. Never cached: a command's switch
+    takes effect on the next message.
+    """
+    stored: dict[str, str | None] = dict.fromkeys(VERIFICATION_KEYS)
+    stored.update(Setting.objects.filter(key__in=VERIFICATION_KEYS).values_list("key", "value"))
+    enabled_text = stored[VERIFY_ENABLED]
+    mode_text = stored[VERIFY_MODE]
+    generation_text = stored[VERIFY_GENERATION]
+    return VerificationSettings(
+        enabled=enabled_text != "0",
+        mode=mode_text if mode_text in VERIFICATION_MODES else MODE_MATH,
+        generation=(
+            int(generation_text)
+            if generation_text is not None
+            and generation_text.isascii()
+            and generation_text.isdigit()
+            else 0
+        ),
+        stored=stored,
+    )
+
+
+def user_get(*, bot_id: int, user_id: int) -> BotUser | None:
+    return BotUser.objects.filter(bot_id=bot_id, user_id=user_id).first()
+
+
+def topic_get_for_user(*, bot_id: int, user_id: int) -> Topic | None:
+    return Topic.objects.filter(bot_id=bot_id, user_id=user_id).first()
+
+
+def topic_get_for_thread(*, bot_id: int, thread_id: int) -> Topic | None:
+    return Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).first()
+
+
+def processed_update_status(*, bot_id: int, update_id: int) -> str | None:
+    return (
+        ProcessedUpdate.objects.filter(bot_id=bot_id, update_id=update_id)
+        .values_list("status", flat=True)
+        .first()
+    )
+
+
+def bot_tables_missing() -> list[str]:
+    """The bot's eight tables that do not exist in the current schema (one catalogue query)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "select table_name from information_schema.tables "
+            "where table_schema = current_schema() and table_name = any(%s)",
+            [list(BOT_TABLES)],
+        )
+        present = {row[0] for row in cursor.fetchall()}
+    return [table for table in BOT_TABLES if table not in present]

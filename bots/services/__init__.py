@@ -1,0 +1,5 @@
+"""Writes to the bot's tables, named ``<entity>_<action>``, keyword-only, taking ``now``.
+
+Every atomic claim is one conditional UPDATE (or one INSERT … ON CONFLICT) whose row count or
+returned row decides; every statement on a business table filters by ``bot_id``.
+"""

@@ -1,0 +1,133 @@
+"""Writes of the challenge fence on ``users`` (spec §5.3, §5.4).
+
+The fence is ``verify_request_hash`` + ``verify_request_generation``: a challenge is issued by
+reserving a fresh hash, attached to its Telegram message once sent, and completed or voided only
+by statements that still find that same hash and generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db.models import Exists
+
+from bots.models import BotUser, Setting
+from bots.selectors import VERIFICATION_KEYS, VERIFY_ENABLED, VERIFY_MODE, VerificationSettings
+from bots.services.users import PENDING_CHALLENGE_CLEARED
+
+
+def _switches_unchanged(snapshot: VerificationSettings, keys: Iterable[str]) -> list:
+    """Conditions "each of ``keys`` still holds what ``snapshot`` read" (a missing row included).
+
+    Evaluated inside the UPDATE itself, so a concurrent /verifymode change cannot slip between
+    reading the switches and writing the fence.
+    """
+    conditions = []
+    for key in keys:
+        rows = Setting.objects.filter(key=key)
+        stored = snapshot.stored[key]
+        conditions.append(
+            Exists(rows.filter(value=stored)) if stored is not None else ~Exists(rows)
+        )
+    return conditions
+
+
+def challenge_reserve(
+    *,
+    bot_id: int,
+    user_id: int,
+    request_hash: str,
+    snapshot: VerificationSettings,
+    expires_at: datetime | None = None,
+) -> bool:
+    """Reserve a new challenge for the user, voiding any previous one.
+
+    Writes the hash, the snapshot's generation and ``expires_at`` (Turnstile only) and clears
+    the answer, message id and submit throttle — only while the user is neither banned nor
+    verified and the switches are still the snapshot's. False: abandon silently.
+    """
+    return (
+        BotUser.objects.filter(
+            *_switches_unchanged(snapshot, VERIFICATION_KEYS),
+            bot_id=bot_id,
+            user_id=user_id,
+            is_banned=False,
+            is_verified=False,
+        ).update(
+            verify_request_hash=request_hash,
+            verify_request_expires_at=expires_at,
+            verify_request_generation=snapshot.generation,
+            verify_answer=None,
+            verify_msg_id=None,
+            verify_submit_not_before=None,
+        )
+        == 1
+    )
+
+
+def challenge_release(*, bot_id: int, user_id: int, request_hash: str, generation: int) -> bool:
+    """Void the challenge after its message could not be sent, if the fence is still ours."""
+    return (
+        BotUser.objects.filter(
+            bot_id=bot_id,
+            user_id=user_id,
+            verify_request_hash=request_hash,
+            verify_request_generation=generation,
+        ).update(**PENDING_CHALLENGE_CLEARED)
+        == 1
+    )
+
+
+def challenge_attach(
+    *,
+    bot_id: int,
+    user_id: int,
+    request_hash: str,
+    generation: int,
+    message_id: int,
+    answer: int | None,
+) -> bool:
+    """Store the sent challenge's message id and answer, if the fence is still ours (CAS)."""
+    return (
+        BotUser.objects.filter(
+            bot_id=bot_id,
+            user_id=user_id,
+            verify_request_hash=request_hash,
+            verify_request_generation=generation,
+            is_verified=False,
+        ).update(verify_msg_id=message_id, verify_answer=answer)
+        == 1
+    )
+
+
+def user_verify(
+    *,
+    bot_id: int,
+    user_id: int,
+    message_id: int,
+    answer: int,
+    request_hash: str,
+    generation: int,
+    snapshot: VerificationSettings,
+    now: datetime,
+) -> bool:
+    """Mark the user verified for a right answer; True for the one statement that wins.
+
+    Requires the clicked message, the answer, the fence, not banned, not yet verified, and the
+    mode and switch the pre-check saw; clears the pending challenge in the same statement.
+    """
+    return (
+        BotUser.objects.filter(
+            *_switches_unchanged(snapshot, (VERIFY_ENABLED, VERIFY_MODE)),
+            bot_id=bot_id,
+            user_id=user_id,
+            verify_msg_id=message_id,
+            verify_answer=answer,
+            verify_request_hash=request_hash,
+            verify_request_generation=generation,
+            is_banned=False,
+            is_verified=False,
+        ).update(is_verified=True, verified_at=now, **PENDING_CHALLENGE_CLEARED)
+        == 1
+    )

@@ -1,0 +1,31 @@
+"""Writes to ``messages``, the ledger of relayed messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from bots.models import Direction, RelayedMessage
+
+
+def relayed_message_record(
+    *,
+    bot_id: int,
+    user_id: int,
+    thread_id: int,
+    direction: Direction,
+    group_msg_id: int,
+    private_msg_id: int,
+    content_type: str,
+    now: datetime,
+) -> RelayedMessage:
+    """Record one relayed message. Database errors propagate (the update is retried)."""
+    return RelayedMessage.objects.create(
+        bot_id=bot_id,
+        user_id=user_id,
+        thread_id=thread_id,
+        direction=direction,
+        group_msg_id=group_msg_id,
+        private_msg_id=private_msg_id,
+        content_type=content_type,
+        created_at=now,
+    )

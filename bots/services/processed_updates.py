@@ -1,0 +1,104 @@
+"""Writes to ``processed_updates``: the idempotency claim of each Telegram update (spec §6)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from bots.models import Bot, ProcessedUpdate, UpdateStatus
+from bots.selectors import processed_update_status
+
+# A `processing` claim older than this is a crashed attempt that the next delivery takes over.
+STALE_CLAIM_AFTER = timedelta(seconds=60)
+# Telegram stops redelivering an update long before this; older rows only take space.
+RETENTION = timedelta(days=7)
+
+
+class ClaimState(enum.StrEnum):
+    OWNED = "owned"  # this request processes the update
+    DUPLICATE = "duplicate"  # already processed or failed: answer 200, do nothing
+    IN_FLIGHT = "in_flight"  # another request holds a fresh claim: answer 500, Telegram retries
+
+
+@dataclass(frozen=True)
+class UpdateClaim:
+    state: ClaimState
+    attempts: int | None = None  # the owner's attempt number (0 for the first delivery)
+
+
+_CLAIM_SQL = """
+insert into processed_updates as claimed (bot_id, update_id, status, attempts, created_at)
+values (%(bot_id)s, %(update_id)s, 'processing', 0, %(now)s)
+on conflict (bot_id, update_id) do update
+    set attempts = claimed.attempts + 1, created_at = excluded.created_at
+    where claimed.status = 'processing' and claimed.created_at < %(stale_before)s
+returning attempts
+"""
+
+
+def processed_update_claim(*, bot_id: int, update_id: int, now: datetime) -> UpdateClaim:
+    """Claim ``update_id``: a new row (attempts 0), or a take-over of a stale claim (attempts+1).
+
+    One ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` statement decides: a returned row means
+    this request owns the update. Only a ``processing`` row older than 60 s is taken over;
+    ``processed``/``failed`` rows are never reclaimed (so a finished update cannot run again even
+    when two deliveries race), and a fresh ``processing`` row means in-flight.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLAIM_SQL,
+            {
+                "bot_id": bot_id,
+                "update_id": update_id,
+                "now": now,
+                "stale_before": now - STALE_CLAIM_AFTER,
+            },
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        return UpdateClaim(ClaimState.OWNED, attempts=row[0])
+    status = processed_update_status(bot_id=bot_id, update_id=update_id)
+    if status == UpdateStatus.PROCESSING:
+        return UpdateClaim(ClaimState.IN_FLIGHT)
+    # processed or failed (or, in an unlikely race, trimmed meanwhile): nothing to do.
+    return UpdateClaim(ClaimState.DUPLICATE)
+
+
+def _settle(*, bot_id: int, update_id: int, attempts: int, status: UpdateStatus) -> bool:
+    # Only the owner of this attempt settles it: after a take-over the newer attempt owns the row.
+    return (
+        ProcessedUpdate.objects.filter(
+            bot_id=bot_id,
+            update_id=update_id,
+            status=UpdateStatus.PROCESSING,
+            attempts=attempts,
+        ).update(status=status)
+        == 1
+    )
+
+
+def processed_update_mark_processed(*, bot_id: int, update_id: int, attempts: int) -> bool:
+    """Mark the claimed update processed; False when this attempt no longer owns it."""
+    return _settle(
+        bot_id=bot_id, update_id=update_id, attempts=attempts, status=UpdateStatus.PROCESSED
+    )
+
+
+def processed_update_mark_failed(*, bot_id: int, update_id: int, attempts: int) -> bool:
+    """Mark a poison update failed (skipped forever); False when this attempt no longer owns it."""
+    return _settle(
+        bot_id=bot_id, update_id=update_id, attempts=attempts, status=UpdateStatus.FAILED
+    )
+
+
+def processed_update_trim(*, now: datetime) -> int:
+    """Delete the claims older than seven days, bot by bot; return how many were deleted."""
+    cutoff = now - RETENTION
+    deleted = 0
+    for bot_id in Bot.objects.values_list("bot_id", flat=True):
+        count, _ = ProcessedUpdate.objects.filter(bot_id=bot_id, created_at__lt=cutoff).delete()
+        deleted += count
+    return deleted

@@ -1,0 +1,78 @@
+"""Writes to ``topics``: the user ↔ forum topic binding."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import Value
+from django.db.models.functions import Coalesce
+
+from bots.models import Topic, TopicStatus
+
+_INSERT_SQL = """
+insert into topics (bot_id, user_id, thread_id, title, status, created_at)
+values (%s, %s, %s, %s, 'open', %s)
+on conflict do nothing
+returning thread_id
+"""
+
+
+def topic_create(*, bot_id: int, user_id: int, thread_id: int, title: str, now: datetime) -> bool:
+    """Bind ``thread_id`` to the user; False when the user already has a binding.
+
+    Two first messages of one user race to create a topic each; the unique key lets one insert
+    win and the loser learns it here (it then deletes the topic it created).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_SQL, [bot_id, user_id, thread_id, title, now])
+        return cursor.fetchone() is not None
+
+
+def topic_delete(*, bot_id: int, user_id: int, thread_id: int) -> bool:
+    """Delete the user's binding to ``thread_id`` (a topic deleted by hand in Telegram).
+
+    Ledger rows are kept (their ``thread_id`` dangles, harmlessly); the note is lost.
+    """
+    deleted, _ = Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).delete()
+    return deleted == 1
+
+
+def topic_reopen(*, bot_id: int, user_id: int, thread_id: int) -> bool:
+    """Mark the user's topic open again (``closed_at`` cleared)."""
+    return (
+        Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).update(
+            status=TopicStatus.OPEN, closed_at=None
+        )
+        == 1
+    )
+
+
+def topic_record_closed(*, bot_id: int, thread_id: int, now: datetime) -> bool:
+    """Native ``forum_topic_closed``: status closed; a repeated close keeps the first time."""
+    return (
+        Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).update(
+            status=TopicStatus.CLOSED, closed_at=Coalesce("closed_at", Value(now))
+        )
+        == 1
+    )
+
+
+def topic_record_reopened(*, bot_id: int, thread_id: int) -> bool:
+    """Native ``forum_topic_reopened``: status open, ``closed_at`` cleared."""
+    return (
+        Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).update(
+            status=TopicStatus.OPEN, closed_at=None
+        )
+        == 1
+    )
+
+
+def topic_set_pinned_message(*, bot_id: int, user_id: int, thread_id: int, message_id: int) -> bool:
+    """Store the pinned card's message id, only if the topic has none (one card per topic)."""
+    return (
+        Topic.objects.filter(
+            bot_id=bot_id, user_id=user_id, thread_id=thread_id, pinned_msg_id__isnull=True
+        ).update(pinned_msg_id=message_id)
+        == 1
+    )

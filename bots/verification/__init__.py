@@ -1,0 +1,1 @@
+"""Human verification of users (spec §5): challenges, the fence, button callbacks."""

@@ -1,0 +1,186 @@
+"""Issuing challenges (spec §5.3) and answering their buttons (spec §5.4)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+
+from bots import copy
+from bots.clients.telegram import TelegramError, TelegramPermanentError, is_message_not_modified
+from bots.pipeline.card import refresh_card
+from bots.pipeline.context import UpdateContext
+from bots.pipeline.failures import required
+from bots.selectors import MODE_TURNSTILE, VerificationSettings, user_get, verification_settings_get
+from bots.services.challenges import (
+    challenge_attach,
+    challenge_release,
+    challenge_reserve,
+    user_verify,
+)
+from bots.verification.challenge import build_challenge, new_request_hash, parse_callback_value
+
+logger = logging.getLogger(__name__)
+
+# Sent with the "verified" edit so the old answer buttons disappear (omitting reply_markup would
+# keep them).
+NO_KEYBOARD = {"inline_keyboard": []}
+
+
+def issue_challenge(
+    ctx: UpdateContext,
+    *,
+    user_id: int,
+    switches: VerificationSettings,
+    rate_limit: int | None = None,
+    rng: random.Random | None = None,
+) -> bool:
+    """Send the user a brand-new challenge in the current mode; True when it was sent.
+
+    ``rate_limit`` set: the rate-limit overflow variant (the limit, then the challenge). The
+    fence: reserve (abandon when the user is banned, already verified or the switches changed),
+    send, then attach the message id — or release the fence when the send failed (retryable ⇒
+    raise, permanent such as "bot was blocked by the user" ⇒ log).
+    """
+    if switches.mode == MODE_TURNSTILE:
+        # The web-page challenge is not available yet; never fall back to a weaker mode.
+        logger.info("turnstile challenge for user %s not sent: mode not available", user_id)
+        return False
+    challenge = build_challenge(switches.mode, rng)
+    request_hash = new_request_hash()
+    if not challenge_reserve(
+        bot_id=ctx.bot_id, user_id=user_id, request_hash=request_hash, snapshot=switches
+    ):
+        return False
+    text = challenge.text
+    if rate_limit is not None:
+        text = f"{copy.rate_limited_prefix(rate_limit)}\n\n{text}"
+    try:
+        sent = ctx.client.send_message(
+            chat_id=user_id, text=text, reply_markup=challenge.reply_markup
+        )
+    except TelegramError as error:
+        challenge_release(
+            bot_id=ctx.bot_id,
+            user_id=user_id,
+            request_hash=request_hash,
+            generation=switches.generation,
+        )
+        if not error.permanent:
+            raise
+        logger.warning("challenge for user %s not delivered: %s", user_id, error)
+        return False
+    challenge_attach(
+        bot_id=ctx.bot_id,
+        user_id=user_id,
+        request_hash=request_hash,
+        generation=switches.generation,
+        message_id=sent["message_id"],
+        answer=challenge.answer,
+    )
+    return True
+
+
+def _toast(ctx: UpdateContext, callback_id: str, text: str) -> None:
+    required(
+        "answerCallbackQuery",
+        lambda: ctx.client.answer_callback_query(callback_query_id=callback_id, text=text),
+    )
+
+
+def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
+    """A button press under a challenge in a private chat (``v:<value>``).
+
+    Stale, foreign, replayed or voided challenges get the "expired" toast; a wrong value
+    re-issues a challenge on the same message; the right value verifies the user with one
+    conditional UPDATE.
+    """
+    value = parse_callback_value(callback.get("data"))
+    if value is None:
+        return  # not ours, or malformed: silent
+    callback_id = callback["id"]
+    user_id = callback["from"]["id"]
+    message = callback["message"]
+    message_id = message["message_id"]
+    user = user_get(bot_id=ctx.bot_id, user_id=user_id)
+    switches = verification_settings_get()
+    if (
+        user is None
+        or message["chat"]["id"] != user_id
+        or user.verify_request_hash is None
+        or user.verify_request_generation is None
+        or user.verify_msg_id != message_id
+    ):
+        _toast(ctx, callback_id, copy.toast_challenge_expired())
+        return
+    if value != user.verify_answer:
+        _answer_wrong(
+            ctx, callback_id=callback_id, user_id=user_id, message_id=message_id, switches=switches
+        )
+        return
+    verified = user_verify(
+        bot_id=ctx.bot_id,
+        user_id=user_id,
+        message_id=message_id,
+        answer=value,
+        request_hash=user.verify_request_hash,
+        generation=user.verify_request_generation,
+        snapshot=switches,
+        now=ctx.now,
+    )
+    if not verified:
+        _toast(ctx, callback_id, copy.toast_challenge_expired())
+        return
+    _toast(ctx, callback_id, copy.toast_verified())
+    required(
+        "verified edit",
+        lambda: ctx.client.edit_message_text(
+            chat_id=user_id,
+            message_id=message_id,
+            text=copy.verified_message(),
+            reply_markup=NO_KEYBOARD,
+        ),
+    )
+    refresh_card(ctx, user_id=user_id, verification_enabled=switches.enabled, must_deliver=True)
+
+
+def _answer_wrong(
+    ctx: UpdateContext,
+    *,
+    callback_id: str,
+    user_id: int,
+    message_id: int,
+    switches: VerificationSettings,
+) -> None:
+    """Wrong value: a fresh challenge replaces the old one in the same message (no new push)."""
+    if switches.mode == MODE_TURNSTILE:
+        _toast(ctx, callback_id, copy.toast_challenge_expired())
+        return
+    _toast(ctx, callback_id, copy.toast_wrong_answer())
+    challenge = build_challenge(switches.mode)
+    request_hash = new_request_hash()
+    if not challenge_reserve(
+        bot_id=ctx.bot_id, user_id=user_id, request_hash=request_hash, snapshot=switches
+    ):
+        return
+    try:
+        ctx.client.edit_message_text(
+            chat_id=user_id,
+            message_id=message_id,
+            text=f"{copy.wrong_answer_prefix()}\n\n{challenge.text}",
+            reply_markup=challenge.reply_markup,
+        )
+    except TelegramPermanentError as error:
+        # "not modified": the message already shows exactly this challenge (the same question
+        # came up again), so it is still the live one.
+        if not is_message_not_modified(error):
+            logger.warning("wrong-answer edit for user %s failed: %s", user_id, error)
+            return  # the fence is already replaced: the old message is stale now
+    challenge_attach(
+        bot_id=ctx.bot_id,
+        user_id=user_id,
+        request_hash=request_hash,
+        generation=switches.generation,
+        message_id=message_id,
+        answer=challenge.answer,
+    )

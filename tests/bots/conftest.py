@@ -1,0 +1,108 @@
+"""Fixtures of the support bot's tests: the fake Bot API, the bot's settings, a movable clock and
+a webhook client that posts real HTTP requests through Django's test client."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from bots.models import Bot
+from tests.fakes.telegram import FakeTelegram, FakeUser
+
+ADMIN_ID = 111111111
+SECOND_ADMIN_ID = 222222222
+WEBHOOK_SECRET = "test-webhook-secret-0123456789"
+ADMIN_SECRET = "test-admin-secret-9876543210"
+START = datetime(2026, 10, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def telegram():
+    with FakeTelegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+def bot_settings(settings, telegram):
+    """The bot's environment as the original's test suite pins it, pointed at the fake."""
+    settings.TELEGRAM_API_BASE = telegram.api_base
+    settings.TELEGRAM_BOT_TOKEN = telegram.token
+    settings.TELEGRAM_WEBHOOK_SECRET = WEBHOOK_SECRET
+    settings.ADMIN_SECRET = ADMIN_SECRET
+    settings.SUPPORT_CHAT_ID = str(telegram.support_chat_id)
+    settings.ADMIN_IDS = f"{ADMIN_ID},{SECOND_ADMIN_ID}"
+    settings.MAX_ATTEMPTS = "3"
+    settings.MAX_MESSAGES_PER_MINUTE = "20"
+    settings.VERIFY_TTL_HOURS = "0"
+    settings.WELCOME_TEXT = None
+    settings.TURNSTILE_SITE_KEY = None
+    settings.TURNSTILE_SECRET_KEY = None
+    settings.PUBLIC_BASE_URL = None
+    return settings
+
+
+@dataclass
+class Clock:
+    """The time django.utils.timezone.now() answers while a test runs; tests move it."""
+
+    now: datetime
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock(START)
+    monkeypatch.setattr(timezone, "now", lambda: clock.now)
+    return clock
+
+
+@pytest.fixture
+def bot_row(db, telegram):
+    """The ``bots`` row setwebhook writes (tests of setwebhook itself start without it)."""
+    return Bot.objects.create(
+        bot_id=telegram.bot.id, username="hodor_test_bot", display_name="Hodor", created_at=START
+    )
+
+
+class Webhook:
+    """Deliver updates to ``POST /telegram/webhook`` the way Telegram does."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def deliver(self, update: dict, *, secret: str | None = WEBHOOK_SECRET):
+        headers = {} if secret is None else {"X-Telegram-Bot-Api-Secret-Token": secret}
+        return self._client.post(
+            "/telegram/webhook",
+            data=json.dumps(update),
+            content_type="application/json",
+            headers=headers,
+        )
+
+    def deliver_ok(self, update: dict) -> None:
+        response = self.deliver(update)
+        assert response.status_code == 200, response.content
+        assert response.json() == {"status": "ok"}
+
+
+@pytest.fixture
+def webhook(client, bot_settings, bot_row, clock):
+    return Webhook(client)
+
+
+@pytest.fixture
+def admin(telegram) -> FakeUser:
+    return telegram.user(ADMIN_ID, "Alice", username="alice_support")
+
+
+@pytest.fixture
+def member(telegram) -> FakeUser:
+    """A member of the support group who is not in ADMIN_IDS."""
+    return telegram.user(333333333, "Mallory")

@@ -1,0 +1,74 @@
+"""Every statement on a business table names the bot (spec §1.6, issue 4): captured from a full
+journey — first contact, challenge, verification, relay both ways, topic events, self-heal."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bots.models import ProcessedUpdate
+from bots.services.processed_updates import processed_update_trim
+
+BUSINESS_TABLES = (
+    "users",
+    "topics",
+    "messages",
+    "processed_updates",
+    "delete_confirmations",
+    "broadcasts",
+)
+_TABLE = re.compile(r'\b(?:from|into|update|join)\s+"?(\w+)"?', re.IGNORECASE)
+_BOT_CONDITION = re.compile(r'"?bot_id"?\s*=', re.IGNORECASE)
+
+
+def _touches_business_table(sql: str) -> bool:
+    return any(table in BUSINESS_TABLES for table in _TABLE.findall(sql))
+
+
+def _names_the_bot(sql: str) -> bool:
+    lowered = sql.lower()
+    if lowered.lstrip().startswith("insert"):
+        columns = lowered.split("values", 1)[0]
+        return "bot_id" in columns
+    where = lowered.split(" where ", 1)
+    return len(where) == 2 and bool(_BOT_CONDITION.search(where[1]))
+
+
+def _answer(text: str) -> int:
+    first, operator, second = re.search(r"([0-9]) ([+-]) ([0-9]) = \?", text).groups()
+    return int(first) + int(second) if operator == "+" else int(first) - int(second)
+
+
+def test_every_business_query_of_a_full_journey_filters_by_bot_id(
+    webhook, telegram, admin, member, clock
+):
+    user = telegram.user(9001, "Erin", username="erin")
+    with CaptureQueriesContext(connection) as captured:
+        webhook.deliver_ok(telegram.private_message(user, text="hi"))
+        challenge = telegram.bot_messages(user.id)[-1]
+        webhook.deliver_ok(telegram.click(user, message_id=challenge.message_id, data="v:99"))
+        challenge = telegram.message(user.id, challenge.message_id)
+        webhook.deliver_ok(
+            telegram.click(
+                user, message_id=challenge.message_id, data=f"v:{_answer(challenge.text)}"
+            )
+        )
+        webhook.deliver_ok(telegram.private_message(user, text="now relayed"))
+        thread_id = telegram.topics()[0].thread_id
+        webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="answer"))
+        webhook.deliver_ok(telegram.group_message(member, thread_id=thread_id, text="/x"))
+        webhook.deliver_ok(telegram.close_topic_by_hand(thread_id, by=admin))
+        webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="closed?"))
+        webhook.deliver_ok(telegram.private_message(user, text="reopen please"))
+        telegram.delete_topic_by_hand(thread_id)
+        user.first_name = "Erin B."
+        webhook.deliver_ok(telegram.private_message(user, text="heal"))
+        clock.advance(days=8)
+        processed_update_trim(now=clock.now)
+
+    business = [query["sql"] for query in captured if _touches_business_table(query["sql"])]
+    assert len(business) > 50
+    assert [sql for sql in business if not _names_the_bot(sql)] == []
+    assert ProcessedUpdate.objects.count() == 0

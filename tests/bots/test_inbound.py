@@ -1,0 +1,253 @@
+"""A user's private message (spec §2.1–§2.5): what is dropped, and the three gates."""
+
+from __future__ import annotations
+
+import pytest
+
+from bots import copy
+from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
+from tests.bots.conftest import START
+from tests.bots.helpers import dm_texts, make_user, open_conversation, set_switches
+
+CARD_BOB = (
+    "昵称：Bob Stone (@bob)\n用户 ID：5001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
+)
+
+
+@pytest.fixture
+def user(telegram):
+    return telegram.user(5001, "Bob", last_name="Stone", username="bob")
+
+
+def _bot_id(telegram) -> int:
+    return telegram.bot.id
+
+
+def _user_row(telegram, user) -> BotUser:
+    return BotUser.objects.get(bot_id=_bot_id(telegram), user_id=user.id)
+
+
+def _topic_texts(telegram, thread_id: int) -> list[str | None]:
+    return [message.text for message in telegram.topic_messages(thread_id)]
+
+
+def _card(telegram, topic: Topic) -> str:
+    return telegram.message(telegram.support_chat_id, topic.pinned_msg_id).text
+
+
+# ------------------------------------------------------------------ what never gets a user row
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"location": {"latitude": 1.0, "longitude": 2.0}},
+        {"video_note": {"file_id": "vn"}},
+        {"text": ""},
+    ],
+)
+def test_unsupported_content_finishes_silently(webhook, telegram, user, content):
+    update = telegram.private_message(user, **content)
+
+    webhook.deliver_ok(update)
+
+    assert BotUser.objects.count() == 0
+    assert telegram.calls() == []
+    assert ProcessedUpdate.objects.get().status == "processed"
+
+
+def test_a_message_without_sender_finishes_silently(webhook, telegram, user):
+    update = telegram.private_message(user, text="hi")
+    del update["message"]["from"]
+
+    webhook.deliver_ok(update)
+
+    assert BotUser.objects.count() == 0
+    assert telegram.calls() == []
+
+
+# ------------------------------------------------------------------ gate 1: ban
+
+
+def test_a_banned_user_gets_one_notice_a_minute_and_nothing_else(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_banned=True)
+
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    clock.advance(seconds=59)
+    webhook.deliver_ok(telegram.private_message(user, text="two"))
+
+    assert dm_texts(telegram, user) == [copy.ban_notice()]
+    row = _user_row(telegram, user)
+    assert (row.rate_count, row.rate_window_start, row.last_notice_at) == (0, None, START)
+    assert Topic.objects.count() == 0
+    assert RelayedMessage.objects.count() == 0
+
+    clock.advance(seconds=1)
+    webhook.deliver_ok(telegram.private_message(user, text="three"))
+    assert dm_texts(telegram, user) == [copy.ban_notice(), copy.ban_notice()]
+
+
+def test_a_banned_unverified_user_gets_no_challenge(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now, verified=False, is_banned=True)
+
+    webhook.deliver_ok(telegram.private_message(user, text="/start"))
+
+    assert dm_texts(telegram, user) == [copy.ban_notice()]
+    assert _user_row(telegram, user).verify_request_hash is None
+
+
+# ------------------------------------------------------------------ gate 2: verification
+
+
+def test_first_contact_gets_welcome_and_challenge_and_is_not_relayed(webhook, telegram, user):
+    webhook.deliver_ok(telegram.private_message(user, text="I need help"))
+
+    welcome, challenge = telegram.bot_messages(user.id)
+    assert welcome.text == copy.welcome_default()
+    assert challenge.text.startswith("为了确认你是真人，请回答下面的问题：\n")
+    [buttons] = challenge.reply_markup["inline_keyboard"]
+    assert len(buttons) == 4
+    row = _user_row(telegram, user)
+    assert (row.first_name, row.last_name, row.username, row.status) == (
+        "Bob",
+        "Stone",
+        "bob",
+        "active",
+    )
+    assert (row.is_verified, row.verify_msg_id, row.verify_request_generation) == (
+        False,
+        challenge.message_id,
+        0,
+    )
+    assert f"v:{row.verify_answer}" in [button["callback_data"] for button in buttons]
+    assert len(row.verify_request_hash) == 64
+    assert Topic.objects.count() == 0
+    assert RelayedMessage.objects.count() == 0
+    assert telegram.calls("createForumTopic") == []
+
+
+def test_custom_welcome_text(webhook, bot_settings, telegram, user):
+    bot_settings.WELCOME_TEXT = "Welcome!\\nAsk away."
+
+    webhook.deliver_ok(telegram.private_message(user, text="hi"))
+
+    assert dm_texts(telegram, user)[0] == "Welcome!\nAsk away."
+
+
+def test_an_unverified_user_gets_at_most_one_new_challenge_a_minute(webhook, telegram, user, clock):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    first_hash = _user_row(telegram, user).verify_request_hash
+    clock.advance(seconds=30)
+    webhook.deliver_ok(telegram.private_message(user, text="two"))
+    assert len(telegram.bot_messages(user.id)) == 2  # welcome + the first challenge only
+
+    clock.advance(seconds=30)
+    webhook.deliver_ok(telegram.private_message(user, text="three"))
+
+    messages = telegram.bot_messages(user.id)
+    assert len(messages) == 3
+    row = _user_row(telegram, user)
+    assert row.verify_msg_id == messages[-1].message_id
+    assert row.verify_request_hash != first_hash
+    assert Topic.objects.count() == 0
+
+
+def test_start_from_an_unverified_user_gets_the_welcome_and_no_challenge(
+    webhook, telegram, user, clock
+):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now, verified=False)
+
+    webhook.deliver_ok(telegram.private_message(user, text="/start"))
+
+    assert dm_texts(telegram, user) == [copy.welcome_default()]
+    assert _user_row(telegram, user).verify_request_hash is None
+
+
+def test_verification_off_relays_unverified_users(webhook, telegram, user, clock):
+    set_switches(verify_enabled="0")
+
+    webhook.deliver_ok(telegram.private_message(user, text="hello"))
+
+    topic = Topic.objects.get()
+    assert _topic_texts(telegram, topic.thread_id) == [
+        CARD_BOB.replace("验证状态：✅ 已验证", "验证状态：未启用"),
+        "hello",
+    ]
+    assert dm_texts(telegram, user) == []
+    assert _user_row(telegram, user).is_verified is False
+
+
+def test_verification_expires_after_the_ttl_boundary_included(
+    webhook, bot_settings, telegram, user, clock
+):
+    bot_settings.VERIFY_TTL_HOURS = "24"
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    clock.advance(hours=23, minutes=59)
+    webhook.deliver_ok(telegram.private_message(user, text="still fine"))
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "still fine"
+
+    clock.advance(minutes=1)  # exactly 24 h after verification
+    webhook.deliver_ok(telegram.private_message(user, text="too late"))
+
+    row = _user_row(telegram, user)
+    assert (row.is_verified, row.verified_at) == (False, None)
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "still fine"
+    assert _card(telegram, topic) == CARD_BOB.replace("✅ 已验证", "❌ 未验证")
+    [challenge] = telegram.bot_messages(user.id)
+    assert row.verify_msg_id == challenge.message_id
+
+
+# ------------------------------------------------------------------ gate 3: rate limit
+
+
+def test_the_rate_limit_relays_n_then_re_verifies(webhook, bot_settings, telegram, user, clock):
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "3"
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+
+    for number in range(1, 6):
+        webhook.deliver_ok(telegram.private_message(user, text=f"message {number}"))
+        clock.advance(seconds=5)
+
+    topic = Topic.objects.get()
+    assert _topic_texts(telegram, topic.thread_id)[1:] == ["message 1", "message 2", "message 3"]
+    [overflow] = telegram.bot_messages(user.id)  # the 5th message hit gate 2 silently
+    assert overflow.text.startswith(
+        "发送太快了：每分钟最多 3 条消息，刚才这条没有送达。请重新完成验证后再发送。\n\n"
+        "为了确认你是真人，请回答下面的问题：\n"
+    )
+    assert len(overflow.reply_markup["inline_keyboard"][0]) == 4
+    row = _user_row(telegram, user)
+    assert (row.is_verified, row.verify_msg_id) == (False, overflow.message_id)
+    assert _card(telegram, topic) == CARD_BOB.replace("✅ 已验证", "❌ 未验证")
+    assert RelayedMessage.objects.count() == 3
+
+    clock.advance(seconds=50)  # 60 s after the overflow notice (sent at +15 s): a new challenge
+    webhook.deliver_ok(telegram.private_message(user, text="message 6"))
+    assert len(telegram.bot_messages(user.id)) == 2
+
+
+def test_the_rate_window_restarts_after_sixty_seconds(webhook, bot_settings, telegram, user, clock):
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "2"
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    webhook.deliver_ok(telegram.private_message(user, text="a"))
+    webhook.deliver_ok(telegram.private_message(user, text="b"))
+
+    clock.advance(seconds=60)
+    webhook.deliver_ok(telegram.private_message(user, text="c"))
+    webhook.deliver_ok(telegram.private_message(user, text="d"))
+
+    assert RelayedMessage.objects.count() == 4
+    row = _user_row(telegram, user)
+    assert (row.rate_window_start, row.rate_count) == (clock.now, 2)
+
+
+def test_overflow_in_turnstile_mode_sends_nothing(webhook, bot_settings, telegram, user, clock):
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "1"
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    set_switches(verify_mode="turnstile")
+    webhook.deliver_ok(telegram.private_message(user, text="a"))
+
+    webhook.deliver_ok(telegram.private_message(user, text="b"))
+
+    assert dm_texts(telegram, user) == []
+    assert _user_row(telegram, user).is_verified is False

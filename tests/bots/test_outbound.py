@@ -1,0 +1,233 @@
+"""Admins answering in a topic (spec §3) and native topic events (spec §4.12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bots import copy
+from bots.models import BotUser, RelayedMessage, Topic
+from tests.bots.conftest import START
+from tests.bots.helpers import dm_texts, open_conversation
+
+
+@pytest.fixture
+def user(telegram):
+    return telegram.user(7001, "Dave", username="dave")
+
+
+@pytest.fixture
+def topic(webhook, telegram, user, clock) -> Topic:
+    return open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+
+
+def _group_texts(telegram, thread_id: int) -> list[str | None]:
+    return [message.text for message in telegram.topic_messages(thread_id)]
+
+
+def test_an_admin_message_reaches_the_user_and_the_ledger(webhook, telegram, user, admin, topic):
+    update = telegram.group_message(admin, thread_id=topic.thread_id, text="How can I help?")
+    telegram.forget_calls()
+
+    webhook.deliver_ok(update)
+
+    [call] = telegram.calls()
+    assert (call.method, call.params) == (
+        "sendMessage",
+        {"chat_id": user.id, "text": "How can I help?"},
+    )
+    [dm] = telegram.bot_messages(user.id)
+    assert dm.text == "How can I help?"
+    ledger = RelayedMessage.objects.get(direction="out")
+    assert (ledger.user_id, ledger.thread_id, ledger.content_type) == (
+        user.id,
+        topic.thread_id,
+        "text",
+    )
+    assert (ledger.group_msg_id, ledger.private_msg_id) == (
+        update["message"]["message_id"],
+        dm.message_id,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "method"),
+    [
+        ("photo", "sendPhoto"),
+        ("video", "sendVideo"),
+        ("animation", "sendAnimation"),
+        ("document", "sendDocument"),
+        ("voice", "sendVoice"),
+        ("audio", "sendAudio"),
+        ("sticker", "sendSticker"),
+    ],
+)
+def test_admin_media_are_relayed_by_type(webhook, telegram, user, admin, topic, kind, method):
+    content = {kind: f"admin-{kind}"}
+    if kind != "sticker":
+        content["caption"] = "/not a command in a caption"
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, **content))
+
+    [call] = telegram.calls()
+    expected = {"chat_id": user.id, kind: f"admin-{kind}"}
+    if kind != "sticker":
+        expected["caption"] = "/not a command in a caption"
+    assert (call.method, call.params) == (method, expected)
+    assert RelayedMessage.objects.filter(direction="out", content_type=kind).count() == 1
+
+
+def test_a_topic_without_binding_gets_the_notice(webhook, telegram, admin):
+    thread_id = telegram.create_topic_by_hand("made by hand")
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="anyone?"))
+
+    assert _group_texts(telegram, thread_id) == [copy.no_binding()]
+    assert RelayedMessage.objects.count() == 0
+
+
+def test_a_binding_closed_in_the_database_gets_the_notice(webhook, telegram, user, admin, topic):
+    Topic.objects.update(status="closed")  # e.g. archived; Telegram shows it open
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
+
+    assert _group_texts(telegram, topic.thread_id)[-1] == copy.no_binding()
+    assert dm_texts(telegram, user) == []
+
+
+def test_in_a_natively_closed_topic_the_notice_is_attempted_and_dropped(
+    webhook, telegram, user, admin, topic
+):
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
+
+    [call] = telegram.calls()
+    assert (call.method, call.params["text"], call.status) == (
+        "sendMessage",
+        copy.no_binding(),
+        400,
+    )
+    assert dm_texts(telegram, user) == []
+
+
+def test_a_member_command_gets_admins_only_and_other_text_is_ignored(
+    webhook, telegram, member, topic
+):
+    telegram.forget_calls()
+    webhook.deliver_ok(telegram.group_message(member, thread_id=topic.thread_id, text="hi all"))
+    assert telegram.calls() == []
+
+    webhook.deliver_ok(telegram.group_message(member, thread_id=topic.thread_id, text="/ban"))
+
+    [call] = telegram.calls()
+    assert call.params == {
+        "chat_id": telegram.support_chat_id,
+        "message_thread_id": topic.thread_id,
+        "text": copy.admins_only(),
+    }
+    assert RelayedMessage.objects.filter(direction="out").count() == 0
+
+
+def test_a_member_command_in_general_is_answered_without_thread(webhook, telegram, member):
+    webhook.deliver_ok(telegram.group_message(member, thread_id=None, text="/help@hodor_test_bot"))
+
+    [call] = telegram.calls()
+    assert call.params == {
+        "chat_id": telegram.support_chat_id,
+        "text": "此命令仅限客服管理员使用。",
+    }
+    assert call.status == 200
+    assert [message.text for message in telegram.bot_messages(telegram.support_chat_id)] == [
+        copy.admins_only()
+    ]
+
+
+def test_other_bots_are_ignored(webhook, telegram, topic):
+    other_bot = telegram.user(8888, "Helper")
+    other_bot.is_bot = True
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.group_message(other_bot, thread_id=topic.thread_id, text="beep"))
+
+    assert telegram.calls() == []
+
+
+def test_an_admin_command_is_never_relayed(webhook, telegram, user, admin, topic):
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="/note vip"))
+
+    assert dm_texts(telegram, user) == []
+    assert RelayedMessage.objects.filter(direction="out").count() == 0
+
+
+def test_unsupported_admin_content_is_silent(webhook, telegram, admin, topic):
+    telegram.forget_calls()
+
+    webhook.deliver_ok(
+        telegram.group_message(admin, thread_id=topic.thread_id, location={"latitude": 1})
+    )
+
+    assert telegram.calls() == []
+
+
+def test_a_user_who_blocked_the_bot_loses_the_message_silently(
+    webhook, telegram, user, admin, topic
+):
+    telegram.block(user.id)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
+
+    [call] = telegram.calls()
+    assert (call.method, call.status) == ("sendMessage", 403)
+    assert RelayedMessage.objects.filter(direction="out").count() == 0
+    assert BotUser.objects.get(user_id=user.id).status == "active"  # no "blocked" state kept
+
+
+def test_a_retryable_relay_failure_is_redelivered_once(
+    webhook, telegram, user, admin, topic, clock
+):
+    update = telegram.group_message(admin, thread_id=topic.thread_id, text="answer")
+    telegram.fail("sendMessage", status=500)
+
+    assert webhook.deliver(update).status_code == 500
+    clock.advance(seconds=61)
+    webhook.deliver_ok(update)
+
+    assert dm_texts(telegram, user) == ["answer"]
+    assert RelayedMessage.objects.filter(direction="out").count() == 1
+
+
+# ------------------------------------------------------------------ native topic events
+
+
+def test_native_close_and_reopen_only_touch_the_topic(webhook, telegram, user, admin, topic, clock):
+    Topic.objects.update(note="keep me")
+    clock.advance(minutes=10)
+    closed_at = clock.now
+
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    row = Topic.objects.get()
+    assert (row.status, row.closed_at, row.note) == ("closed", closed_at, "keep me")
+
+    clock.advance(minutes=10)
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    assert Topic.objects.get().closed_at == closed_at  # a repeated close keeps the first time
+
+    webhook.deliver_ok(telegram.reopen_topic_by_hand(topic.thread_id, by=admin))
+    row = Topic.objects.get()
+    assert (row.status, row.closed_at, row.note) == ("open", None, "keep me")
+    user_row = BotUser.objects.get(user_id=user.id)
+    assert (user_row.is_verified, user_row.verified_at, user_row.status) == (True, START, "active")
+    assert RelayedMessage.objects.count() == 1
+    assert telegram.methods().count("sendMessage") == 2  # the card and "hello" only
+
+
+def test_an_event_for_an_unbound_topic_changes_nothing(webhook, telegram, admin):
+    thread_id = telegram.create_topic_by_hand("by hand")
+
+    webhook.deliver_ok(telegram.close_topic_by_hand(thread_id, by=admin))
+
+    assert Topic.objects.count() == 0
+    assert telegram.calls() == []

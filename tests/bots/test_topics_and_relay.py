@@ -1,0 +1,414 @@
+"""A user's message past the gates (spec §2.6–§2.10): topic, card, relay, recovery, ledger."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+from django.test import Client
+
+from bots import copy
+from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
+from tests.bots.conftest import START, Webhook
+from tests.bots.helpers import dm_texts, make_user, open_conversation
+
+CARD_BOB = (
+    "昵称：Bob Stone (@bob)\n用户 ID：5001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
+)
+
+
+@pytest.fixture
+def user(telegram):
+    return telegram.user(5001, "Bob", last_name="Stone", username="bob")
+
+
+def _bot_id(telegram) -> int:
+    return telegram.bot.id
+
+
+def _user_row(telegram, user) -> BotUser:
+    return BotUser.objects.get(bot_id=_bot_id(telegram), user_id=user.id)
+
+
+def _topic_texts(telegram, thread_id: int) -> list[str | None]:
+    return [message.text for message in telegram.topic_messages(thread_id)]
+
+
+def _card(telegram, topic: Topic) -> str:
+    return telegram.message(telegram.support_chat_id, topic.pinned_msg_id).text
+
+
+# ------------------------------------------------------------------ topic, card, relay
+
+
+def test_a_verified_user_gets_a_topic_a_pinned_card_and_the_relay(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    update = telegram.private_message(user, text="hello")
+
+    webhook.deliver_ok(update)
+
+    topic = Topic.objects.get()
+    assert (topic.title, topic.status, topic.note, topic.created_at) == ("Bob", "open", None, START)
+    assert telegram.topic(topic.thread_id).name == "Bob"
+    assert _topic_texts(telegram, topic.thread_id) == [CARD_BOB, "hello"]
+    assert telegram.pinned() == [topic.pinned_msg_id]
+    assert telegram.calls("pinChatMessage")[0].params["disable_notification"] is True
+    ledger = RelayedMessage.objects.get()
+    assert (ledger.user_id, ledger.thread_id, ledger.direction, ledger.content_type) == (
+        user.id,
+        topic.thread_id,
+        "in",
+        "text",
+    )
+    assert ledger.private_msg_id == update["message"]["message_id"]
+    assert ledger.group_msg_id == telegram.topic_messages(topic.thread_id)[-1].message_id
+    assert dm_texts(telegram, user) == []
+
+
+@pytest.mark.parametrize(
+    ("names", "title"),
+    [
+        ({"first_name": "  Ann  ", "username": "ann"}, "Ann"),
+        ({"first_name": "", "last_name": "Lee", "username": "lee_l"}, "@lee_l"),
+        ({"first_name": ""}, "ID_5002"),
+    ],
+)
+def test_topic_title_rules(webhook, telegram, clock, names, title):
+    person = telegram.user(5002, **names)
+    make_user(person, bot_id=_bot_id(telegram), now=clock.now)
+
+    webhook.deliver_ok(telegram.private_message(person, text="hi"))
+
+    assert Topic.objects.get().title == title
+    assert telegram.topics()[0].name == title
+
+
+@pytest.mark.parametrize(
+    ("names", "first_line"),
+    [
+        ({"first_name": "Ann", "last_name": "Lee"}, "昵称：Ann Lee"),
+        ({"first_name": "", "username": "lee"}, "昵称：@lee"),
+        ({"first_name": ""}, "昵称：ID_5002"),
+    ],
+)
+def test_card_nickname_line(webhook, telegram, clock, names, first_line):
+    person = telegram.user(5002, **names)
+    make_user(person, bot_id=_bot_id(telegram), now=clock.now)
+
+    webhook.deliver_ok(telegram.private_message(person, text="hi"))
+
+    assert _card(telegram, Topic.objects.get()).split("\n")[0] == first_line
+
+
+def test_card_shows_risk_and_note_lines(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_risk=True)
+    Topic.objects.create(
+        bot_id=_bot_id(telegram),
+        user_id=user.id,
+        thread_id=telegram.create_topic_by_hand("Bob"),
+        title="Bob",
+        note="VIP customer",
+        created_at=clock.now,
+    )
+
+    webhook.deliver_ok(telegram.private_message(user, text="hi"))
+
+    assert _card(telegram, Topic.objects.get()) == f"{CARD_BOB}\n⚠️ 高危用户\n备注：VIP customer"
+
+
+def test_a_name_change_edits_the_card_but_not_the_title(webhook, telegram, user, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    user.first_name, user.username = "Robert", None
+
+    webhook.deliver_ok(telegram.private_message(user, text="new name"))
+
+    assert _card(telegram, topic).split("\n")[0] == "昵称：Robert Stone"
+    assert Topic.objects.get().title == "Bob"
+    assert len(telegram.calls("pinChatMessage")) == 1
+    row = _user_row(telegram, user)
+    assert (row.first_name, row.username) == ("Robert", "")
+
+
+def test_a_failed_card_edit_does_not_stop_the_relay(webhook, telegram, user, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    user.first_name = "Robert"
+    telegram.fail("editMessageText", status=400, description="Bad Request: message can't be edited")
+
+    webhook.deliver_ok(telegram.private_message(user, text="still relayed"))
+
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "still relayed"
+
+
+@pytest.mark.parametrize(
+    ("kind", "method"),
+    [
+        ("photo", "sendPhoto"),
+        ("video", "sendVideo"),
+        ("animation", "sendAnimation"),
+        ("document", "sendDocument"),
+        ("voice", "sendVoice"),
+        ("audio", "sendAudio"),
+        ("sticker", "sendSticker"),
+    ],
+)
+def test_media_are_relayed_by_file_id_with_caption(webhook, telegram, user, clock, kind, method):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    content = {kind: f"file-{kind}"}
+    if kind != "sticker":
+        content["caption"] = "see this"
+
+    webhook.deliver_ok(telegram.private_message(user, **content))
+
+    [call] = telegram.calls(method)
+    expected = {
+        "chat_id": telegram.support_chat_id,
+        "message_thread_id": topic.thread_id,
+        kind: f"file-{kind}",
+    }
+    if kind != "sticker":
+        expected["caption"] = "see this"
+    assert call.params == expected
+    relayed = telegram.topic_messages(topic.thread_id)[-1]
+    assert (relayed.kind, relayed.file_id) == (kind, f"file-{kind}")
+    assert RelayedMessage.objects.filter(content_type=kind).count() == 1
+
+
+def test_start_from_a_verified_user_opens_the_topic_and_greets_without_relay(
+    webhook, telegram, user, clock
+):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+
+    webhook.deliver_ok(telegram.private_message(user, text="/start campaign-42"))
+
+    topic = Topic.objects.get()
+    assert _topic_texts(telegram, topic.thread_id) == [CARD_BOB]
+    assert dm_texts(telegram, user) == [copy.welcome_default()]
+    assert RelayedMessage.objects.count() == 0
+
+
+def test_startups_is_a_normal_message(webhook, telegram, user, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+
+    webhook.deliver_ok(telegram.private_message(user, text="/startups are fun"))
+
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "/startups are fun"
+
+
+def test_another_permanent_relay_error_drops_the_message_and_keeps_the_binding(
+    webhook, telegram, user, clock
+):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    telegram.rejected_file_ids.add("broken")
+
+    webhook.deliver_ok(telegram.private_message(user, photo="broken"))
+
+    assert Topic.objects.get().thread_id == topic.thread_id
+    assert RelayedMessage.objects.count() == 1  # only "hello"
+
+
+def test_topic_creation_refused_drops_the_message(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    telegram.can_manage_topics = False
+
+    webhook.deliver_ok(telegram.private_message(user, text="hello"))
+
+    assert Topic.objects.count() == 0
+    assert RelayedMessage.objects.count() == 0
+    assert telegram.methods() == ["createForumTopic"]
+
+
+# ------------------------------------------------------------------ reopen and self-heal
+
+
+def test_a_closed_topic_is_reopened_and_reused(webhook, telegram, user, admin, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    BotUser.objects.filter(user_id=user.id).update(status="deleted")
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.private_message(user, text="back again"))
+
+    assert telegram.methods() == ["reopenForumTopic", "sendMessage"]
+    reopened = Topic.objects.get()
+    assert (reopened.thread_id, reopened.status, reopened.closed_at) == (
+        topic.thread_id,
+        "open",
+        None,
+    )
+    assert reopened.pinned_msg_id == topic.pinned_msg_id
+    assert telegram.topic(topic.thread_id).closed is False
+    assert _user_row(telegram, user).status == "active"
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "back again"
+
+
+def test_reopening_a_topic_telegram_already_shows_open_is_fine(webhook, telegram, user, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    Topic.objects.update(status="closed", closed_at=clock.now)  # Telegram never saw a close
+
+    webhook.deliver_ok(telegram.private_message(user, text="again"))
+
+    assert [call.status for call in telegram.calls("reopenForumTopic")] == [400]
+    assert Topic.objects.get().status == "open"
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "again"
+
+
+def test_a_closed_topic_deleted_in_telegram_is_replaced(webhook, telegram, user, admin, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    telegram.delete_topic_by_hand(topic.thread_id)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.private_message(user, text="after deletion"))
+
+    assert telegram.methods() == [
+        "reopenForumTopic",
+        "createForumTopic",
+        "sendMessage",
+        "pinChatMessage",
+        "sendMessage",
+    ]
+    replacement = Topic.objects.get()
+    assert replacement.thread_id != topic.thread_id
+    assert replacement.status == "open"
+    assert _topic_texts(telegram, replacement.thread_id) == [CARD_BOB, "after deletion"]
+    assert list(RelayedMessage.objects.values_list("thread_id", flat=True)) == [
+        topic.thread_id,
+        replacement.thread_id,
+    ]
+
+
+def test_reopen_refused_for_another_reason_drops_the_message(webhook, telegram, user, admin, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    telegram.fail(
+        "reopenForumTopic",
+        status=400,
+        description="Bad Request: not enough rights to manage topics",
+    )
+
+    webhook.deliver_ok(telegram.private_message(user, text="lost"))
+
+    kept = Topic.objects.get()
+    assert (kept.thread_id, kept.status) == (topic.thread_id, "closed")
+    assert RelayedMessage.objects.count() == 1
+
+
+def test_a_topic_closed_without_our_knowledge_is_reopened_and_the_message_resent(
+    webhook, telegram, user, admin, clock
+):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    telegram.close_topic_by_hand(topic.thread_id, by=admin)  # the event never reaches us
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.private_message(user, text="knock knock"))
+
+    assert telegram.methods() == ["sendMessage", "reopenForumTopic", "sendMessage"]
+    assert [call.status for call in telegram.calls("sendMessage")] == [400, 200]
+    assert _topic_texts(telegram, topic.thread_id)[-1] == "knock knock"
+    assert Topic.objects.get().status == "open"
+    assert RelayedMessage.objects.count() == 2
+
+
+def test_a_topic_deleted_by_hand_heals_itself(webhook, telegram, user, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    Topic.objects.update(note="lost with the topic")
+    telegram.delete_topic_by_hand(topic.thread_id)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(telegram.private_message(user, text="are you there?"))
+
+    assert telegram.methods() == [
+        "sendMessage",
+        "createForumTopic",
+        "sendMessage",
+        "pinChatMessage",
+        "sendMessage",
+    ]
+    healed = Topic.objects.get()
+    assert healed.thread_id != topic.thread_id
+    assert healed.note is None
+    assert _topic_texts(telegram, healed.thread_id) == [CARD_BOB, "are you there?"]
+    assert telegram.pinned() == [healed.pinned_msg_id]
+    assert RelayedMessage.objects.filter(thread_id=topic.thread_id).count() == 1  # kept
+
+
+def test_self_heal_does_not_loop_when_the_replacement_is_gone_too(webhook, telegram, user, clock):
+    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    telegram.delete_topic_by_hand(topic.thread_id)
+    telegram.forget_calls()
+    # the resend into the replacement (5th call) finds it gone as well
+    telegram.fail_call(5, status=400, description="Bad Request: message thread not found")
+
+    webhook.deliver_ok(telegram.private_message(user, text="unlucky"))
+
+    assert telegram.methods().count("createForumTopic") == 1
+    assert Topic.objects.count() == 0
+    assert RelayedMessage.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_loser_of_a_topic_creation_race_deletes_its_topic(
+    bot_settings, bot_row, clock, telegram, user
+):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    first_update = telegram.private_message(user, text="first")
+    second_update = telegram.private_message(user, text="second")
+    hold = telegram.hold("createForumTopic")
+    responses = {}
+
+    def deliver_first() -> None:
+        try:
+            responses["first"] = Webhook(Client()).deliver(first_update)
+        finally:
+            connections.close_all()
+
+    racer = threading.Thread(target=deliver_first)
+    racer.start()
+    try:
+        assert hold.wait_until_arrived(10)
+        responses["second"] = Webhook(Client()).deliver(second_update)  # wins the binding
+    finally:
+        hold.release()
+        racer.join(30)
+
+    assert responses["first"].status_code == responses["second"].status_code == 200
+    winner = Topic.objects.get()
+    losers = [topic for topic in telegram.topics() if topic.thread_id != winner.thread_id]
+    assert len(losers) == 1
+    assert losers[0].deleted is True
+    assert [call.params["message_thread_id"] for call in telegram.calls("deleteForumTopic")] == [
+        losers[0].thread_id
+    ]
+    assert sorted(_topic_texts(telegram, winner.thread_id)[1:]) == ["first", "second"]
+    assert set(RelayedMessage.objects.values_list("thread_id", flat=True)) == {winner.thread_id}
+
+
+# ------------------------------------------------------------------ high-risk reminder
+
+
+def test_a_risky_user_reminds_admins_once_a_day(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_risk=True)
+    reminder = "⚠️ 高危用户来信，请谨慎处理：Bob Stone (@bob)"
+
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    clock.advance(hours=23)
+    webhook.deliver_ok(telegram.private_message(user, text="two"))
+    thread_id = Topic.objects.get().thread_id
+    assert _topic_texts(telegram, thread_id)[1:] == ["one", reminder, "two"]
+
+    clock.advance(hours=1)
+    webhook.deliver_ok(telegram.private_message(user, text="three"))
+
+    assert _topic_texts(telegram, thread_id)[1:] == ["one", reminder, "two", "three", reminder]
+    assert RelayedMessage.objects.count() == 3  # reminders never enter the ledger
+
+
+def test_a_failed_reminder_changes_nothing_else(webhook, telegram, user, clock):
+    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_risk=True)
+    telegram.fail_call(5, status=403, description="Forbidden: not enough rights")
+
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+
+    assert RelayedMessage.objects.count() == 1
+    assert ProcessedUpdate.objects.get().status == "processed"

@@ -1,0 +1,360 @@
+"""Verification in math and button modes (spec §5.1–§5.4, §5.6)."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from bots import copy
+from bots.models import BotUser, RelayedMessage, Topic
+from bots.selectors import verification_settings_get
+from bots.services.challenges import challenge_reserve, user_verify
+from bots.verification.challenge import button_challenge, math_challenge, parse_callback_value
+from tests.bots.helpers import dm_texts, make_user, set_switches
+
+QUESTION = re.compile(r"([0-9]) ([+-]) ([0-9]) = \?")
+
+
+@pytest.fixture
+def user(telegram):
+    return telegram.user(6001, "Carol", username="carol")
+
+
+def _row(telegram, user) -> BotUser:
+    return BotUser.objects.get(bot_id=telegram.bot.id, user_id=user.id)
+
+
+def _answer_of(text: str) -> int:
+    """Solve the question the way the user does: by reading it."""
+    first, operator, second = QUESTION.search(text).groups()
+    return int(first) + int(second) if operator == "+" else int(first) - int(second)
+
+
+def _values(message) -> list[int]:
+    return [
+        int(button["callback_data"][2:]) for button in message.reply_markup["inline_keyboard"][0]
+    ]
+
+
+def _challenge(telegram, user):
+    return telegram.bot_messages(user.id)[-1]
+
+
+def _click(webhook, telegram, user, message_id: int, data: str) -> str | None:
+    """Press a button; return the toast Telegram showed."""
+    update = telegram.click(user, message_id=message_id, data=data)
+    webhook.deliver_ok(update)
+    return telegram.callback_answer(update["callback_query"]["id"])
+
+
+# ------------------------------------------------------------------ generation
+
+
+def test_math_challenge_is_deterministic_for_a_given_random_source():
+    first = math_challenge(random.Random(7))
+    second = math_challenge(random.Random(7))
+
+    assert first == second
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_math_challenge_structure(seed):
+    challenge = math_challenge(random.Random(seed))
+
+    first, operator, second = QUESTION.search(challenge.text).groups()
+    assert 1 <= int(first) <= 9 and 1 <= int(second) <= 9
+    if operator == "-":
+        assert int(first) >= int(second)
+    assert challenge.answer == _answer_of(challenge.text)
+    [buttons] = challenge.reply_markup["inline_keyboard"]
+    values = [int(button["callback_data"].removeprefix("v:")) for button in buttons]
+    assert len(values) == len(set(values)) == 4
+    assert challenge.answer in values
+    assert all(0 <= value <= 18 for value in values)
+    assert [button["text"] for button in buttons] == [str(value) for value in values]
+    assert all(set(button) == {"text", "callback_data"} for button in buttons)
+
+
+def test_button_challenge_has_one_button_worth_zero():
+    challenge = button_challenge()
+
+    assert challenge.answer == 0
+    assert challenge.reply_markup == {
+        "inline_keyboard": [[{"text": "我不是机器人", "callback_data": "v:0"}]]
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [("v:0", 0), ("v:18", 18), ("v:", None), ("v:-1", None), ("v:1x", None), ("d:1", None)],
+)
+def test_callback_payload(data, value):
+    assert parse_callback_value(data) == value
+
+
+# ------------------------------------------------------------------ journeys
+
+
+def test_math_journey_first_message_wrong_right_then_relayed(webhook, telegram, user, clock):
+    webhook.deliver_ok(telegram.private_message(user, text="hello?"))
+    welcome, challenge = telegram.bot_messages(user.id)
+    assert welcome.text == copy.welcome_default()
+    first_hash = _row(telegram, user).verify_request_hash
+
+    wrong = next(value for value in _values(challenge) if value != _answer_of(challenge.text))
+    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{wrong}")
+
+    assert toast == "回答错误，请再试一次。"
+    reissued = telegram.message(user.id, challenge.message_id)
+    assert reissued.text.startswith(
+        "回答错误，请再试一次。\n\n为了确认你是真人，请回答下面的问题：\n"
+    )
+    assert len(telegram.bot_messages(user.id)) == 2  # edited in place, no new push
+    row = _row(telegram, user)
+    assert row.verify_request_hash != first_hash
+    assert (row.verify_msg_id, row.is_verified) == (challenge.message_id, False)
+
+    clock.advance(seconds=20)
+    right = _answer_of(reissued.text)
+    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{right}")
+
+    assert toast == "验证通过！"
+    verified = telegram.message(user.id, challenge.message_id)
+    assert (verified.text, verified.reply_markup) == ("✅ 验证通过，现在可以发送消息了。", None)
+    row = _row(telegram, user)
+    assert (row.is_verified, row.verified_at) == (True, clock.now)
+    assert (row.verify_request_hash, row.verify_msg_id, row.verify_answer) == (None, None, None)
+    assert Topic.objects.count() == 0  # the dropped "hello?" is never replayed
+
+    webhook.deliver_ok(telegram.private_message(user, text="now it works"))
+
+    topic = Topic.objects.get()
+    texts = [message.text for message in telegram.topic_messages(topic.thread_id)]
+    assert texts[-1] == "now it works"
+    assert "验证状态：✅ 已验证" in texts[0]
+    assert RelayedMessage.objects.count() == 1
+
+
+def test_button_journey(webhook, telegram, user, clock):
+    set_switches(verify_mode="button")
+    webhook.deliver_ok(telegram.private_message(user, text="hi"))
+    challenge = _challenge(telegram, user)
+    assert challenge.text == "请点击下方按钮，确认你不是机器人。"
+    assert _values(challenge) == [0]
+
+    forged = _click(webhook, telegram, user, challenge.message_id, "v:1")
+    assert forged == "回答错误，请再试一次。"
+
+    toast = _click(webhook, telegram, user, challenge.message_id, "v:0")
+
+    assert toast == "验证通过！"
+    assert _row(telegram, user).is_verified is True
+    webhook.deliver_ok(telegram.private_message(user, text="relayed"))
+    assert RelayedMessage.objects.count() == 1
+
+
+def test_overflow_re_verification_journey(webhook, bot_settings, telegram, user, clock):
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "1"
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    webhook.deliver_ok(telegram.private_message(user, text="two"))
+    challenge = _challenge(telegram, user)
+    topic = Topic.objects.get()
+    card = telegram.message(telegram.support_chat_id, topic.pinned_msg_id)
+    assert "验证状态：❌ 未验证" in card.text
+
+    clock.advance(seconds=61)
+    _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+
+    assert "验证状态：✅ 已验证" in telegram.message(telegram.support_chat_id, card.message_id).text
+    webhook.deliver_ok(telegram.private_message(user, text="three"))
+    assert [m.text for m in telegram.topic_messages(topic.thread_id)][1:] == ["one", "three"]
+
+
+# ------------------------------------------------------------------ stale, foreign, replayed
+
+
+def test_an_old_challenge_gets_the_expired_toast(webhook, telegram, user, clock):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    old = _challenge(telegram, user)
+    clock.advance(seconds=61)
+    webhook.deliver_ok(telegram.private_message(user, text="two"))
+    before = _row(telegram, user)
+    telegram.forget_calls()
+
+    toast = _click(webhook, telegram, user, old.message_id, f"v:{_answer_of(old.text)}")
+
+    assert toast == "验证已失效，请发送任意消息获取新的验证。"
+    assert telegram.methods() == ["answerCallbackQuery"]
+    after = _row(telegram, user)
+    assert (after.is_verified, after.verify_request_hash) == (False, before.verify_request_hash)
+
+
+def test_someone_elses_challenge_gets_the_expired_toast(webhook, telegram, user):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    intruder = telegram.user(6002, "Eve")
+    webhook.deliver_ok(telegram.private_message(intruder, text="me too"))
+    update = telegram.click(intruder, message_id=challenge.message_id, data="v:3", chat_id=user.id)
+
+    webhook.deliver_ok(update)
+
+    assert (
+        telegram.callback_answer(update["callback_query"]["id"]) == copy.toast_challenge_expired()
+    )
+    assert _row(telegram, user).is_verified is False
+    assert _row(telegram, intruder).is_verified is False
+
+
+def test_a_replayed_right_answer_gets_the_expired_toast(webhook, telegram, user):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    right = f"v:{_answer_of(challenge.text)}"
+    assert _click(webhook, telegram, user, challenge.message_id, right) == "验证通过！"
+
+    toast = _click(webhook, telegram, user, challenge.message_id, right)
+
+    assert toast == copy.toast_challenge_expired()
+
+
+@pytest.mark.parametrize("data", ["v:", "v:abc", "x:1", "", "v:12345678901"])
+def test_malformed_payloads_are_silent(webhook, telegram, user, data):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    telegram.forget_calls()
+
+    _click(webhook, telegram, user, challenge.message_id, data)
+
+    assert telegram.calls() == []
+
+
+def test_a_cleared_challenge_cannot_complete(webhook, telegram, user):
+    """What a mode/switch change does (§5.2): pending cleared, generation bumped."""
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    set_switches(verify_mode="button", verify_generation="1")
+    BotUser.objects.update(verify_request_hash=None, verify_request_generation=None)
+    set_switches(verify_mode="math", verify_generation="2")  # switching back revives nothing
+
+    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+
+    assert toast == copy.toast_challenge_expired()
+    assert _row(telegram, user).is_verified is False
+
+
+def test_a_banned_user_cannot_complete_a_challenge(webhook, telegram, user):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    BotUser.objects.update(is_banned=True)
+
+    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+
+    assert toast == copy.toast_challenge_expired()
+    assert _row(telegram, user).is_verified is False
+
+
+# ------------------------------------------------------------------ the fence under failures
+
+
+def test_a_blocked_user_leaves_no_pending_challenge(webhook, telegram, user):
+    update = telegram.private_message(user, text="hi")
+    telegram.block(user.id)
+
+    webhook.deliver_ok(update)
+
+    row = _row(telegram, user)
+    assert (row.verify_request_hash, row.verify_msg_id, row.verify_answer) == (None, None, None)
+
+
+def test_a_retryable_challenge_failure_converges_on_redelivery(webhook, telegram, user, clock):
+    update = telegram.private_message(user, text="hi")
+    telegram.fail_call(2, status=500)  # the challenge, after the welcome
+
+    assert webhook.deliver(update).status_code == 500
+    assert _row(telegram, user).verify_request_hash is None  # the fence was released
+
+    clock.advance(seconds=61)
+    webhook.deliver_ok(update)
+
+    assert dm_texts(telegram, user)[0] == copy.welcome_default()  # welcome sent once
+    assert len(telegram.bot_messages(user.id)) == 2
+    assert _row(telegram, user).verify_msg_id == _challenge(telegram, user).message_id
+
+
+def test_a_wrong_answer_whose_edit_fails_leaves_the_message_stale(webhook, telegram, user):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    wrong = next(value for value in _values(challenge) if value != _answer_of(challenge.text))
+    telegram.fail(
+        "editMessageText", status=400, description="Bad Request: message to edit not found"
+    )
+
+    _click(webhook, telegram, user, challenge.message_id, f"v:{wrong}")
+
+    row = _row(telegram, user)
+    assert row.verify_msg_id is None  # the new fence was never attached
+    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+    assert toast == copy.toast_challenge_expired()
+
+
+def test_a_retryable_failure_of_the_wrong_answer_toast_is_retried(webhook, telegram, user, clock):
+    webhook.deliver_ok(telegram.private_message(user, text="one"))
+    challenge = _challenge(telegram, user)
+    wrong = next(value for value in _values(challenge) if value != _answer_of(challenge.text))
+    update = telegram.click(user, message_id=challenge.message_id, data=f"v:{wrong}")
+    telegram.fail("answerCallbackQuery", status=500)
+
+    assert webhook.deliver(update).status_code == 500
+    clock.advance(seconds=61)
+    webhook.deliver_ok(update)
+
+    assert telegram.callback_answer(update["callback_query"]["id"]) == "回答错误，请再试一次。"
+
+
+# ------------------------------------------------------------------ the conditional statements
+
+
+@pytest.mark.django_db
+def test_reserve_is_abandoned_when_the_switches_changed_since_the_snapshot(clock):
+    BotUser.objects.create(bot_id=1, user_id=2, first_seen_at=clock.now, last_seen_at=clock.now)
+    snapshot = verification_settings_get()
+    set_switches(verify_mode="button")
+
+    reserved = challenge_reserve(bot_id=1, user_id=2, request_hash="a" * 64, snapshot=snapshot)
+
+    assert reserved is False
+    assert BotUser.objects.get().verify_request_hash is None
+    assert challenge_reserve(
+        bot_id=1, user_id=2, request_hash="a" * 64, snapshot=verification_settings_get()
+    )
+
+
+@pytest.mark.django_db
+def test_verify_needs_the_mode_the_pre_check_saw(clock):
+    BotUser.objects.create(
+        bot_id=1,
+        user_id=2,
+        first_seen_at=clock.now,
+        last_seen_at=clock.now,
+        verify_request_hash="h" * 64,
+        verify_request_generation=0,
+        verify_msg_id=10,
+        verify_answer=7,
+    )
+    snapshot = verification_settings_get()
+    set_switches(verify_enabled="0")
+    arguments = {
+        "bot_id": 1,
+        "user_id": 2,
+        "message_id": 10,
+        "answer": 7,
+        "request_hash": "h" * 64,
+        "generation": 0,
+        "now": clock.now,
+    }
+
+    assert user_verify(**arguments, snapshot=snapshot) is False
+    assert user_verify(**arguments, snapshot=verification_settings_get()) is True
+    assert user_verify(**arguments, snapshot=verification_settings_get()) is False  # once only

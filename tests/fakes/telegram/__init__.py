@@ -1,0 +1,43 @@
+"""A fake Telegram Bot API on a real local HTTP server (``tests.fakes.http_server``).
+
+It speaks the wire format of ``https://api.telegram.org/bot<token>/<method>``: JSON envelopes
+``{"ok":true,"result":…}`` and ``{"ok":false,"error_code":…,"description":…}`` with Telegram's
+own error descriptions, and keeps the state the bot's behaviour depends on:
+
+* message ids per chat (a topic's thread id is the id of its creation service message, as in
+  Telegram), the messages themselves (text, media file_id, caption, keyboard), pins, deletions;
+* forum topics: open, closed (sends fail with ``TOPIC_CLOSED``), deleted by hand (sends fail with
+  "message thread not found", topic methods with ``TOPIC_ID_INVALID``), General (thread id 1 is
+  rejected like Telegram does);
+* users who blocked the bot (403), users the bot never met (403), callback queries (answerable
+  once), the webhook registration and the command menus.
+
+Tests drive it from both sides: ``private_message`` / ``group_message`` / ``click`` build the
+updates Telegram would deliver (allocating real message ids), and ``fail`` / ``fail_call`` /
+``hold`` inject 429/5xx/network faults or pause a method. ``calls()`` lists every API call in
+arrival order, failed ones included.
+"""
+
+from tests.fakes.telegram.records import (
+    BOT_ID,
+    SUPPORT_CHAT_ID,
+    TOKEN,
+    Call,
+    FakeMessage,
+    FakeTopic,
+    FakeUser,
+    Hold,
+)
+from tests.fakes.telegram.server import FakeTelegram
+
+__all__ = [
+    "BOT_ID",
+    "SUPPORT_CHAT_ID",
+    "TOKEN",
+    "Call",
+    "FakeMessage",
+    "FakeTelegram",
+    "FakeTopic",
+    "FakeUser",
+    "Hold",
+]

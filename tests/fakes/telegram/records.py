@@ -1,0 +1,111 @@
+"""The fake Bot API's records: users, messages, topics, calls, faults, and its error type."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+TOKEN = "4242424242:AAE-fake-token-for-tests_0123456789"
+BOT_ID = 4242424242
+SUPPORT_CHAT_ID = -1001234567890
+MEDIA_KINDS = ("photo", "video", "animation", "document", "voice", "audio", "sticker")
+SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
+QUERY_TOO_OLD = "Bad Request: query is too old and response timeout expired or query ID is invalid"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+
+
+def bad_request(description: str) -> ApiError:
+    return ApiError(400, f"Bad Request: {description}")
+
+
+@dataclass
+class FakeUser:
+    id: int
+    first_name: str = ""
+    last_name: str | None = None
+    username: str | None = None
+    is_bot: bool = False
+
+    def as_json(self) -> dict:
+        body: dict[str, Any] = {"id": self.id, "is_bot": self.is_bot, "first_name": self.first_name}
+        if self.last_name is not None:
+            body["last_name"] = self.last_name
+        if self.username is not None:
+            body["username"] = self.username
+        return body
+
+
+@dataclass
+class FakeMessage:
+    chat_id: int
+    message_id: int
+    thread_id: int | None
+    sender_id: int
+    kind: str  # text, a media kind, or "service"
+    text: str | None = None
+    file_id: str | None = None
+    caption: str | None = None
+    reply_markup: dict | None = None
+    deleted: bool = False
+
+
+@dataclass
+class FakeTopic:
+    thread_id: int
+    name: str
+    closed: bool = False
+    deleted: bool = False
+
+
+@dataclass
+class Call:
+    method: str  # as Telegram names it (sendMessage, ...)
+    params: dict
+    status: int = 0  # the HTTP status the fake answered
+    result: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+@dataclass
+class Fault:
+    method: str | None  # lower-cased method, or None for "any method"
+    at_call: int | None  # the absolute call number it fires at, or None for "the next ones"
+    status: int
+    description: str | None
+    retry_after: int | None
+    remaining: int
+    # "envelope" (JSON error), "html" (non-JSON body), "without_ok" (200, JSON without "ok"),
+    # "disconnect" (the connection is dropped)
+    mode: str
+
+
+@dataclass
+class Hold:
+    """Pauses the next call of a method until released (to make two requests overlap)."""
+
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def wait_until_arrived(self, timeout: float = 10) -> bool:
+        return self.arrived.wait(timeout)
+
+    def release(self) -> None:
+        self.released.set()

@@ -1,0 +1,288 @@
+"""What the upstream sees (spec §2.2–§2.6, §3.5, §4.3): headers in wire order, per-account
+pseudonyms, cookies, quota verification, passive quota sync and waiting for a slot."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import requests
+from django.utils import timezone
+
+from proxy.models import Account, AccountCookie, AccountUsage, RuntimeSettings
+from tests.fakes.codex import Reply
+from tests.proxy.conftest import make_pool_account
+from tests.proxy.factories import make_cookie
+
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def _post(proxy, key, body, **headers):
+    return requests.post(
+        f"{proxy.url}/v1/responses",
+        data=json.dumps(body),
+        headers={
+            "Authorization": f"Bearer {key.key}",
+            "Content-Type": "application/json",
+            **headers,
+        },
+        timeout=60,
+    )
+
+
+def test_headers_follow_the_fingerprint_order_on_the_wire(proxy, upstream, client_key):
+    make_pool_account("tok-a", chatgpt_account_id="org-123")
+
+    _post(
+        proxy,
+        client_key,
+        {"model": "gpt-5.4", "stream": False, "turnState": "ts-1"},
+        **{"session-id": "client-session"},
+    )
+
+    [sent] = upstream.responses_requests()
+    names = [name.lower() for name, _ in sent.headers]
+    ours = [name for name in names if name not in ("host", "content-length")]
+    assert ours == [
+        "authorization",
+        "chatgpt-account-id",
+        "originator",
+        "x-openai-internal-codex-residency",
+        "x-client-request-id",
+        "x-codex-installation-id",
+        "x-codex-turn-state",
+        "openai-beta",
+        "user-agent",
+        "sec-ch-ua",
+        "sec-ch-ua-mobile",
+        "sec-ch-ua-platform",
+        "accept-encoding",
+        "accept-language",
+        "sec-fetch-site",
+        "sec-fetch-mode",
+        "sec-fetch-dest",
+        "content-type",
+        "accept",
+        "session-id",
+    ]
+    assert sent.header("user-agent") == "Codex Desktop/26.519.81530 (darwin; arm64)"
+    assert sent.header("sec-ch-ua") == '"Chromium";v="146", "Not:A-Brand";v="24"'
+    assert sent.header("originator") == "Codex Desktop"
+    assert sent.header("chatgpt-account-id") == "org-123"
+    assert sent.header("openai-beta") == "responses_websockets=2026-02-06"
+    assert sent.header("x-codex-turn-state") == "ts-1"
+    assert UUID.match(sent.header("x-codex-installation-id"))
+    assert sent.header("x-client-request-id").startswith("cr_")
+    assert sent.header("session-id").startswith("wi_")
+
+
+def test_pseudonyms_are_stable_per_account_and_differ_across_accounts(proxy, upstream, client_key):
+    make_pool_account("tok-a")
+    make_pool_account("tok-b")
+    RuntimeSettings.objects.update(rotation_strategy="round_robin")
+    body = {
+        "model": "gpt-5.4",
+        "stream": False,
+        "prompt_cache_key": "conversation-42",
+        "session_id": "session-7",
+        "client_metadata": {"session_id": "session-7", "x-client-request-id": "mine"},
+    }
+
+    for _ in range(3):
+        assert _post(proxy, client_key, body).status_code == 200
+
+    sent = upstream.responses_requests()
+    by_account: dict[str, list] = {}
+    for request in sent:
+        by_account.setdefault(request.header("authorization"), []).append(request)
+    first_a, second_a = by_account["Bearer tok-a"][:2]
+    [first_b] = by_account["Bearer tok-b"]
+    for field in ("prompt_cache_key", "session_id"):
+        assert first_a.json()[field] == second_a.json()[field]
+        assert first_a.json()[field] != first_b.json()[field]
+        assert first_a.json()[field].startswith("wi_")
+    assert first_a.json()["client_metadata"]["session_id"] == first_a.json()["session_id"]
+    assert "x-client-request-id" not in first_a.json()["client_metadata"]
+    assert first_a.header("x-codex-installation-id") == second_a.header("x-codex-installation-id")
+    assert first_a.header("x-codex-installation-id") != first_b.header("x-codex-installation-id")
+    assert "conversation-42" not in json.dumps([request.json() for request in sent])
+
+
+def test_cookies_are_replayed_by_path_longest_first(proxy, upstream, client_key):
+    account = make_pool_account("tok-a")
+    host = "127.0.0.1"
+    make_cookie(account=account, domain=host, path="/", value="root")
+    make_cookie(account=account, domain=host, path="/codex", value="codex")
+    make_cookie(account=account, domain=host, path="/other", value="other")
+    make_cookie(account=account, domain="chatgpt.com", path="/", value="elsewhere")
+    make_cookie(
+        account=account,
+        domain=host,
+        path="/codex/responses",
+        name="cf_clearance",
+        value="gone",
+        expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+
+    [sent] = upstream.responses_requests()
+    assert sent.header("cookie") == "cf_clearance=codex; cf_clearance=root"
+
+
+def test_cf_clearance_is_captured_from_an_answer(proxy, upstream, client_key):
+    account = make_pool_account("tok-a")
+    upstream.program(
+        "tok-a",
+        Reply(
+            headers={
+                "Set-Cookie": "cf_clearance=fresh-value; Path=/; Max-Age=3600; Secure; HttpOnly"
+            }
+        ),
+    )
+
+    _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    proxy.drain()
+
+    cookie = AccountCookie.objects.get(account=account)
+    assert (cookie.name, cookie.value, cookie.domain, cookie.path) == (
+        "cf_clearance",
+        "fresh-value",
+        "127.0.0.1",
+        "/",
+    )
+    assert (
+        timezone.now() + timedelta(minutes=59)
+        < cookie.expires_at
+        <= timezone.now() + timedelta(minutes=61)
+    )
+
+
+def test_passive_quota_sync_from_rate_limit_headers(proxy, upstream, client_key):
+    account = make_pool_account("tok-a")
+    upstream.program(
+        "tok-a",
+        Reply(
+            headers={
+                "x-codex-primary-used-percent": "100",
+                "x-codex-primary-window-minutes": "300",
+                "x-codex-primary-reset-after-seconds": "600",
+                "x-codex-secondary-used-percent": "40",
+                "x-codex-secondary-window-minutes": "10080",
+                "x-codex-plan-type": "plus",
+                "x-codex-rate-limit-reached-type": "primary",
+            }
+        ),
+    )
+
+    assert _post(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 200
+    proxy.drain()
+
+    stored = Account.objects.get(pk=account.pk)
+    assert (stored.quota_limit_reached, stored.status, stored.plan_type) == (
+        True,
+        "quota_exhausted",
+        "plus",
+    )
+    assert (
+        timezone.now() + timedelta(seconds=590)
+        < stored.quota_cooldown_until
+        < timezone.now() + timedelta(seconds=610)
+    )
+    core = stored.quota_json["snapshots"][0]
+    assert (core["primary"]["used_percent"], core["primary"]["window_minutes"]) == (100.0, 300)
+    assert core["secondary"]["used_percent"] == 40.0
+    usage = AccountUsage.objects.get(account=account)
+    assert usage.limit_window_seconds == 18000
+    assert usage.window_reset_at == stored.quota_cooldown_until
+
+
+def _usage_payload(used_percent: float) -> dict:
+    return {
+        "plan_type": "pro",
+        "rate_limit": {
+            "allowed": used_percent < 100,
+            "limit_reached": used_percent >= 100,
+            "primary_window": {
+                "used_percent": used_percent,
+                "limit_window_seconds": 18000,
+                "reset_after_seconds": 900,
+            },
+            "secondary_window": None,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("usage", "served_by", "status_after"),
+    [
+        (_usage_payload(100), "tok-b", "quota_exhausted"),  # still limited: skipped, not counted
+        (_usage_payload(20), "tok-a", "active"),  # verified: serves, flag cleared
+        (500, "tok-a", "active"),  # usage endpoint broken: go ahead anyway
+    ],
+)
+def test_quota_verification_outcomes(proxy, upstream, client_key, usage, served_by, status_after):
+    limited = make_pool_account("tok-a", quota_verify_required=True)
+    make_pool_account("tok-b")
+    upstream.usage["tok-a"] = usage
+
+    response = _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+
+    assert response.status_code == 200
+    assert upstream.tokens_called() == [served_by]
+    stored = Account.objects.get(pk=limited.pk)
+    assert stored.status == status_after
+    usage_calls = upstream.server.requests_to("/codex/usage")
+    assert [request.header("authorization") for request in usage_calls] == ["Bearer tok-a"]
+    if isinstance(usage, dict):
+        assert stored.quota_verify_required is False and stored.plan_type == "pro"
+
+
+def test_when_every_account_is_busy_the_request_waits_for_a_slot(proxy, upstream, client_key):
+    RuntimeSettings.objects.update(max_concurrent_per_account=1, request_interval_ms=0)
+    make_pool_account("tok-a")
+    upstream.program("tok-a", Reply(deltas=10, delta_delay=0.1), Reply())
+    results = {}
+
+    def slow() -> None:
+        results["slow"] = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not upstream.responses_requests() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiting = _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    thread.join()
+
+    assert results["slow"].status_code == 200 and waiting.status_code == 200
+    assert upstream.max_in_flight["tok-a"] == 1
+    first, second = upstream.responses_requests()
+    assert second.received_at >= first.received_at + 0.9  # started after the slow one ended
+
+
+def test_same_account_starts_are_paced_by_the_interval(proxy, upstream, client_key):
+    RuntimeSettings.objects.update(max_concurrent_per_account=3, request_interval_ms=400)
+    make_pool_account("tok-a")
+    upstream.program("tok-a", Reply(deltas=20, delta_delay=0.05), Reply())
+    results = {}
+    thread = threading.Thread(
+        target=lambda: results.setdefault(
+            "first", _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+        )
+    )
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not upstream.responses_requests() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    thread.join()
+
+    first, second = upstream.responses_requests()
+    assert second.received_at - first.received_at >= 0.35
+    assert upstream.max_in_flight["tok-a"] == 2
