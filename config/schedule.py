@@ -13,6 +13,11 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "proxy.trim_retention",
         "schedule": crontab(minute=7),
     },
+    # codex-proxy spec §4.5: the plan model snapshots, hourly (and on a new x-models-etag).
+    "proxy-refresh-models": {
+        "task": "proxy.refresh_models",
+        "schedule": 3600.0,
+    },
     # codex-proxy spec §7.5: expired account cookies every 5 minutes.
     "proxy-delete-expired-cookies": {
         "task": "proxy.delete_expired_cookies",

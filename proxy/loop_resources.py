@@ -103,7 +103,7 @@ async def _open_upstream_session() -> aiohttp.ClientSession:
         timeout=timeout,
         auto_decompress=True,
         trust_env=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
     )
 
 

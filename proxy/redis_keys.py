@@ -69,3 +69,9 @@ def account_slots(account_id: str) -> str:
     """ZSET slot id → start (epoch ms): in-flight requests of one account. PEXPIRE = slot TTL on
     every acquire; members older than the TTL (crashed workers) are removed on acquire."""
     return f"{_prefix()}scheduler:slots:{account_id}"
+
+
+def models_etag() -> str:
+    """The last ``x-models-etag`` the upstream announced (EX 1 day); a different one queues a
+    model refresh."""
+    return f"{_prefix()}models:etag"

@@ -40,3 +40,14 @@ def trim_retention_task() -> dict[str, int]:
 def delete_expired_cookies_task() -> int:
     """Every 5 minutes: delete account cookies past their expiry."""
     return account_cookies_delete_expired(now=timezone.now())
+
+
+@shared_task(name="proxy.refresh_models", soft_time_limit=120, time_limit=150)
+def refresh_models_task() -> dict:
+    """Hourly, and soon after the upstream announces a new ``x-models-etag``: refresh the plan
+    model snapshots. Idempotent (a full replacement each time)."""
+    from proxy.services.model_refresh import models_refresh
+
+    report = models_refresh(now=timezone.now())
+    logger.info("model refresh: %s", report)
+    return {"refreshed": report.refreshed, "kept": report.kept, "removed": report.removed}

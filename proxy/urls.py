@@ -1,9 +1,15 @@
 from django.urls import path, re_path
 
-from proxy.v1 import views
+from proxy.v1 import chat, models, responses, views
 
 urlpatterns = [
-    path("v1/responses", views.responses, name="v1-responses"),
-    path("v1/responses/review", views.responses_review, name="v1-responses-review"),
+    path("v1/responses", responses.responses, name="v1-responses"),
+    path("v1/responses/review", responses.responses_review, name="v1-responses-review"),
+    path("v1/responses/compact", responses.responses_compact, name="v1-responses-compact"),
+    path("v1/chat/completions", chat.chat_completions, name="v1-chat-completions"),
+    path("v1/models", models.list_models, name="v1-models"),
+    path("v1/models/catalog", models.model_catalog, name="v1-models-catalog"),
+    path("v1/models/<path:model_id>/info", models.model_info, name="v1-model-info"),
+    path("v1/models/<path:model_id>", models.model_detail, name="v1-model"),
     re_path(r"^(?:v1|api)(?:/(?P<path>.*))?$", views.unknown_route, name="api-unknown-route"),
 ]

@@ -110,10 +110,20 @@ def database_url_for(database_settings: dict, name: str) -> str:
     return f"postgresql://{credentials}@{host}:{port}/{name}"
 
 
+@pytest.fixture(scope="session")
+def fake_codex():
+    """The fake ChatGPT upstream of the session (the Celery worker is pointed at it too)."""
+    from tests.fakes.codex import FakeCodexUpstream
+
+    fake = FakeCodexUpstream().start()
+    yield fake
+    fake.stop()
+
+
 class CeleryWorkerProcess:
     """A real ``celery worker`` subprocess bound to this test run's database and Redis prefix."""
 
-    def __init__(self, database_url: str, log_path: Path):
+    def __init__(self, database_url: str, log_path: Path, extra_environment: dict[str, str]):
         import os
         import sys
 
@@ -133,7 +143,12 @@ class CeleryWorkerProcess:
                 "INFO",
             ],
             cwd=Path(__file__).resolve().parents[1],
-            env={**os.environ, "DATABASE_URL": database_url, "REDIS_URL": settings.REDIS_URL},
+            env={
+                **os.environ,
+                "DATABASE_URL": database_url,
+                "REDIS_URL": settings.REDIS_URL,
+                **extra_environment,
+            },
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
@@ -159,7 +174,7 @@ class CeleryWorkerProcess:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory):
+def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory, fake_codex):
     """A real Celery worker for the session. Tests using it need committed data
     (``@pytest.mark.django_db(transaction=True)``): the worker has its own connection."""
     with django_db_blocker.unblock():
@@ -168,6 +183,10 @@ def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory):
         database_url = database_url_for(
             settings.DATABASES["default"], connection.settings_dict["NAME"]
         )
-    worker = CeleryWorkerProcess(database_url, tmp_path_factory.mktemp("celery") / "worker.log")
+    worker = CeleryWorkerProcess(
+        database_url,
+        tmp_path_factory.mktemp("celery") / "worker.log",
+        {"CODEX_UPSTREAM_BASE": fake_codex.url},
+    )
     yield worker
     worker.stop()

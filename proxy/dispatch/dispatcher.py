@@ -50,11 +50,14 @@ from proxy.dispatch.sse import (
     stream_disconnected_event,
 )
 from proxy.dispatch.upstream_request import (
+    COMPACT_OMITTED_HEADERS,
     ClientIdentity,
     FingerprintHeaders,
+    compact_body,
     scoped_body,
     upstream_headers,
 )
+from proxy.models_catalog import Catalog
 from proxy.quota import UsageFetchError, apply_snapshot, fetch_usage
 
 SAME_ACCOUNT_5XX_RETRIES = 2
@@ -90,6 +93,7 @@ class DispatchRequest:
     client_ip: str | None = None
     user_agent: str | None = None
     subagent: str | None = None
+    catalog: Catalog | None = None  # plan allowlists of the model (None: no restriction)
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
 
@@ -132,6 +136,20 @@ class Committed:
     buffered: list[bytes]
     scanner: SSEScanner
     progress: StreamProgress
+    buffered_frames: list[Frame] = field(default_factory=list)
+
+    @property
+    def account(self) -> AccountView:
+        return self.slot.account
+
+
+@dataclass
+class CompactResult:
+    slot: Slot
+    attempt_index: int
+    upstream_headers: dict[str, str]
+    body: bytes
+    payload: object
 
     @property
     def account(self) -> AccountView:
@@ -153,6 +171,12 @@ class Dispatch:
         self.synthetic_failure = False
         self.stream_error: str | None = None
         self._url = codex.responses_url()
+        self._compact = False
+
+    @property
+    def transport(self) -> str:
+        """How the upstream was called: ``http`` for compact, ``http_sse`` otherwise."""
+        return "http" if self._compact else "http_sse"
 
     # ------------------------------------------------------------------------- candidates
 
@@ -160,6 +184,13 @@ class Dispatch:
         now = timezone.now()
         accounts = await account_pool.load_accounts(now=now)
         eligible = await account_pool.refresh_and_filter_eligible(accounts, now=now)
+        catalog = self.request.catalog
+        if catalog is not None:
+            eligible = [
+                account
+                for account in eligible
+                if catalog.allows(self.request.model, account.plan_type)
+            ]
         # A previous_response_id is bound to the account that produced it: exactly one account
         # is tried, the id untouched (spec §5.3 "external unknown"), never fanned out.
         limit = 1 if self.request.previous_response_id else None
@@ -169,15 +200,24 @@ class Dispatch:
 
     def _headers(self, account: AccountView) -> list[tuple[str, str]]:
         cookie = cookie_header(account.cookies, url=self._url, now=timezone.now())
-        return upstream_headers(
+        headers = upstream_headers(
             account=account,
             request=self.request,
             fingerprint=self.request.fingerprint,
             cookie=cookie,
         )
+        if self._compact:
+            headers = [
+                (name, value) for name, value in headers if name not in COMPACT_OMITTED_HEADERS
+            ]
+        return headers
 
     def _body_for(self, account: AccountView) -> bytes:
-        body = scoped_body(self.request.body, self.request.client_identity, account.id)
+        client = self.request.client_identity
+        if self._compact:
+            body = compact_body(self.request.body, client, account.id, self.request.request_id)
+        else:
+            body = scoped_body(self.request.body, client, account.id)
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     def _capture_cookies(self, account: AccountView, response: aiohttp.ClientResponse) -> None:
@@ -288,12 +328,15 @@ class Dispatch:
         scanner = SSEScanner()
         progress = StreamProgress()
         buffered: list[bytes] = []
+        buffered_frames: list[Frame] = []
         held = 0
         try:
             async for chunk in response.content.iter_any():
                 buffered.append(chunk)
                 held += len(chunk)
-                failure = self._observe(scanner.feed(chunk), progress)
+                frames = scanner.feed(chunk)
+                buffered_frames += frames
+                failure = self._observe(frames, progress)
                 if failure is not None:
                     response.close()
                     return failure
@@ -321,6 +364,7 @@ class Dispatch:
             buffered=buffered,
             scanner=scanner,
             progress=progress,
+            buffered_frames=buffered_frames,
         )
 
     async def _read_all(
@@ -379,7 +423,8 @@ class Dispatch:
             if slot is None:
                 break
             account = slot.account
-            await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
+            if not self._compact:  # compact skips the request interval (spec §1.5)
+                await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
             if account.quota_verify_required and await self._quota_still_blocked(account):
                 await scheduler.release(slot)
                 self.notes.append(
@@ -436,23 +481,56 @@ class Dispatch:
             await scheduler.release(outcome[0].slot, succeeded=True)
         return outcome
 
+    async def run_compact(self) -> CompactResult | ClientError:
+        """``/v1/responses/compact``: one JSON call, same rotation rules, no pacing."""
+        self._compact = True
+        self._url = codex.compact_url()
+        outcome = await self._walk(self._read_json)
+        if isinstance(outcome, CompactResult):
+            await scheduler.release(outcome.slot, succeeded=True)
+        return outcome
+
+    async def _read_json(
+        self, slot: Slot, attempt_index: int, response: aiohttp.ClientResponse
+    ) -> CompactResult | AttemptFailure:
+        try:
+            body = await response.read()
+        except codex.TRANSPORT_ERRORS as error:
+            response.close()
+            return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=type(error).__name__)
+        headers = codex.lowercase_headers(response)
+        response.release()
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            # A non-JSON answer is an upstream error, returned as 502 (spec §1.5).
+            return AttemptFailure(FailureKind.CLIENT_ERROR, upstream_status=502, body=body[:200])
+        return CompactResult(slot, attempt_index, headers, body, payload)
+
     # ------------------------------------------------------------------------- relaying
 
-    async def relay(self, committed: Committed) -> AsyncIterator[bytes]:
-        """The bytes of a committed stream, then the synthetic failure if the upstream ended
-        without a terminal event, then ``data: [DONE]``. Cancellation (the client left) closes
-        the upstream connection at once. The slot is released when the stream ends."""
+    async def upstream_chunks(
+        self, committed: Committed
+    ) -> AsyncIterator[tuple[bytes, list[Frame]]]:
+        """The committed stream's chunks with the complete frames each one finished.
+
+        Sets ``stream_error`` / ``client_cancelled`` on the way; cancellation (the client left)
+        closes the upstream connection at once. The slot is released when the stream ends, and
+        live streams refresh it so long responses keep counting.
+        """
         progress = committed.progress
         scanner = committed.scanner
         heartbeat_every = settings.SCHEDULER_SLOT_TTL_SECONDS / 4
         last_heartbeat = time.monotonic()
         try:
-            for chunk in committed.buffered:
-                yield chunk
-            committed.buffered = []
+            if committed.buffered:
+                held = b"".join(committed.buffered)
+                committed.buffered = []
+                yield held, committed.buffered_frames
             async for chunk in committed.response.content.iter_any():
-                self._observe(scanner.feed(chunk), progress)
-                yield chunk
+                frames = scanner.feed(chunk)
+                self._observe(frames, progress)
+                yield chunk, frames
                 if time.monotonic() - last_heartbeat > heartbeat_every:
                     last_heartbeat = time.monotonic()
                     await scheduler.heartbeat(committed.slot)
@@ -471,8 +549,16 @@ class Dispatch:
             succeeded = progress.terminal_event in SUCCESS_TERMINAL_EVENTS and not self.stream_error
             await asyncio.shield(scheduler.release(committed.slot, succeeded=succeeded))
         if not progress.terminal_event:
-            separator = b"" if scanner.ends_with_blank_line else b"\n\n"
             self.synthetic_failure = True
+
+    async def relay(self, committed: Committed) -> AsyncIterator[bytes]:
+        """The bytes of a committed stream verbatim, then the synthetic failure if the upstream
+        ended without a terminal event, then ``data: [DONE]``."""
+        async for chunk, _ in self.upstream_chunks(committed):
+            yield chunk
+        progress = committed.progress
+        if self.synthetic_failure:
+            separator = b"" if committed.scanner.ends_with_blank_line else b"\n\n"
             yield separator + stream_disconnected_event(progress.response_id, self.stream_error)
         if not progress.done_seen:
             yield DONE_FRAME

@@ -17,14 +17,15 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from proxy import redis_keys
 from proxy.dispatch.cookies import store_cookies
 from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
+from proxy.loop_resources import async_redis
 from proxy.quota import passive_quota_sync
 from proxy.services.account_usage import AccountUsageIncrement, account_usage_add
 from telemetry.services.ledger import ops_error_log_create, usage_record_create
 
 logger = logging.getLogger(__name__)
-TRANSPORT = "http_sse"
 _background_tasks: set[asyncio.Task] = set()
 
 
@@ -38,6 +39,7 @@ class LedgerEntry:
     cookies: list[tuple[str, list[dict]]] = field(default_factory=list)
     # (account id, upstream headers) of a success whose rate-limit headers update the quota.
     quota_sync: tuple[str, dict[str, str]] | None = None
+    models_etag: str | None = None
 
 
 def schedule(entry: LedgerEntry) -> None:
@@ -64,6 +66,33 @@ async def write(entry: LedgerEntry) -> None:
             await passive_quota_sync(account_id, headers, now=now)
         except Exception:
             logger.warning("passive quota sync failed", exc_info=True)
+    if entry.models_etag:
+        try:
+            await note_models_etag(entry.models_etag)
+        except Exception:
+            logger.warning("could not check the models etag", exc_info=True)
+
+
+_last_models_etag: str | None = None
+
+
+async def note_models_etag(etag: str) -> bool:
+    """Queue a model refresh when the upstream announces a models etag not seen before
+    (spec §4.5); the process remembers the last one so the usual case costs nothing.
+    Returns whether a refresh was queued."""
+    global _last_models_etag
+    if etag == _last_models_etag:
+        return False
+    _last_models_etag = etag
+    redis = await async_redis.get()
+    previous = await redis.set(redis_keys.models_etag(), etag, ex=86400, get=True)
+    if previous is not None and previous.decode() == etag:
+        return False
+    from proxy.tasks import refresh_models_task
+
+    # A short delay lets a burst of answers carrying the same new etag settle (250 ms debounce).
+    await sync_to_async(refresh_models_task.apply_async, thread_sensitive=False)(countdown=0.25)
+    return True
 
 
 def _write_in_thread(entry: LedgerEntry) -> None:
@@ -113,7 +142,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
     latency = request.elapsed_ms()
     reasoning = request.body.get("reasoning")
     base_metadata: dict[str, Any] = {
-        "apiKind": "responses",
+        "apiKind": "chat" if request.route == "/v1/chat/completions" else "responses",
         "stream": request.stream,
         "compact": request.route.endswith("/compact"),
         "clientIp": request.client_ip,
@@ -159,7 +188,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
                     "model": request.model,
                     "status_code": failure.upstream_status or 502,
                     "upstream_status_code": failure.upstream_status,
-                    "transport": TRANSPORT,
+                    "transport": dispatch.transport,
                     "attempt_index": note.index,
                     "failure_class": failure.kind.value,
                     "latency_ms": latency,
@@ -188,7 +217,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
                 "status_code": error.status,
                 "client_status_code": error.status,
                 "upstream_status_code": failure.upstream_status if failure else None,
-                "transport": TRANSPORT if dispatch.notes else None,
+                "transport": dispatch.transport if dispatch.notes else None,
                 "attempt_index": dispatch.notes[-1].index if dispatch.notes else None,
                 "failure_class": failure_class,
                 "response_id": failure.response_id if failure else None,
@@ -232,7 +261,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
         "provider": "openai",
         "account_id": account.id,
         "model": effective_model,
-        "transport": TRANSPORT,
+        "transport": dispatch.transport,
         "attempt_index": committed.attempt_index,
         "response_id": progress.response_id or response.get("id"),
         "upstream_request_id": upstream_headers.get("x-request-id")
@@ -267,6 +296,7 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
     if not failed_badly and terminal_event in ("response.completed", "response.incomplete"):
         incomplete = terminal_event == "response.incomplete"
         entry.quota_sync = (account.id, upstream_headers)
+        entry.models_etag = upstream_headers.get("x-models-etag")
         kind_word = "incomplete" if incomplete else "completed"
         message = (
             f"v1 responses stream {kind_word}" if request.stream else f"v1 responses {kind_word}"
@@ -324,5 +354,64 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
                 "firstTokenMs": progress.first_token_ms,
             },
         }
+    )
+    return entry
+
+
+def build_compact_entry(dispatch, result) -> LedgerEntry:
+    """The ledger of a successful ``/v1/responses/compact`` call (transport ``http``)."""
+    request = dispatch.request
+    entry = build_entry(dispatch)  # transient failures of earlier attempts, if any
+    payload = result.payload if isinstance(result.payload, dict) else {}
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    input_details = usage.get("input_tokens_details") or {}
+    output_details = usage.get("output_tokens_details") or {}
+    headers = result.upstream_headers
+    effective_model = headers.get("openai-model") or request.model
+    entry.usage = {
+        "created_at": timezone.now(),
+        "request_id": request.request_id,
+        "client_api_key_id": request.client_api_key_id,
+        "route": request.route,
+        "provider": "openai",
+        "account_id": result.account.id,
+        "model": effective_model,
+        "requested_model": request.requested_model,
+        "upstream_model": effective_model,
+        "service_tier": None,
+        "status_code": 200,
+        "transport": "http",
+        "attempt_index": result.attempt_index,
+        "response_id": payload.get("id") if isinstance(payload.get("id"), str) else None,
+        "upstream_request_id": headers.get("x-request-id"),
+        "latency_ms": request.elapsed_ms(),
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cached_tokens": input_details.get("cached_tokens"),
+        "reasoning_tokens": output_details.get("reasoning_tokens"),
+        "message": "v1 responses compact completed",
+        "metadata": {
+            "apiKind": "responses",
+            "compact": True,
+            "stream": False,
+            "clientIp": request.client_ip,
+            "userAgent": request.user_agent,
+            "attemptCount": len(dispatch.notes),
+            "attempts": [
+                {"index": note.index, "accountId": note.account_id} for note in dispatch.notes
+            ],
+        },
+    }
+    entry.account_usage.append(
+        (
+            result.account.id,
+            AccountUsageIncrement(
+                counted_request=True,
+                input_tokens=usage.get("input_tokens") or 0,
+                output_tokens=usage.get("output_tokens") or 0,
+                cached_tokens=input_details.get("cached_tokens") or 0,
+                reasoning_tokens=output_details.get("reasoning_tokens") or 0,
+            ),
+        )
     )
     return entry

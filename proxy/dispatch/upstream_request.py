@@ -196,3 +196,34 @@ def upstream_headers(
     ordered = [(name, values.pop(name)) for name in fingerprint.order if name in values]
     ordered += list(values.items())
     return ordered
+
+
+# Headers a compact call does not send (spec §2.3).
+COMPACT_OMITTED_HEADERS = frozenset(
+    {
+        "accept",
+        "x-codex-turn-state",
+        "x-codex-turn-metadata",
+        "x-codex-beta-features",
+        "x-responsesapi-include-timing-metrics",
+        "version",
+        "x-openai-subagent",
+    }
+)
+
+
+def compact_body(body: dict, client: ClientIdentity, account_id: str, request_id: str) -> dict:
+    """The body of ``/codex/responses/compact`` for one account (spec §1.5): identity fields
+    scoped, and ``client_metadata`` (created when absent) carrying the account's ids."""
+    scoped = scoped_body(body, client, account_id)
+    metadata = scoped.get("client_metadata")
+    metadata = dict(metadata) if isinstance(metadata, dict) else {}
+    metadata["x-codex-installation-id"] = identity.installation_id(account_id)
+    for _, metadata_key, _, domain, _ in _IDENTITY_FIELDS:
+        if domain in client.values:
+            metadata[metadata_key] = identity.scoped_id(domain, account_id, client.values[domain])
+    metadata["x-client-request-id"] = identity.client_request_id(
+        account_id, client.client_request_id or request_id
+    )
+    scoped["client_metadata"] = metadata
+    return scoped

@@ -169,6 +169,66 @@ def text_events(*, text: str, deltas: int, model: str, usage: dict | None = None
     return number_events(events)
 
 
+def function_call_events(
+    *, name: str, arguments: str, model: str, call_id: str | None = None
+) -> list[dict]:
+    """The event sequence of a response that calls one function."""
+    response_id = f"resp_{uuid.uuid4().hex}"
+    item_id = f"fc_{uuid.uuid4().hex}"
+    call_id = call_id or f"call_{uuid.uuid4().hex[:24]}"
+    item = {
+        "id": item_id,
+        "type": "function_call",
+        "status": "completed",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+    in_progress = response_object(
+        response_id=response_id, model=model, status="in_progress", output=[], usage=None
+    )
+    half = len(arguments) // 2
+    events = [
+        {"type": "response.created", "response": in_progress},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**item, "status": "in_progress", "arguments": ""},
+        },
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": item_id,
+            "output_index": 0,
+            "delta": arguments[:half],
+        },
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": item_id,
+            "output_index": 0,
+            "delta": arguments[half:],
+        },
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": item_id,
+            "output_index": 0,
+            "arguments": arguments,
+            "name": name,
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {
+            "type": "response.completed",
+            "response": response_object(
+                response_id=response_id,
+                model=model,
+                status="completed",
+                output=[item],
+                usage=usage_object(),
+            ),
+        },
+    ]
+    return number_events(events)
+
+
 def number_events(events: list[dict]) -> list[dict]:
     return [{**event, "sequence_number": index} for index, event in enumerate(events)]
 
@@ -187,6 +247,8 @@ class FakeCodexUpstream:
         self.max_in_flight: dict[str, int] = defaultdict(int)
         self.disconnects: list[str] = []
         self.models_payload: dict | None = None
+        # token -> models payload, when plans differ
+        self.models_by_token: dict[str, dict] = {}
         self.models_headers: dict[str, str] = {}
         self.compact_payload: dict | None = None
         # token -> usage payload (dict) or an HTTP status (int) for GET /codex/usage
@@ -206,6 +268,8 @@ class FakeCodexUpstream:
             self.max_in_flight.clear()
             self.disconnects.clear()
             self.usage.clear()
+            self.models_by_token.clear()
+            self.models_payload = None
         self.server.clear()
 
     @property
@@ -312,7 +376,9 @@ class FakeCodexUpstream:
                     await asyncio.sleep(reply.delta_delay)
                 await response.write(sse_frame(event))
             if reply.kind == "cut":
-                # Drop the connection mid-stream (no terminating chunk).
+                # Let the events reach the client, then drop the connection mid-stream (no
+                # terminating chunk). Without the pause aiohttp may discard the last packet.
+                await asyncio.sleep(0.05)
                 request.transport.close()
                 return response
             await response.write_eof()
@@ -345,7 +411,9 @@ class FakeCodexUpstream:
         return web.json_response(answer)
 
     async def _models(self, request: web.Request) -> web.Response:
-        payload = self.models_payload or {"models": []}
+        payload = (
+            self.models_by_token.get(self._token(request)) or self.models_payload or {"models": []}
+        )
         return web.json_response(payload, headers=self.models_headers)
 
 

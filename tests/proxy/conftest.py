@@ -16,15 +16,7 @@ from proxy.dispatch import recording
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
-from tests.fakes.codex import FakeCodexUpstream
 from tests.proxy.factories import make_account
-
-
-@pytest.fixture(scope="session")
-def fake_codex():
-    fake = FakeCodexUpstream().start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,136 @@
+"""``POST /v1/chat/completions``: Chat Completions bridged to the Responses upstream.
+
+The request is translated (``proxy.chat``), then dispatched exactly like ``/v1/responses`` —
+same scheduler, failover and ledger (route ``/v1/chat/completions``, the requested model kept).
+The upstream always streams; a non-stream client gets the ``chat.completion`` built from the
+terminal response. Errors use the OpenAI envelope with their HTTP status, also for streams that
+fail before their first chunk (chat clients expect JSON there, not a Responses event).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from proxy.chat import (
+    ChatRequestInvalid,
+    ChatStreamTranslator,
+    chat_request_to_responses,
+    responses_to_chat_completion,
+)
+from proxy.dispatch import recording
+from proxy.dispatch.dispatcher import Dispatch
+from proxy.dispatch.failures import ClientError
+from proxy.dispatch.sse import DONE_FRAME
+from proxy.v1.common import (
+    dispatch_request,
+    model_catalog_or_404,
+    resolved,
+    validate,
+    with_upstream_headers,
+)
+from proxy.v1.errors import error_response
+
+ROUTE = "/v1/chat/completions"
+STREAM_CUT_MESSAGE = "Upstream stream closed before response.completed"
+
+
+def _frame(chunk: dict) -> bytes:
+    return (
+        b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    )
+
+
+@csrf_exempt
+@require_POST
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    valid = await validate(request)
+    if isinstance(valid, HttpResponse):
+        return valid
+    try:
+        plan = chat_request_to_responses(valid.body)
+    except ChatRequestInvalid as rejection:
+        response = JsonResponse(rejection.envelope(), status=rejection.status_code)
+        response["x-request-id"] = valid.request_id
+        return response
+    catalog = await model_catalog_or_404(valid, plan.requested_model)
+    if isinstance(catalog, HttpResponse):
+        return catalog
+    body = dict(plan.responses_body)
+    body["model"] = resolved(plan.requested_model, valid)
+    dispatch = Dispatch(
+        dispatch_request(
+            request,
+            valid,
+            route=ROUTE,
+            requested_model=plan.requested_model,
+            body=body,
+            stream=plan.stream,
+            catalog=catalog,
+        )
+    )
+    completion_id = f"chatcmpl-{secrets.token_hex(12)}"
+    translator = ChatStreamTranslator(plan, completion_id, int(time.time()), plan.requested_model)
+    if plan.stream:
+        return await _stream(dispatch, translator, valid.request_id)
+    return await _complete(dispatch, plan, completion_id, valid.request_id)
+
+
+async def _stream(
+    dispatch: Dispatch, translator: ChatStreamTranslator, request_id: str
+) -> HttpResponse:
+    outcome = await dispatch.open_stream()
+    if isinstance(outcome, ClientError):
+        recording.schedule(recording.build_entry(dispatch))
+        return error_response(outcome, request_id)
+
+    async def chunks():
+        try:
+            async for _, frames in dispatch.upstream_chunks(outcome):
+                for frame in frames:
+                    if not frame.data or frame.data == b"[DONE]":
+                        continue
+                    try:
+                        event = frame.json()
+                    except ValueError:
+                        continue
+                    for chunk in translator.feed(frame.event or event.get("type", ""), event):
+                        yield _frame(chunk)
+            if dispatch.synthetic_failure:
+                message = STREAM_CUT_MESSAGE
+                if dispatch.stream_error:
+                    message = f"{message}: {dispatch.stream_error}"
+                closing = translator.error_chunks(message)
+            else:
+                closing = translator.finish()
+            for chunk in closing:
+                yield _frame(chunk)
+            yield DONE_FRAME
+        finally:
+            recording.schedule(recording.build_entry(dispatch, committed=outcome))
+
+    response = StreamingHttpResponse(chunks(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return with_upstream_headers(response, request_id, outcome.upstream_headers)
+
+
+async def _complete(dispatch: Dispatch, plan, completion_id: str, request_id: str) -> HttpResponse:
+    outcome = await dispatch.run_to_completion()
+    if isinstance(outcome, ClientError):
+        recording.schedule(recording.build_entry(dispatch))
+        return error_response(outcome, request_id)
+    committed, response_object = outcome
+    recording.schedule(
+        recording.build_entry(dispatch, committed=committed, response_object=response_object)
+    )
+    completion = responses_to_chat_completion(
+        plan, completion_id, int(time.time()), plan.requested_model, response_object
+    )
+    response = JsonResponse(completion, json_dumps_params={"ensure_ascii": False})
+    return with_upstream_headers(response, request_id, committed.upstream_headers)

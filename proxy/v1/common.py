@@ -1,0 +1,109 @@
+"""What every ``/v1`` view does first: request id, client key, JSON object, model."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+from django.http import HttpRequest, HttpResponse
+
+from proxy.catalog_cache import recognised_catalog
+from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS, DispatchRequest
+from proxy.dispatch.upstream_request import read_client_identity
+from proxy.models_catalog import Catalog, resolve_alias
+from proxy.v1.auth import AuthenticatedClient, authenticate
+from proxy.v1.errors import INVALID_REQUEST, MISSING_KEY, MODEL_NOT_FOUND, error_response
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+ALLOWED_SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "collab_spawn"})
+
+
+def request_id_for(request: HttpRequest) -> str:
+    """The client's ``x-request-id`` when well-formed (1–128 of ``[A-Za-z0-9_.-]``), else ours."""
+    supplied = request.headers.get("x-request-id")
+    if supplied and _REQUEST_ID.match(supplied):
+        return supplied
+    return f"req_{uuid.uuid4()}"
+
+
+def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dict[str, str]):
+    """Copy the safe upstream headers (spec §1.4) and set our request id."""
+    for name in SAFE_UPSTREAM_HEADERS:
+        value = upstream.get(name)
+        if value is not None:
+            response[name] = value
+    response["x-request-id"] = request_id
+    return response
+
+
+@dataclass
+class ValidRequest:
+    request_id: str
+    client: AuthenticatedClient
+    body: dict
+
+
+async def validate(
+    request: HttpRequest, *, model_field: str = "model"
+) -> ValidRequest | HttpResponse:
+    """Auth → body is a JSON object → model a non-empty string (spec §1.4 order).
+
+    Returns the parsed request or the error response to send.
+    """
+    request_id = request_id_for(request)
+    client = await authenticate(request.headers.get("authorization"))
+    if client is None:
+        return error_response(MISSING_KEY, request_id)
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return error_response(INVALID_REQUEST, request_id)
+    if not isinstance(body, dict):
+        return error_response(INVALID_REQUEST, request_id)
+    model = body.get(model_field)
+    if not isinstance(model, str) or not model.strip():
+        return error_response(INVALID_REQUEST, request_id)
+    return ValidRequest(request_id=request_id, client=client, body=body)
+
+
+async def model_catalog_or_404(valid: ValidRequest, model: str) -> Catalog | HttpResponse:
+    catalog = await recognised_catalog(model, valid.client.aliases)
+    if catalog is None:
+        return error_response(MODEL_NOT_FOUND, valid.request_id)
+    return catalog
+
+
+def dispatch_request(
+    request: HttpRequest,
+    valid: ValidRequest,
+    *,
+    route: str,
+    requested_model: str,
+    body: dict,
+    stream: bool,
+    catalog: Catalog,
+    subagent: str | None = None,
+) -> DispatchRequest:
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    return DispatchRequest(
+        request_id=valid.request_id,
+        route=route,
+        requested_model=requested_model,
+        model=body["model"],
+        body=body,
+        stream=stream,
+        scheduler_settings=valid.client.scheduler_settings,
+        fingerprint=valid.client.fingerprint,
+        client_identity=read_client_identity(body, headers),
+        client_api_key_id=valid.client.key_id,
+        client_ip=request.META.get("REMOTE_ADDR"),
+        user_agent=request.headers.get("user-agent"),
+        subagent=subagent,
+        catalog=catalog,
+    )
+
+
+def resolved(model: str, valid: ValidRequest) -> str:
+    return resolve_alias(model, valid.client.aliases)

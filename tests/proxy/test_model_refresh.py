@@ -1,0 +1,153 @@
+"""The model refresh job (spec §4.5) through a real worker, the etag trigger, and plan
+allowlists steering the scheduler."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+from django.conf import settings
+
+from proxy.catalog_cache import forget_cached_catalog
+from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.tasks import refresh_models_task
+from tests.fakes.codex import Reply
+from tests.proxy.conftest import make_pool_account
+
+PLUS_MODELS = {
+    "models": [
+        {
+            "slug": "gpt-5.4",
+            "display_name": "GPT-5.4",
+            "supported_reasoning_levels": [{"effort": "low"}, {"effort": "high"}],
+        }
+    ]
+}
+PRO_MODELS = {
+    "chat_models": {
+        "models": [
+            {"slug": "gpt-5.4"},
+            {"slug": "gpt-5.5-pro", "title": "GPT-5.5 Pro", "context_window": 400000},
+        ]
+    }
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_snapshots():
+    model_snapshots_replace({})
+    forget_cached_catalog()
+    yield
+    model_snapshots_replace({})
+    forget_cached_catalog()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, celery_worker):
+    make_pool_account("tok-plus-1", plan_type="plus")
+    make_pool_account("tok-plus-2", plan_type="plus")
+    make_pool_account("tok-pro", plan_type="pro")
+    upstream.models_by_token.update({"tok-plus-1": PLUS_MODELS, "tok-pro": PRO_MODELS})
+    model_snapshots_replace({"team": {"models": [{"id": "old"}], "fetchedAt": "earlier"}})
+    # The worker process reads CODEX_UPSTREAM_BASE from its environment (the fake's URL).
+
+    result = celery_worker.run(refresh_models_task)
+
+    assert result == {"refreshed": {"plus": 1, "pro": 2}, "kept": [], "removed": ["team"]}
+    snapshots = model_snapshots_get_all()
+    assert set(snapshots) == {"plus", "pro"}
+    plus = snapshots["plus"]["models"][0]
+    assert (plus["id"], plus["displayName"], plus["source"]) == ("gpt-5.4", "GPT-5.4", "backend")
+    assert [effort["reasoningEffort"] for effort in plus["supportedReasoningEfforts"]] == [
+        "low",
+        "high",
+    ]
+    assert snapshots["pro"]["models"][1]["contextWindow"] == 400000
+    calls = upstream.server.requests_to("/codex/models")
+    assert sorted(call.header("authorization") for call in calls) == [
+        "Bearer tok-plus-1",
+        "Bearer tok-pro",
+    ]
+    assert calls[0].query["client_version"] == "26.519.81530"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plan_whose_fetch_fails_keeps_its_previous_snapshot(upstream, celery_worker):
+    make_pool_account("tok-plus", plan_type="plus")
+    model_snapshots_replace(
+        {"plus": {"models": [{"id": "kept-model", "source": "backend"}], "fetchedAt": "earlier"}}
+    )
+
+    result = celery_worker.run(refresh_models_task)
+
+    assert result["kept"] == ["plus"]
+    assert model_snapshots_get_all()["plus"]["fetchedAt"] == "earlier"
+
+
+def test_plan_allowlists_steer_the_scheduler_and_the_catalog(proxy, upstream, client_key):
+    make_pool_account("tok-plus", plan_type="plus")
+    make_pool_account("tok-pro", plan_type="pro")
+    model_snapshots_replace(
+        {
+            "plus": {"models": [{"id": "gpt-5.4", "source": "backend"}], "fetchedAt": "now"},
+            "pro": {
+                "models": [
+                    {"id": "gpt-5.4", "source": "backend"},
+                    {"id": "gpt-5.5-pro", "source": "backend"},
+                ],
+                "fetchedAt": "now",
+            },
+        }
+    )
+    forget_cached_catalog()
+    headers = {"Authorization": f"Bearer {client_key.key}"}
+
+    ids = [
+        model["id"]
+        for model in requests.get(f"{proxy.url}/v1/models", headers=headers, timeout=10).json()[
+            "data"
+        ]
+    ]
+    for _ in range(3):
+        response = requests.post(
+            f"{proxy.url}/v1/responses",
+            data=json.dumps({"model": "gpt-5.5-pro", "stream": False}),
+            headers=headers,
+            timeout=30,
+        )
+        assert response.status_code == 200
+
+    assert ids == ["gpt-5.4", "gpt-5.5-pro"]
+    assert upstream.tokens_called() == ["tok-pro"] * 3
+    missing = requests.post(
+        f"{proxy.url}/v1/responses",
+        data=json.dumps({"model": "gpt-5.5"}),
+        headers=headers,
+        timeout=30,
+    )
+    assert missing.status_code == 404  # built-in names are not served once snapshots exist
+
+
+def test_a_new_models_etag_queues_a_refresh(
+    proxy, upstream, client_key, celery_worker, redis_client
+):
+    make_pool_account("tok-plus", plan_type="plus")
+    upstream.models_by_token["tok-plus"] = PLUS_MODELS
+    redis_client.delete(f"{settings.REDIS_KEY_PREFIX}models:etag")
+    upstream.program("tok-plus", Reply(headers={"x-models-etag": f"etag-{time.monotonic_ns()}"}))
+
+    response = requests.post(
+        f"{proxy.url}/v1/responses",
+        data=json.dumps({"model": "gpt-5.4", "stream": False}),
+        headers={"Authorization": f"Bearer {client_key.key}"},
+        timeout=30,
+    )
+    assert response.headers["x-models-etag"].startswith("etag-")
+    proxy.drain()
+
+    deadline = time.monotonic() + 20
+    while "plus" not in model_snapshots_get_all() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert model_snapshots_get_all()["plus"]["models"][0]["id"] == "gpt-5.4"
