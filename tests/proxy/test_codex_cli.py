@@ -1,0 +1,95 @@
+"""The Codex CLI end to end: ``codex exec`` through the proxy, as a developer would run it.
+
+The CLI (npm ``@openai/codex``, pinned) is installed once into ``var/tools/codex-cli`` and reused.
+Without npm the check cannot run: it is reported as skipped with the reason, and is an error
+when REQUIRE_CODEX_CLI=1 (as in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from django.conf import settings
+
+from telemetry.models import UsageRecord
+from tests.proxy.conftest import make_pool_account
+
+CODEX_CLI_VERSION = "0.171.0"
+
+
+@pytest.fixture(scope="session")
+def codex_cli() -> str:
+    prefix = settings.VAR_DIR / "tools" / "codex-cli"
+    binary = prefix / "node_modules" / ".bin" / "codex"
+    version_file = prefix / "installed-version"
+    if binary.exists() and version_file.exists() and version_file.read_text() == CODEX_CLI_VERSION:
+        return str(binary)
+    npm = shutil.which("npm")
+    if npm is None:
+        message = "Codex CLI check NOT RUN: npm is not installed (Node.js 18+ with npm is needed)"
+        if os.environ.get("REQUIRE_CODEX_CLI") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    prefix.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(prefix),
+            f"@openai/codex@{CODEX_CLI_VERSION}",
+            "--no-audit",
+            "--no-fund",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    version_file.write_text(CODEX_CLI_VERSION)
+    return str(binary)
+
+
+def test_codex_exec_completes_through_the_proxy(codex_cli, proxy, upstream, client_key, tmp_path):
+    make_pool_account("tok-cli")
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        f"""
+model = "gpt-5.4"
+model_provider = "cpr"
+
+[model_providers.cpr]
+name = "Codex Proxy"
+base_url = "{proxy.url}/v1"
+env_key = "CPR_API_KEY"
+wire_api = "responses"
+"""
+    )
+    environment = {**os.environ, "CODEX_HOME": str(codex_home), "CPR_API_KEY": client_key.key}
+
+    result = subprocess.run(
+        [codex_cli, "exec", "--skip-git-repo-check", "Say hello in one line"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Hello from the fake upstream." in result.stdout
+    [sent] = upstream.responses_requests()
+    body = sent.json()
+    assert body["model"] == "gpt-5.4" and body["stream"] is True
+    assert any("Say hello in one line" in str(item) for item in body["input"])
+    proxy.drain()
+    record = UsageRecord.objects.get()
+    assert (record.route, record.client_api_key_id, record.message) == (
+        "/v1/responses",
+        client_key.id,
+        "v1 responses stream completed",
+    )
+    assert record.output_tokens == 5
