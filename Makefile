@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test lint format stop-embedded migrate clean-venv
+.PHONY: run test bench lint format stop-embedded migrate clean-venv
 
 $(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ test: $(INSTALLED)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest
+
+# Not part of `make test`: several minutes of load against the project and its peers.
+bench: $(INSTALLED)
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 lint: $(INSTALLED)
 	$(PY) -m ruff check .

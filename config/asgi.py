@@ -17,14 +17,11 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from config.body_limit import RequestBodyLimit  # noqa: E402
 from config.lifespan import lifespan  # noqa: E402
+from config.v1_handler import APIHandler, PathRouter  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": RequestBodyLimit(
-            ASGIStaticFilesHandler(django_http_application),
-            prefix="/v1/",
-            limit=settings.V1_MAX_BODY_BYTES,
-        ),
-        "lifespan": lifespan,
-    }
+http_application = PathRouter(
+    prefix="/v1/",
+    api=RequestBodyLimit(APIHandler(), prefix="/v1/", limit=settings.V1_MAX_BODY_BYTES),
+    default=ASGIStaticFilesHandler(django_http_application),
 )
+application = ProtocolTypeRouter({"http": http_application, "lifespan": lifespan})

@@ -21,7 +21,12 @@ from proxy.models import (
     FingerprintUpdateHistory,
     RuntimeSettings,
 )
-from proxy.services.accounts import ADMIN_SETTABLE_STATUSES, account_update_by_admin
+from proxy.services.accounts import (
+    ADMIN_SETTABLE_STATUSES,
+    AccountIdentityTaken,
+    account_create,
+    account_update_by_admin,
+)
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
 
@@ -122,6 +127,29 @@ class ClientApiKeyAdmin(admin.ModelAdmin):
         messages.info(request, "Key created: copy it from its page.")
 
 
+class AccountAddForm(forms.ModelForm):
+    """Adding an account by hand: its tokens, and what identifies it upstream."""
+
+    access_token = forms.CharField(widget=forms.PasswordInput(render_value=False))
+    refresh_token = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False)
+
+    class Meta:
+        model = Account
+        fields = ("email", "label", "chatgpt_account_id", "chatgpt_user_id", "plan_type")
+
+    def clean(self):
+        cleaned = super().clean()
+        account_id = cleaned.get("chatgpt_account_id")
+        if account_id:
+            same = Account.objects.filter(
+                chatgpt_account_id=account_id,
+                chatgpt_user_id=cleaned.get("chatgpt_user_id") or None,
+            )
+            if same.exists():
+                raise forms.ValidationError(str(AccountIdentityTaken.__doc__).strip())
+        return cleaned
+
+
 class AccountForm(forms.ModelForm):
     status = forms.ChoiceField(
         choices=[(status.value, status.label) for status in ADMIN_SETTABLE_STATUSES]
@@ -170,7 +198,25 @@ class AccountAdmin(admin.ModelAdmin):
     )
 
     def get_fields(self, request, obj=None):
+        if obj is None:
+            return (
+                "access_token",
+                "refresh_token",
+                "email",
+                "label",
+                "chatgpt_account_id",
+                "chatgpt_user_id",
+                "plan_type",
+            )
         return ("label", "status", *self.readonly_fields)
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else self.readonly_fields
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = AccountAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
 
     @admin.display(description="access token")
     def masked_access_token(self, obj: Account) -> str:
@@ -180,10 +226,11 @@ class AccountAdmin(admin.ModelAdmin):
     def masked_refresh_token(self, obj: Account) -> str:
         return masked(obj.refresh_token)
 
-    def has_add_permission(self, request) -> bool:
-        return False  # accounts arrive through the import / OAuth flows
-
     def save_model(self, request, obj, form, change) -> None:
+        if not change:
+            created = account_create(now=timezone.now(), **form.cleaned_data)
+            obj.pk = created.pk
+            return
         account_update_by_admin(
             account=obj,
             label=form.cleaned_data.get("label") or None,

@@ -75,6 +75,57 @@ where a.status in ('active', 'quota_exhausted')
 order by a.added_at, a.id
 """
 
+# The same rows as one JSON value, so that the client-key lookup can bring the candidates along
+# in its single round trip (the request path's only PostgreSQL read before the first byte).
+CANDIDATES_JSON_SQL = """
+(select coalesce(json_agg(row_to_json(candidate) order by candidate.added_at, candidate.id),
+                 '[]'::json)
+ from (
+   select a.id, a.email, a.chatgpt_account_id, a.plan_type, a.access_token,
+          a.access_token_expires_at, a.status, a.quota_limit_reached, a.quota_verify_required,
+          a.quota_cooldown_until, a.cloudflare_cooldown_until, a.added_at,
+          coalesce(u.request_count, 0) as request_count,
+          coalesce(u.window_request_count, 0) as window_request_count,
+          coalesce(u.window_input_tokens + u.window_output_tokens
+                   + u.window_image_input_tokens + u.window_image_output_tokens, 0)
+            as window_tokens,
+          coalesce(u.window_cached_tokens, 0) as window_cached_tokens,
+          u.window_reset_at, u.limit_window_seconds, u.last_used_at,
+          cookies.items as cookies
+   from accounts a
+   left join account_usage u on u.account_id = a.id
+   left join lateral (
+     select coalesce(json_agg(json_build_object(
+              'domain', c.domain, 'name', c.name, 'value', c.value, 'path', c.path,
+              'expires_at', c.expires_at)), '[]'::json) as items
+     from account_cookies c
+     where c.account_id = a.id and (c.expires_at is null or c.expires_at > %(now)s)
+   ) cookies on true
+   where a.status in ('active', 'quota_exhausted')
+ ) candidate)
+"""
+_TIMESTAMP_FIELDS = (
+    "access_token_expires_at",
+    "quota_cooldown_until",
+    "cloudflare_cooldown_until",
+    "added_at",
+    "window_reset_at",
+    "last_used_at",
+)
+
+
+def accounts_from_json(rows: list[dict]) -> list[AccountView]:
+    """AccountViews from the rows of ``CANDIDATES_JSON_SQL``."""
+    accounts = []
+    for row in rows:
+        for name in _TIMESTAMP_FIELDS:
+            value = row.get(name)
+            if value is not None:
+                row[name] = datetime.fromisoformat(value)
+        accounts.append(AccountView(**row))
+    return accounts
+
+
 _RECHECK_SQL = """
 select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldown_until,
        access_token, access_token_expires_at

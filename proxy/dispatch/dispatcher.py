@@ -94,6 +94,7 @@ class DispatchRequest:
     user_agent: str | None = None
     subagent: str | None = None
     catalog: Catalog | None = None  # plan allowlists of the model (None: no restriction)
+    accounts: list[AccountView] | None = None  # candidates read with the key (None: load them)
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
 
@@ -182,7 +183,9 @@ class Dispatch:
 
     async def _ledger(self) -> CandidateLedger:
         now = timezone.now()
-        accounts = await account_pool.load_accounts(now=now)
+        accounts = self.request.accounts
+        if accounts is None:
+            accounts = await account_pool.load_accounts(now=now)
         eligible = await account_pool.refresh_and_filter_eligible(accounts, now=now)
         catalog = self.request.catalog
         if catalog is not None:

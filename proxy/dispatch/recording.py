@@ -1,8 +1,8 @@
 """The per-request ledger (spec §7.1), written after the response has ended.
 
-Nothing here runs before the last byte reached the client: the view schedules ``record`` as a
-background task. The facts go through telemetry's two write transactions in a worker thread;
-a telemetry failure is logged and never reaches the client.
+Nothing here runs before the last byte reached the client: a finished request hands its
+``LedgerEntry`` to the loop's ``LedgerWriter``, which writes batches from a worker thread. A
+telemetry failure is logged and never reaches the client.
 """
 
 from __future__ import annotations
@@ -20,12 +20,18 @@ from django.utils import timezone
 from proxy import redis_keys
 from proxy.dispatch.cookies import store_cookies
 from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
-from proxy.loop_resources import async_redis
+from proxy.loop_resources import PerLoop, async_redis
 from proxy.quota import passive_quota_sync
-from proxy.services.account_usage import AccountUsageIncrement, account_usage_add
-from telemetry.services.ledger import ops_error_log_create, usage_record_create
+from proxy.services.account_usage import (
+    AccountUsageIncrement,
+    account_usage_add,
+    account_usage_add_many,
+)
+from telemetry.services.ledger import ledger_write_batch, ops_error_log_create, usage_record_create
 
 logger = logging.getLogger(__name__)
+FLUSH_INTERVAL_SECONDS = 0.05
+MAX_BATCH = 500
 _background_tasks: set[asyncio.Task] = set()
 
 
@@ -42,18 +48,109 @@ class LedgerEntry:
     models_etag: str | None = None
 
 
+class LedgerWriter:
+    """Collects finished requests and writes them in batches from one worker thread.
+
+    Every ``FLUSH_INTERVAL_SECONDS`` the pending entries go to the database in one transaction
+    (each fact still commits together with its bucket change, seed §5.2) and the account
+    counters in one statement of their own. If the batch is rejected (a CHECK, a deleted
+    account) its rows are written one by one, so a bad row costs only itself.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[LedgerEntry] = []
+        self._task: asyncio.Task | None = None
+
+    def submit(self, entry: LedgerEntry) -> None:
+        self._pending.append(entry)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while self._pending:
+            await asyncio.sleep(FLUSH_INTERVAL_SECONDS)
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            await write_batch(batch)
+
+    async def flush(self) -> None:
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+
+async def _new_writer() -> LedgerWriter:
+    return LedgerWriter()
+
+
+_writers: PerLoop[LedgerWriter] = PerLoop(_new_writer)
+
+
 def schedule(entry: LedgerEntry) -> None:
-    """Write ``entry`` in the background; the caller returns (or ends its stream) at once."""
-    task = asyncio.get_running_loop().create_task(write(entry))
+    """Hand ``entry`` to this loop's writer; the caller returns (or ends its stream) at once."""
+    task = asyncio.get_running_loop().create_task(_submit(entry))
     _background_tasks.add(task)
     task.add_done_callback(_background_tasks.discard)
 
 
-async def write(entry: LedgerEntry) -> None:
+async def _submit(entry: LedgerEntry) -> None:
+    (await _writers.get()).submit(entry)
+
+
+async def await_pending_writes() -> None:
+    """Wait until everything submitted so far is written (tests, and graceful shutdown)."""
+    while _background_tasks:
+        await asyncio.gather(*list(_background_tasks), return_exceptions=True)
+    await (await _writers.get()).flush()
+
+
+async def write_batch(batch: list[LedgerEntry]) -> None:
     try:
-        await sync_to_async(_write_in_thread, thread_sensitive=False)(entry)
+        await sync_to_async(_write_batch_in_thread, thread_sensitive=False)(batch)
     except Exception:
-        logger.exception("telemetry write failed; the client response was not affected")
+        logger.exception("telemetry write failed; the client responses were not affected")
+    for entry in batch:
+        await _write_extras(entry)
+
+
+def _write_batch_in_thread(batch: list[LedgerEntry]) -> None:
+    now = timezone.now()
+    usage_facts = [entry.usage for entry in batch if entry.usage is not None]
+    if not settings.TELEMETRY_ENABLED:
+        usage_facts = []
+    error_facts = [error for entry in batch for error in entry.errors]
+    counters = [item for entry in batch for item in entry.account_usage]
+    try:
+        try:
+            if usage_facts or error_facts:
+                ledger_write_batch(usage_facts=usage_facts, error_facts=error_facts)
+        except Exception:
+            logger.warning("ledger batch rejected; writing its rows one by one", exc_info=True)
+            for fact in error_facts:
+                _logged(ops_error_log_create, fact)
+            for fact in usage_facts:
+                _logged(usage_record_create, fact)
+        try:
+            account_usage_add_many(increments=counters, now=now)
+        except Exception:
+            # An account may have been deleted meanwhile (foreign key): keep the others.
+            for account_id, increment in counters:
+                _logged(
+                    account_usage_add,
+                    {"account_id": account_id, "increment": increment, "now": now},
+                )
+    finally:
+        # Return this thread's connection to the pool (no request cycle will do it).
+        connection.close()
+
+
+def _logged(write, arguments: dict) -> None:
+    try:
+        write(**arguments)
+    except Exception:
+        logger.warning("telemetry row not written by %s", write.__name__, exc_info=True)
+
+
+async def _write_extras(entry: LedgerEntry) -> None:
+    """The rare parts of an entry: captured cookies, passive quota sync, a new models etag."""
     now = timezone.now()
     for account_id, cookies in entry.cookies:
         try:
@@ -93,30 +190,6 @@ async def note_models_etag(etag: str) -> bool:
     # A short delay lets a burst of answers carrying the same new etag settle (250 ms debounce).
     await sync_to_async(refresh_models_task.apply_async, thread_sensitive=False)(countdown=0.25)
     return True
-
-
-def _write_in_thread(entry: LedgerEntry) -> None:
-    now = timezone.now()
-    try:
-        for error in entry.errors:
-            ops_error_log_create(**error)
-        if entry.usage is not None and settings.TELEMETRY_ENABLED:
-            usage_record_create(**entry.usage)
-        for account_id, increment in entry.account_usage:
-            try:
-                account_usage_add(account_id=account_id, increment=increment, now=now)
-            except Exception:
-                # The account may have been deleted meanwhile (foreign key); facts stay.
-                logger.warning("account_usage update failed for %s", account_id, exc_info=True)
-    finally:
-        # Return this thread's connection to the pool (no request cycle will do it).
-        connection.close()
-
-
-async def await_pending_writes() -> None:
-    """Wait for scheduled ledger writes (tests, and graceful shutdown)."""
-    while _background_tasks:
-        await asyncio.gather(*list(_background_tasks), return_exceptions=True)
 
 
 def _request_summary(body: dict) -> dict[str, Any]:

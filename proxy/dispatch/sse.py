@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
@@ -46,10 +46,18 @@ class Frame:
 
 
 def _parse_frame(raw: bytes) -> Frame | None:
+    if raw.startswith(b"event: "):
+        # The usual shape, "event: <name>\ndata: <json>", without a line-by-line walk.
+        newline = raw.find(b"\n")
+        if (
+            newline > 0
+            and raw.startswith(b"data: ", newline + 1)
+            and raw.find(b"\n", newline + 1) < 0
+        ):
+            return Frame(event=raw[7:newline].decode("utf-8", "replace"), data=raw[newline + 7 :])
     event = None
     data_lines = []
     for line in raw.split(b"\n"):
-        line = line.rstrip(b"\r")
         if line.startswith(b"event:"):
             event = line[6:].strip().decode("utf-8", "replace")
         elif line.startswith(b"data:"):
@@ -66,39 +74,34 @@ def _parse_frame(raw: bytes) -> Frame | None:
     return Frame(event=event, data=data)
 
 
-def _frame_end(buffer: bytearray) -> tuple[int, int]:
-    """Position and length of the first blank-line separator (LF or CRLF style), or (-1, 0)."""
-    lf = buffer.find(b"\n\n")
-    crlf = buffer.find(b"\r\n\r\n")
-    if crlf >= 0 and (lf < 0 or crlf < lf):
-        return crlf, 4
-    return lf, 2
-
-
 @dataclass
 class SSEScanner:
-    """Feed it chunks as they arrive; it returns the complete frames each chunk finished."""
+    """Feed it chunks as they arrive; it returns the complete frames each chunk finished.
 
-    _buffer: bytearray = field(default_factory=bytearray)
+    It only reads: the bytes forwarded to the client are the upstream's own. Lines may end in
+    CRLF; frames end at a blank line.
+    """
+
+    _buffer: bytes = b""
     ends_with_blank_line: bool = True
 
     def feed(self, chunk: bytes) -> list[Frame]:
         if not chunk:
             return []
         self.ends_with_blank_line = chunk.endswith(b"\n\n") or chunk.endswith(b"\r\n\r\n")
-        self._buffer += chunk
+        text = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in text:
+            text = text.replace(b"\r\n", b"\n")
+        parts = text.split(b"\n\n")
+        self._buffer = parts.pop()
+        if len(self._buffer) > MAX_FRAME_BYTES:
+            raise SSEFrameTooLarge("an SSE event exceeded 64 MiB")
         frames = []
-        while True:
-            end, separator_length = _frame_end(self._buffer)
-            if end < 0:
-                if len(self._buffer) > MAX_FRAME_BYTES:
-                    raise SSEFrameTooLarge("an SSE event exceeded 64 MiB")
-                return frames
-            raw = bytes(self._buffer[:end])
-            del self._buffer[: end + separator_length]
+        for raw in parts:
             frame = _parse_frame(raw)
             if frame is not None:
                 frames.append(frame)
+        return frames
 
     @property
     def pending_bytes(self) -> int:

@@ -59,16 +59,19 @@ _COUNTERS = (
 )
 
 # Built once from the constant column list above (no outside input reaches it).
-_UPSERT_SQL = (
+_UPSERT_HEAD = (
     "insert into account_usage as usage (account_id, "  # noqa: S608
     + ", ".join(_COUNTERS)
-    + ", window_started_at, last_used_at) values (%s, "
-    + ", ".join(["%s"] * len(_COUNTERS))
-    + ", %s, %s) on conflict (account_id) do update set "
+    + ", window_started_at, last_used_at) values "
+)
+_UPSERT_ROW = "(" + ", ".join(["%s"] * (len(_COUNTERS) + 3)) + ")"
+_UPSERT_CONFLICT = (
+    " on conflict (account_id) do update set "
     + ", ".join(f"{column} = usage.{column} + excluded.{column}" for column in _COUNTERS)
     + ", window_started_at = coalesce(usage.window_started_at, excluded.window_started_at)"
     + ", last_used_at = greatest(usage.last_used_at, excluded.last_used_at)"
 )
+_UPSERT_SQL = _UPSERT_HEAD + _UPSERT_ROW + _UPSERT_CONFLICT
 
 
 def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now: datetime) -> None:
@@ -77,6 +80,17 @@ def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now:
     A counted request also stamps ``last_used_at`` and starts the window if none is open.
     Raises IntegrityError if the account does not exist (the foreign key).
     """
+    values = _values(increment)
+    stamp = now if increment.counted_request else None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UPSERT_SQL,
+            [account_id, *(values[column] for column in _COUNTERS), stamp, stamp],
+        )
+
+
+def _values(increment: AccountUsageIncrement) -> dict[str, int]:
+    """What ``increment`` adds to each counter column."""
     counted = 1 if increment.counted_request else 0
     total = (
         increment.total_tokens
@@ -85,7 +99,7 @@ def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now:
     )
     image_requests = 1 if increment.image_request else 0
     image_failures = 1 if increment.image_request_failed else 0
-    values = {
+    return {
         "request_count": counted,
         "empty_response_count": 1 if increment.empty_response else 0,
         "input_tokens": increment.input_tokens,
@@ -106,9 +120,39 @@ def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now:
         "window_image_request_count": image_requests,
         "window_image_request_failed_count": image_failures,
     }
-    stamp = now if counted else None
+
+
+def merge_account_usage(
+    increments: list[tuple[str, AccountUsageIncrement]],
+) -> dict[str, list[AccountUsageIncrement]]:
+    grouped: dict[str, list[AccountUsageIncrement]] = {}
+    for account_id, increment in increments:
+        grouped.setdefault(account_id, []).append(increment)
+    return grouped
+
+
+def account_usage_add_many(
+    *, increments: list[tuple[str, AccountUsageIncrement]], now: datetime
+) -> None:
+    """``account_usage_add`` for many observations: summed per account, then one statement.
+
+    Raises IntegrityError when an account no longer exists (the caller may then fall back to
+    one statement per account).
+    """
+    rows = []
+    for account_id, items in merge_account_usage(increments).items():
+        totals = dict.fromkeys(_COUNTERS, 0)
+        counted = False
+        for increment in items:
+            for column, value in _values(increment).items():
+                totals[column] += value
+            counted = counted or increment.counted_request
+        stamp = now if counted else None
+        rows.append([account_id, *(totals[column] for column in _COUNTERS), stamp, stamp])
+    if not rows:
+        return
     with connection.cursor() as cursor:
         cursor.execute(
-            _UPSERT_SQL,
-            [account_id, *(values[column] for column in _COUNTERS), stamp, stamp],
+            _UPSERT_HEAD + ", ".join([_UPSERT_ROW] * len(rows)) + _UPSERT_CONFLICT,
+            [value for row_values in rows for value in row_values],
         )

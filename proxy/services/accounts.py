@@ -36,3 +36,53 @@ def account_update_by_admin(
     Account.objects.filter(pk=account.pk).update(label=label, status=new_status, updated_at=now)
     account.refresh_from_db()
     return account
+
+
+class AccountIdentityTaken(ValueError):
+    """Another account already has this ChatGPT account and user id."""
+
+
+def account_create(
+    *,
+    access_token: str,
+    now: datetime,
+    refresh_token: str | None = None,
+    email: str | None = None,
+    label: str | None = None,
+    chatgpt_account_id: str | None = None,
+    chatgpt_user_id: str | None = None,
+    plan_type: str | None = None,
+) -> Account:
+    """Add an upstream account to the pool (id ``acct_<uuid hex>``, status active).
+
+    The token's expiry is read from its JWT ``exp`` when it has one. Raises
+    AccountIdentityTaken when the ChatGPT identity is already in the pool.
+    """
+    import uuid
+
+    from django.db import IntegrityError, transaction
+
+    from proxy.dispatch.accounts import jwt_expiry
+
+    try:
+        with transaction.atomic():
+            return Account.objects.create(
+                id=f"acct_{uuid.uuid4().hex}",
+                access_token=access_token.strip(),
+                refresh_token=(refresh_token or "").strip() or None,
+                access_token_expires_at=jwt_expiry(access_token.strip()),
+                email=email or None,
+                label=label or None,
+                chatgpt_account_id=chatgpt_account_id or None,
+                chatgpt_user_id=chatgpt_user_id or None,
+                plan_type=plan_type or None,
+                status=AccountStatus.ACTIVE,
+                added_at=now,
+                updated_at=now,
+            )
+    except IntegrityError as error:
+        if "ux_accounts_chatgpt_identity" in str(error):
+            raise AccountIdentityTaken(
+                "an account with this ChatGPT identity is already in the pool"
+            ) from None
+        raise

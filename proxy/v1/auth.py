@@ -1,7 +1,8 @@
 """Client keys on ``/v1`` (spec §1.2): one unique-index lookup per request, no in-process table.
 
-The same statement reads the hot runtime settings, so a request costs one PostgreSQL round
-trip before scheduling. ``last_used_at`` is touched in batches after a 1 s debounce.
+The same statement reads the hot runtime settings, the fingerprint and the candidate accounts,
+so a request costs one PostgreSQL round trip before the first byte. ``last_used_at`` is touched
+in batches after a 1 s debounce.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from proxy.dispatch.accounts import CANDIDATES_JSON_SQL, AccountView, accounts_from_json
 from proxy.dispatch.scheduler import SchedulerSettings
 from proxy.dispatch.upstream_request import FingerprintHeaders, render_fingerprint
 from proxy.loop_resources import PerLoop, database_pool
@@ -23,16 +25,21 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "sk_"
 TOUCH_DEBOUNCE_SECONDS = 1.0
 
-_KEY_AND_SETTINGS_SQL = """
+_KEY_AND_SETTINGS_SQL = (
+    """
 select k.id, s.model_aliases_json, s.max_concurrent_per_account, s.request_interval_ms,
        s.rotation_strategy,
        f.originator, f.app_version, f.build_number, f.platform, f.arch, f.chromium_version,
-       f.user_agent_template, f.default_headers_json, f.header_order_json
+       f.user_agent_template, f.default_headers_json, f.header_order_json,
+"""
+    + CANDIDATES_JSON_SQL
+    + """
 from client_api_keys k
 left join runtime_settings s on s.id = 1
 left join fingerprints f on f.id = 'current'
-where k.key = %s and k.enabled
+where k.key = %(key)s and k.enabled
 """
+)
 _FINGERPRINT_COLUMNS = (
     "originator",
     "app_version",
@@ -55,6 +62,8 @@ class AuthenticatedClient:
     aliases: dict[str, str]
     scheduler_settings: SchedulerSettings
     fingerprint: FingerprintHeaders
+    # The candidate accounts, read in the same statement (spec §3.2 input of the scheduler).
+    accounts: list[AccountView]
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -73,7 +82,9 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
     try:
         pool = await database_pool.get()
         async with pool.connection() as connection:
-            cursor = await connection.execute(_KEY_AND_SETTINGS_SQL, [token])
+            cursor = await connection.execute(
+                _KEY_AND_SETTINGS_SQL, {"key": token, "now": timezone.now()}
+            )
             row = await cursor.fetchone()
     except Exception:
         logger.warning("client key lookup failed", exc_info=True)
@@ -81,7 +92,7 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
     if row is None:
         return None
     key_id, aliases, max_concurrent, interval, strategy = row[:5]
-    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:], strict=True))
+    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:-1], strict=True))
     if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
         fingerprint = settings.CODEX_FINGERPRINT
     (await _touches.get()).touch(key_id)
@@ -94,6 +105,7 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
             request_interval_ms=interval if interval is not None else 50,
         ),
         fingerprint=render_fingerprint(fingerprint),
+        accounts=accounts_from_json(row[-1]),
     )
 
 

@@ -102,6 +102,7 @@ def dispatch_request(
         user_agent=request.headers.get("user-agent"),
         subagent=subagent,
         catalog=catalog,
+        accounts=valid.client.accounts,
     )
 
 

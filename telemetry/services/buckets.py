@@ -51,13 +51,16 @@ class BucketIncrement:
     min_latency_ms: int | None = None
 
 
-_UPSERT_SQL = """
+_UPSERT_COLUMNS = """
 insert into request_time_buckets as bucket (
   bucket_start, provider, account_id, model, service_tier,
   success_count, error_count, input_tokens, output_tokens, cached_tokens,
   first_token_latency_sum, first_token_latency_count, latency_sum, latency_count,
   max_latency_ms, min_latency_ms, updated_at
-) values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+) values
+"""
+_UPSERT_ROW = "(" + ", ".join(["%s"] * 17) + ")"
+_UPSERT_CONFLICT = """
 on conflict (bucket_start, provider, account_id, model, service_tier) do update set
   success_count = bucket.success_count + excluded.success_count,
   error_count = bucket.error_count + excluded.error_count,
@@ -73,6 +76,7 @@ on conflict (bucket_start, provider, account_id, model, service_tier) do update 
   min_latency_ms = least(bucket.min_latency_ms, excluded.min_latency_ms),
   updated_at = greatest(bucket.updated_at, excluded.updated_at)
 """
+_UPSERT_SQL = _UPSERT_COLUMNS + _UPSERT_ROW + _UPSERT_CONFLICT
 
 
 def bucket_add(*, increment: BucketIncrement, now: datetime) -> None:
@@ -104,6 +108,80 @@ def bucket_add(*, increment: BucketIncrement, now: datetime) -> None:
                 now,
             ],
         )
+
+
+def merge_increments(increments: list[BucketIncrement]) -> list[BucketIncrement]:
+    """Add up increments of the same bucket (one upsert per bucket, and an INSERT … ON
+    CONFLICT may not touch one row twice)."""
+    merged: dict[tuple, BucketIncrement] = {}
+    for increment in increments:
+        key = (
+            increment.bucket_start,
+            increment.provider,
+            increment.account_id,
+            increment.model,
+            increment.service_tier,
+        )
+        current = merged.get(key)
+        if current is None:
+            merged[key] = increment
+            continue
+        minimums = [
+            value
+            for value in (current.min_latency_ms, increment.min_latency_ms)
+            if value is not None
+        ]
+        merged[key] = BucketIncrement(
+            bucket_start=increment.bucket_start,
+            provider=increment.provider,
+            account_id=increment.account_id,
+            model=increment.model,
+            service_tier=increment.service_tier,
+            success_count=current.success_count + increment.success_count,
+            error_count=current.error_count + increment.error_count,
+            input_tokens=current.input_tokens + increment.input_tokens,
+            output_tokens=current.output_tokens + increment.output_tokens,
+            cached_tokens=current.cached_tokens + increment.cached_tokens,
+            first_token_latency_sum=current.first_token_latency_sum
+            + increment.first_token_latency_sum,
+            first_token_latency_count=current.first_token_latency_count
+            + increment.first_token_latency_count,
+            latency_sum=current.latency_sum + increment.latency_sum,
+            latency_count=current.latency_count + increment.latency_count,
+            max_latency_ms=max(current.max_latency_ms, increment.max_latency_ms),
+            min_latency_ms=min(minimums) if minimums else None,
+        )
+    return list(merged.values())
+
+
+def buckets_add(*, increments: list[BucketIncrement], now: datetime) -> None:
+    """``bucket_add`` for several distinct buckets, in one multi-row statement."""
+    if not increments:
+        return
+    parameters = []
+    for increment in increments:
+        parameters += [
+            increment.bucket_start,
+            increment.provider,
+            increment.account_id,
+            increment.model,
+            increment.service_tier,
+            increment.success_count,
+            increment.error_count,
+            increment.input_tokens,
+            increment.output_tokens,
+            increment.cached_tokens,
+            increment.first_token_latency_sum,
+            increment.first_token_latency_count,
+            increment.latency_sum,
+            increment.latency_count,
+            increment.max_latency_ms,
+            increment.min_latency_ms,
+            now,
+        ]
+    with connection.cursor() as cursor:
+        rows = ", ".join([_UPSERT_ROW] * len(increments))
+        cursor.execute(_UPSERT_COLUMNS + rows + _UPSERT_CONFLICT, parameters)
 
 
 # The same dimension and slot rules as the live path, expressed in SQL.

@@ -14,10 +14,18 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from psycopg.types.json import Jsonb
 
 from telemetry.models import UNKNOWN_DIMENSION, OpsErrorLog, UsageRecord
-from telemetry.services.buckets import BucketIncrement, bucket_add, bucket_start_for, dimension
+from telemetry.services.buckets import (
+    BucketIncrement,
+    bucket_add,
+    bucket_start_for,
+    buckets_add,
+    dimension,
+    merge_increments,
+)
 
 # kind is the stable event family; route variants converge on it (seed §4.7: mapping in one place).
 _KINDS_BY_ROUTE = {
@@ -194,3 +202,113 @@ def ops_error_log_create(
         now=created_at,
     )
     return record
+
+
+# --------------------------------------------------------------------------- batches
+
+_USAGE_COLUMNS = (
+    "id", "request_id", "client_api_key_id", "kind", "route", "provider", "account_id", "model",
+    "requested_model", "upstream_model", "service_tier", "status_code", "transport",
+    "attempt_index", "response_id", "upstream_request_id", "latency_ms", "first_token_ms",
+    "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "message",
+    "metadata_json", "created_at",
+)  # fmt: skip
+_ERROR_COLUMNS = (
+    "id", "request_id", "client_api_key_id", "kind", "provider", "account_id", "route", "model",
+    "status_code", "client_status_code", "upstream_status_code", "transport", "attempt_index",
+    "failure_class", "response_id", "upstream_request_id", "latency_ms", "message",
+    "metadata_json", "created_at",
+)  # fmt: skip
+
+
+def _usage_row(fact: dict[str, Any]) -> tuple:
+    values = {
+        "id": new_usage_record_id(),
+        "kind": fact.get("kind") or event_kind(fact.get("route")),
+        "provider": fact.get("provider", "openai"),
+        "status_code": fact.get("status_code", 200),
+        "metadata_json": Jsonb(fact.get("metadata") or {}),
+        **{
+            key: value
+            for key, value in fact.items()
+            if key not in ("metadata", "kind", "provider", "status_code")
+        },
+    }
+    return tuple(values.get(column) for column in _USAGE_COLUMNS)
+
+
+def _error_row(fact: dict[str, Any]) -> tuple:
+    values = {
+        "id": new_ops_error_log_id(),
+        "kind": fact.get("kind") or event_kind(fact.get("route")),
+        "metadata_json": Jsonb(fact.get("metadata") or {}),
+        **{key: value for key, value in fact.items() if key not in ("metadata", "kind")},
+    }
+    return tuple(values.get(column) for column in _ERROR_COLUMNS)
+
+
+def _usage_increment(fact: dict[str, Any]) -> BucketIncrement:
+    latency = fact.get("latency_ms")
+    first_token = fact.get("first_token_ms")
+    latency_sum, latency_count = _sample(latency)
+    first_token_sum, first_token_count = _sample(first_token)
+    return BucketIncrement(
+        bucket_start=bucket_start_for(fact["created_at"]),
+        provider=dimension(fact.get("provider", "openai")),
+        account_id=dimension(fact.get("account_id")),
+        model=dimension(fact.get("model")),
+        service_tier=dimension(fact.get("service_tier")),
+        success_count=1,
+        input_tokens=fact.get("input_tokens") or 0,
+        output_tokens=fact.get("output_tokens") or 0,
+        cached_tokens=fact.get("cached_tokens") or 0,
+        first_token_latency_sum=first_token_sum,
+        first_token_latency_count=first_token_count,
+        latency_sum=latency_sum,
+        latency_count=latency_count,
+        max_latency_ms=latency or 0,
+        min_latency_ms=latency,
+    )
+
+
+def _error_increment(fact: dict[str, Any]) -> BucketIncrement:
+    return BucketIncrement(
+        bucket_start=bucket_start_for(fact["created_at"]),
+        provider=dimension(fact.get("provider")),
+        account_id=dimension(fact.get("account_id")),
+        model=dimension(fact.get("model")),
+        service_tier=UNKNOWN_DIMENSION,
+        error_count=1,
+    )
+
+
+@transaction.atomic
+def ledger_write_batch(
+    *, usage_facts: list[dict[str, Any]], error_facts: list[dict[str, Any]]
+) -> None:
+    """Write many facts and their bucket changes in ONE transaction (seed 004 §5.2 holds for
+    each fact: it and its bucket change commit together or not at all).
+
+    Takes the same keyword dictionaries as ``usage_record_create`` / ``ops_error_log_create``.
+    Increments of the same bucket are added up first, so each bucket costs one upsert.
+    Raises the database error (and writes nothing) if any row is rejected.
+    """
+    increments = [_usage_increment(fact) for fact in usage_facts]
+    increments += [_error_increment(fact) for fact in error_facts]
+    with connection.cursor() as cursor:
+        if usage_facts:
+            cursor.executemany(
+                f"insert into usage_records ({', '.join(_USAGE_COLUMNS)}) values"  # noqa: S608
+                f" ({', '.join(['%s'] * len(_USAGE_COLUMNS))})",
+                [_usage_row(fact) for fact in usage_facts],
+            )
+        if error_facts:
+            cursor.executemany(
+                f"insert into ops_error_logs ({', '.join(_ERROR_COLUMNS)}) values"  # noqa: S608
+                f" ({', '.join(['%s'] * len(_ERROR_COLUMNS))})",
+                [_error_row(fact) for fact in error_facts],
+            )
+    buckets_add(
+        increments=merge_increments(increments),
+        now=max([fact["created_at"] for fact in usage_facts + error_facts]),
+    )

@@ -308,6 +308,9 @@ class FakeCodexUpstream:
     def _application(self, server: LocalHTTPServer) -> web.Application:
         application = web.Application(client_max_size=64 * 1024 * 1024)
         application.router.add_post("/codex/responses", self._responses)
+        # OpenAI-style paths, so benchmarks can call the fake directly or through other proxies.
+        application.router.add_post("/v1/responses", self._responses)
+        application.router.add_post("/v1/chat/completions", self._chat_completions)
         application.router.add_post("/codex/responses/compact", self._compact)
         application.router.add_get("/codex/models", self._models)
         application.router.add_get("/codex/usage", self._usage)
@@ -386,6 +389,54 @@ class FakeCodexUpstream:
             with self._lock:
                 self.disconnects.append(token)
             raise
+        return response
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        """A Chat Completions answer (stream or not) with the same text as a Responses reply."""
+        reply = self._next_reply(self._token(request))
+        body = await request.json()
+        model = body.get("model") or "gpt-5.4"
+        text = reply.text
+        size = max(1, -(-len(text) // max(1, reply.deltas)))
+        pieces = [text[index : index + size] for index in range(0, len(text), size)]
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        usage = {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": usage,
+                }
+            )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        def chunk(delta: dict, finish: str | None = None) -> bytes:
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(payload)}\n\n".encode()
+
+        await response.write(chunk({"role": "assistant", "content": ""}))
+        for piece in pieces:
+            await response.write(chunk({"content": piece}))
+        await response.write(chunk({}, "stop"))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
         return response
 
     async def _compact(self, request: web.Request) -> web.Response:

@@ -159,3 +159,40 @@ def test_fact_search_is_exact_on_ids_or_words_of_the_message(operator):
 
     assert by_id.context["cl"].result_count == 1
     assert by_words.context["cl"].result_count == 1
+
+
+def test_an_operator_adds_an_account_and_it_serves(operator):
+    import base64
+    import json as json_module
+
+    payload = (
+        base64.urlsafe_b64encode(json_module.dumps({"exp": 4102444800}).encode())
+        .rstrip(b"=")
+        .decode()
+    )
+    token = f"eyJhbGciOiJub25lIn0.{payload}.signature"
+
+    response = operator.post(
+        "/admin/proxy/account/add/",
+        {
+            "access_token": token,
+            "refresh_token": "rt_secret",
+            "email": "new@example.com",
+            "label": "fresh",
+            "chatgpt_account_id": "org-9",
+            "chatgpt_user_id": "",
+            "plan_type": "plus",
+        },
+    )
+
+    assert response.status_code == 302
+    account = Account.objects.get(email="new@example.com")
+    assert account.id.startswith("acct_") and account.status == "active"
+    assert account.access_token == token and account.refresh_token == "rt_secret"
+    assert account.access_token_expires_at.year == 2100
+    duplicate = operator.post(
+        "/admin/proxy/account/add/",
+        {"access_token": token, "chatgpt_account_id": "org-9", "chatgpt_user_id": ""},
+    )
+    assert duplicate.status_code == 200  # the form again: identity already in the pool
+    assert Account.objects.filter(chatgpt_account_id="org-9").count() == 1

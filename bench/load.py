@@ -1,0 +1,80 @@
+"""An async load generator (aiohttp): N concurrent clients for D seconds against one URL.
+
+Each request is a streamed completion read to its end; latency, time to first byte and errors
+are recorded. The generator reports its own CPU time per request, so a reader can tell it was
+not the bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+
+@dataclass
+class LoadResult:
+    requests: int = 0
+    errors: int = 0
+    elapsed_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+    first_byte_ms: list[float] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+
+
+async def _one(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict, result: LoadResult
+) -> None:
+    started = time.perf_counter()
+    first_byte = None
+    tail = b""
+    finished_event = False
+    try:
+        async with session.post(url, data=body, headers=headers) as response:
+            async for chunk in response.content.iter_any():
+                if first_byte is None:
+                    first_byte = time.perf_counter()
+                tail = (tail + chunk)[-64:]
+                # A Responses stream ends with its terminal event ([DONE] is optional there).
+                finished_event = finished_event or b"response.completed" in chunk
+            ok = response.status == 200 and (b"[DONE]" in tail or finished_event)
+            if not ok and len(result.error_samples) < 5:
+                result.error_samples.append(f"status {response.status}: {tail[-60:]!r}")
+    except (aiohttp.ClientError, TimeoutError) as error:
+        ok = False
+        if len(result.error_samples) < 5:
+            result.error_samples.append(type(error).__name__)
+    finished = time.perf_counter()
+    result.requests += 1
+    if not ok:
+        result.errors += 1
+        return
+    result.latencies_ms.append((finished - started) * 1000)
+    result.first_byte_ms.append(((first_byte or finished) - started) * 1000)
+
+
+async def run_load(
+    *, url: str, payload: dict, headers: dict, concurrency: int, duration: float
+) -> LoadResult:
+    body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json", **headers}
+    result = LoadResult()
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        deadline = time.perf_counter() + duration
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                await _one(session, url, body, headers, result)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        result.elapsed_seconds = time.perf_counter() - started
+        result.cpu_seconds = time.process_time() - cpu_started
+    return result

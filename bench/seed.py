@@ -1,0 +1,97 @@
+"""Prepare the project target of the benchmark (called by bench.run in the project's venv).
+
+python -m bench.seed prepare             → {"database_url": ...} (creates database cpr_bench)
+DATABASE_URL=... python -m bench.seed populate --accounts 4   → {"key": "sk_..."}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import timedelta
+
+BENCH_DATABASE = "cpr_bench"
+
+
+def prepare() -> dict:
+    import django
+
+    django.setup()
+    import psycopg
+    from django.conf import settings
+
+    from tests.conftest import database_url_for
+
+    default = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=default["HOST"] or None,
+        port=default["PORT"] or None,
+        user=default["USER"],
+        password=default["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    ) as admin:
+        exists = admin.execute(
+            "select 1 from pg_database where datname = %s", [BENCH_DATABASE]
+        ).fetchone()
+        if exists is None:
+            admin.execute(f'create database "{BENCH_DATABASE}"')
+    return {
+        "database_url": database_url_for(default, BENCH_DATABASE),
+        "redis_url": settings.REDIS_URL,
+    }
+
+
+def populate(accounts: int) -> dict:
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.utils import timezone
+
+    from proxy.models import Account, ClientApiKey, RuntimeSettings
+    from proxy.services.client_api_keys import client_api_key_create
+    from proxy.services.fingerprints import fingerprint_ensure_current
+    from proxy.services.runtime_settings import runtime_settings_ensure
+
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "truncate usage_records, ops_error_logs, request_time_buckets, account_usage,"
+            " account_cookies, accounts, client_api_keys"
+        )
+    runtime_settings_ensure(now=now)
+    fingerprint_ensure_current(now=now)
+    # The benchmark measures the request path, not our own limits: no cap, no pacing.
+    RuntimeSettings.objects.update(
+        max_concurrent_per_account=100_000, request_interval_ms=0, rotation_strategy="smart"
+    )
+    for index in range(accounts):
+        Account.objects.create(
+            id=f"acct_bench_{index}",
+            access_token=f"bench-token-{index}",
+            access_token_expires_at=now + timedelta(days=30),
+            chatgpt_account_id=f"org-bench-{index}",
+            status="active",
+            added_at=now,
+            updated_at=now,
+        )
+    key = client_api_key_create(name="bench", now=now)
+    assert ClientApiKey.objects.count() == 1
+    return {"key": key.key}
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("step", choices=["prepare", "populate"])
+    parser.add_argument("--accounts", type=int, default=4)
+    arguments = parser.parse_args()
+    result = prepare() if arguments.step == "prepare" else populate(arguments.accounts)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

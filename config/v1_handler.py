@@ -1,0 +1,83 @@
+"""The ASGI handler of ``/v1``: Django requests, URL routing and async views, without the
+per-request thread machinery the API does not need.
+
+Django's stock ASGI handler does three things the API pays for on every request and never uses:
+it opens a thread-sensitive context (a fresh thread per request, because the request signals
+have synchronous receivers), sends ``request_started``/``request_finished`` (which close the
+request thread's ORM connections — the API's hot path uses its own async pool and its ledger
+threads close their own), and runs middleware written for sync code through a thread hop each.
+Measured with bench/ (see bench/README.md) these made the API queue behind one thread. This
+handler reads the body, builds Django's request, runs the async views with only the
+trusted-proxy middleware, streams the response, and cancels the view when the client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpResponseBadRequest
+
+from config.middleware import TrustedProxyMiddleware
+
+logger = logging.getLogger(__name__)
+
+
+class APIHandler(ASGIHandler):
+    def load_middleware(self, is_async: bool = False) -> None:
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        view_handler = convert_exception_to_response(self._get_response_async)
+        self._middleware_chain = convert_exception_to_response(TrustedProxyMiddleware(view_handler))
+
+    async def __call__(self, scope, receive, send) -> None:
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before the request was complete
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        try:
+            request = self.request_class(scope, io.BytesIO(bytes(body)))
+        except UnicodeDecodeError:
+            await self.send_response(HttpResponseBadRequest(), send)
+            return
+        responding = asyncio.create_task(self._respond(request, send))
+        listening = asyncio.create_task(self._client_left(receive))
+        await asyncio.wait({responding, listening}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (listening, responding):
+            if not task.done():
+                # The client left: cancelling the view closes the upstream stream at once.
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _respond(self, request, send) -> None:
+        response = await self.get_response_async(request)
+        await self.send_response(response, send)
+
+    @staticmethod
+    async def _client_left(receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+
+class PathRouter:
+    """Send ``prefix`` paths to ``api`` and everything else to ``default``."""
+
+    def __init__(self, *, prefix: str, api, default):
+        self.prefix = prefix
+        self.api = api
+        self.default = default
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            return await self.api(scope, receive, send)
+        return await self.default(scope, receive, send)
