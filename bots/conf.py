@@ -24,6 +24,10 @@ DEFAULT_MAX_MESSAGES_PER_MINUTE = 20
 DEFAULT_VERIFY_TTL_HOURS = 0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
+# The language of everything the bot says (bots.copy): Chinese, the original's language and the
+# source text of the catalogue, or English.
+DEFAULT_BOT_LANGUAGE = "zh"
+BOT_LANGUAGES = ("zh", "en")
 
 _DIGITS = re.compile(r"[0-9]+")
 _SUPPORT_CHAT_ID = re.compile(r"-100[0-9]+")
@@ -153,6 +157,19 @@ def parse_welcome_text(raw: str | None) -> str | None:
         return None
     text = raw.replace("\\n", "\n").strip()
     return text or None
+
+
+def parse_bot_language(raw: str | None) -> str | None:
+    """``zh`` or ``en`` (any letter case); the default when unset; None when present but unknown."""
+    if raw is None:
+        return DEFAULT_BOT_LANGUAGE
+    language = raw.lower()
+    return language if language in BOT_LANGUAGES else None
+
+
+def bot_language() -> str:
+    """The language the bot speaks: BOT_LANGUAGE, or ``zh`` when it is unset or unknown."""
+    return parse_bot_language(_raw("BOT_LANGUAGE")) or DEFAULT_BOT_LANGUAGE
 
 
 def _number_or_default(rule: NumberRule) -> int:

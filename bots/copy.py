@@ -1,14 +1,37 @@
 """Every text the bot shows: Telegram messages, toasts, the command menu and endpoint bodies.
 
-The bot speaks Chinese (the original's language) by default. Each text is a gettext message whose
-id is the Chinese text, so an English catalogue chosen by BOT_LANGUAGE can be added without
-touching the callers. Texts are built when called (never at import), so the active language
-applies.
+The bot speaks BOT_LANGUAGE: Chinese (``zh``, the original's language and the default) or
+English (``en``). Each text is a gettext message whose id is the Chinese text; the English
+catalogue is ``bots/locale/en/LC_MESSAGES/django.po`` (compiled to ``django.mo`` next to it).
+Texts are built when called (never at import) and always in the bot's language, whatever
+language the surrounding request has activated (the Django admin, for instance, stays English).
 """
 
 from __future__ import annotations
 
-from django.utils.translation import gettext as _
+from django.utils import translation
+
+from bots.conf import DEFAULT_BOT_LANGUAGE, bot_language
+from bots.selectors import MODE_BUTTON, MODE_TURNSTILE
+
+
+def _(message: str) -> str:
+    """``message`` in the bot's language.
+
+    Chinese is the catalogue's source language, so it needs no lookup (and must not get one:
+    Django would fall back to the project's LANGUAGE_CODE, English, for a language without a
+    catalogue).
+    """
+    language = bot_language()
+    if language == DEFAULT_BOT_LANGUAGE:
+        return message
+    with translation.override(language):
+        return translation.gettext(message)
+
+
+def _join(names: list[str]) -> str:
+    return _("、").join(names)
+
 
 PROJECT_URL = "https://github.com/huaiminyetnotsleep/hodor"
 
@@ -112,6 +135,170 @@ def card_note(note: str) -> str:
     return _("备注：{note}").format(note=note)
 
 
+# ------------------------------------------------------------------ admin commands (spec §4)
+
+
+def unknown_command() -> str:
+    return _("未知命令，发送 /help 查看全部命令。")
+
+
+def command_not_available() -> str:
+    return _("该命令暂不可用：此版本尚未提供。")
+
+
+def use_in_general() -> str:
+    return _("验证设置命令只能在 General 中使用，本次未做任何更改。")
+
+
+def broadcast_in_general() -> str:
+    return _("请在 General 中发起广播。")
+
+
+def user_banned(user_id: int) -> str:
+    return _("已禁言用户 {user_id}。").format(user_id=user_id)
+
+
+def user_unbanned(user_id: int) -> str:
+    return _("已解除用户 {user_id} 的禁言。").format(user_id=user_id)
+
+
+def note_usage() -> str:
+    return _("用法：/note <备注内容>")
+
+
+def note_saved(note: str) -> str:
+    return _("备注已保存：{note}").format(note=note)
+
+
+def note_cleared() -> str:
+    return _("备注已清除。")
+
+
+def risk_marked(user_id: int) -> str:
+    return _("已将用户 {user_id} 标记为高危用户（话题内每 24 小时最多提醒一次）。").format(
+        user_id=user_id
+    )
+
+
+def risk_cleared(user_id: int) -> str:
+    return _("已取消用户 {user_id} 的高危标记。").format(user_id=user_id)
+
+
+def archive_started() -> str:
+    return _("正在归档：将清除该用户的验证状态，用户资料、消息记录和备注都会保留。")
+
+
+def archive_failed(user_id: int, thread_id: int) -> str:
+    return _("归档未执行：无法关闭用户 {user_id} 的话题（{thread_id}），未做任何更改。").format(
+        user_id=user_id, thread_id=thread_id
+    )
+
+
+def archive_done(user_id: int, thread_id: int) -> str:
+    return _(
+        "已归档用户 {user_id} 的会话（话题 {thread_id}）：话题已关闭，验证已清除，"
+        "资料、消息记录和备注均保留。用户再次发消息并通过验证后会重新打开话题。"
+    ).format(user_id=user_id, thread_id=thread_id)
+
+
+def archive_topic_gone() -> str:
+    return _("原话题已不存在；用户回来时会新建话题。")
+
+
+def archive_notice_failed() -> str:
+    return _("未能通知用户（私聊消息未送达）。")
+
+
+def archive_notice() -> str:
+    """The archived user's DM (no notice slot: the admin asked for it)."""
+    return _("本次会话已结束。如需再次联系客服，请发送 /start。")
+
+
+def verification_turned_on() -> str:
+    return _("人机验证已开启；之前已通过验证的用户不受影响。")
+
+
+def verification_turned_off() -> str:
+    return _("人机验证已暂时关闭；验证记录会保留，重新开启后，已通过且未过期的用户无需再次验证。")
+
+
+def mode_label(mode: str) -> str:
+    """The verification mode as admins read it (math, pure button, Turnstile)."""
+    if mode == MODE_BUTTON:
+        return _("纯按钮")
+    if mode == MODE_TURNSTILE:
+        return _("Turnstile 网页验证")
+    return _("算术题")
+
+
+def verification_mode_current(*, mode: str, enabled: bool) -> str:
+    state = _("验证已开启") if enabled else _("验证已关闭")
+    return _(
+        "当前验证方式：{mode}（{state}）\n"
+        "切换：/verifymode_math、/verifymode_button、/verifymode_turnstile，"
+        "或 /verifymode math|button|turnstile"
+    ).format(mode=mode_label(mode), state=state)
+
+
+def verification_mode_usage() -> str:
+    return _("用法：/verifymode 查看当前方式；/verifymode math|button|turnstile 切换方式。")
+
+
+def verification_mode_set_math() -> str:
+    return _(
+        "验证方式已设为：算术题。切换方式会使之前发出的题目失效，用户下次发消息时会收到新题目。"
+    )
+
+
+def verification_mode_set_button() -> str:
+    return _(
+        "验证方式已设为：纯按钮。⚠️ 纯按钮验证很弱，机器人也能点击通过。"
+        "切换方式会使之前发出的题目失效，用户下次发消息时会收到新题目。"
+    )
+
+
+def turnstile_not_available() -> str:
+    return _("Turnstile 网页验证暂不可用（此版本尚未提供），验证方式未改变。")
+
+
+def help_text(*, verification_enabled: bool, mode: str) -> str:
+    """/help (spec §4.1): the commands, the verification section reflecting the switches."""
+    lines = [
+        _("管理命令（在用户的话题中使用）："),
+        _("/help — 查看本帮助"),
+        _("/ban — 禁言该用户"),
+        _("/unban — 解除禁言"),
+        _("/note <文字> — 设置备注（显示在置顶信息中）"),
+        _("/unnote — 清除备注"),
+        _("/risk — 标记为高危用户"),
+        _("/unrisk — 取消高危标记"),
+        _("/broadcast — 向全部用户广播（在 General 中使用，先预览再确认）"),
+        _("/archive — 归档会话：关闭话题并清除验证，资料和记录保留"),
+        _("/deluser — 彻底删除该用户的数据（需二次确认）"),
+        _("/purgemsg — 删除话题内已记录的消息"),
+        "",
+        _("人机验证："),
+    ]
+    if verification_enabled:
+        lines.append(_("/verifyoff — 关闭验证"))
+    else:
+        lines += [_("/verifyon — 开启验证"), _("当前验证已关闭。")]
+    lines += [
+        _("/verifymode — 查看验证方式（当前：{mode}）").format(mode=mode_label(mode)),
+        _("/verifymode_math — 切换为算术题"),
+        _("/verifymode_button — 切换为纯按钮"),
+        _("/verifymode_turnstile — 切换为 Turnstile 网页验证"),
+        _("验证设置命令只能在 General 中使用；也可以写成 /verifymode math|button|turnstile。"),
+        _("⚠️ 纯按钮验证很弱，机器人也能点击通过。"),
+        "",
+        _("危险操作："),
+        _("/wipealldata — 清空全部话题与数据（需二次确认）"),
+        "",
+        _("以 / 开头的消息不会转发给用户。"),
+    ]
+    return "\n".join(lines)
+
+
 def command_menu() -> list[tuple[str, str]]:
     """The 18 admin commands registered by setwebhook (spec §1.4), in menu order."""
     return [
@@ -144,7 +331,7 @@ def invalid_admin_key() -> str:
 
 
 def config_missing(names: list[str]) -> str:
-    return _("配置缺失：{names}").format(names="、".join(names))
+    return _("配置缺失：{names}").format(names=_join(names))
 
 
 def telegram_call_failed(method: str) -> str:
@@ -194,6 +381,10 @@ def check_turnstile_test_key(name: str) -> str:
 
 def check_public_base_url_invalid() -> str:
     return _("PUBLIC_BASE_URL 无效：必须是不含路径、查询和凭据的 https 源地址，已按未设置处理")
+
+
+def check_bot_language_invalid() -> str:
+    return _("BOT_LANGUAGE 的值无效（可选 zh、en），运行时按 zh 处理")
 
 
 def check_settings_unreadable() -> str:

@@ -18,6 +18,7 @@ from bots.conf import (
     NUMERIC_RULES,
     load_config,
     parse_admin_ids,
+    parse_bot_language,
     parse_number,
     parse_public_base_url,
     parse_support_chat_id,
@@ -80,6 +81,9 @@ def environment_problems() -> list[str]:
         raw = raw_setting(rule.name)
         if raw is not None and parse_number(raw, rule) is None:
             problems.append(copy.check_number_invalid(rule.name, rule.default))
+    language = raw_setting("BOT_LANGUAGE")
+    if language is not None and parse_bot_language(language) is None:
+        problems.append(copy.check_bot_language_invalid())
     return problems
 
 

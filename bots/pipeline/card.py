@@ -11,7 +11,7 @@ import logging
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError
 from bots.models import BotUser, Topic
-from bots.pipeline.context import UpdateContext
+from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
 from bots.selectors import topic_get_for_user, user_get
 from bots.services.topics import topic_set_pinned_message
@@ -63,9 +63,7 @@ def compose_card(user: BotUser, *, note: str | None, verification_enabled: bool)
     return "\n".join(lines)
 
 
-def post_card(
-    ctx: UpdateContext, *, user: BotUser, topic: Topic, verification_enabled: bool
-) -> None:
+def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enabled: bool) -> None:
     """Send the card into the topic, pin it silently and store its message id.
 
     Send retryable ⇒ raise; send permanent ⇒ skip (nothing stored, the next message tries
@@ -95,7 +93,7 @@ def post_card(
 
 
 def refresh_card(
-    ctx: UpdateContext, *, user_id: int, verification_enabled: bool, must_deliver: bool = False
+    ctx: BotContext, *, user_id: int, verification_enabled: bool, must_deliver: bool = False
 ) -> None:
     """Edit the user's pinned card to the current profile, if the topic has one.
 

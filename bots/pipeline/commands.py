@@ -1,19 +1,234 @@
-"""Admin commands (spec §4) — the next issue builds them here.
+"""Admin commands (spec §4): parsing, where each may be issued, the binding, the replies.
 
-Until then an admin's command is acknowledged silently: like every command, it is never relayed
-to a user and never written to the ledger.
+Only admins get here (``handle_outbound`` answers everybody else's ``/command`` with "admins
+only"), and a command is never relayed to a user nor written to the ledger.
+
+* Name = the first whitespace-separated token without its ``@botname`` suffix, case-sensitive;
+  arguments = the rest of the text, trimmed (inner whitespace kept).
+* Where: every command works in a topic; in General (thread 1) only /help and the verification
+  settings commands arrive at all (classification ignores other General text). The settings
+  commands in a topic get "use these in General" and change nothing.
+* Commands about "the topic's user" find the user through the binding (open or closed); a topic
+  without one gets the "cannot find the user" notice — a target is never guessed.
+* Order: the database first, then the best-effort card refresh, then the reply. The reply goes to
+  the same thread (General without message_thread_id); a retryable failure raises, so Telegram
+  redelivers the update and the idempotent setters run again, re-sending only the reply.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from bots import copy
+from bots.models import Topic
+from bots.pipeline.classify import GENERAL_THREAD_ID, command_name
 from bots.pipeline.context import UpdateContext
+from bots.pipeline.moderation import archive_conversation, set_note, set_risk
+from bots.pipeline.replies import reply_in_thread
+from bots.selectors import (
+    MODE_BUTTON,
+    MODE_MATH,
+    MODE_TURNSTILE,
+    VERIFICATION_MODES,
+    VERIFY_ENABLED,
+    VERIFY_MODE,
+    topic_get_for_thread,
+    verification_settings_get,
+)
+from bots.services.settings import DISABLED, ENABLED, verification_setting_change
+from bots.services.users import user_ban, user_unban
 
 logger = logging.getLogger(__name__)
 
 
-def handle_admin_command(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> None:
-    """Run an admin's ``/command`` written in ``thread_id`` (1 = General)."""
-    logger.info("admin command in thread %s not handled yet", thread_id)
+@dataclass(frozen=True)
+class Command:
+    name: str  # "/ban" (suffix removed, case kept)
+    arguments: str  # the rest of the text, trimmed
+
+
+def parse_command(text: str) -> Command:
+    parts = text.split(maxsplit=1)
+    return Command(name=command_name(text), arguments=parts[1].strip() if len(parts) > 1 else "")
+
+
+@dataclass(frozen=True)
+class Issued:
+    """One command as issued: where, by which update, with which arguments."""
+
+    ctx: UpdateContext
+    thread_id: int
+    arguments: str
+
+    def reply(self, text: str) -> None:
+        reply_in_thread(self.ctx, thread_id=self.thread_id, text=text)
+
+    def report_in_general(self, text: str) -> None:
+        reply_in_thread(self.ctx, thread_id=GENERAL_THREAD_ID, text=text)
+
+
+def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int) -> None:
+    """Run an admin's ``/command`` written in ``thread_id`` (GENERAL_THREAD_ID = General)."""
+    command = parse_command(text)
+    issued = Issued(ctx=ctx, thread_id=thread_id, arguments=command.arguments)
+    in_general = thread_id == GENERAL_THREAD_ID
+    if command.name in ANYWHERE:
+        ANYWHERE[command.name](issued)
+    elif command.name in GENERAL_ONLY:
+        if in_general:
+            GENERAL_ONLY[command.name](issued)
+        else:
+            issued.reply(copy.use_in_general())
+    elif in_general:
+        # Classification lets only the General commands through; anything else is not ours.
+        logger.info("command %s in General ignored", command.name)
+    elif command.name == "/note" and not command.arguments:
+        issued.reply(copy.note_usage())  # checked before the binding (spec §4.3)
+    elif command.name in ABOUT_THE_TOPIC_USER:
+        _with_binding(issued, ABOUT_THE_TOPIC_USER[command.name])
+    elif command.name == "/broadcast":
+        issued.reply(copy.broadcast_in_general())
+    elif command.name in NOT_AVAILABLE_YET:
+        issued.reply(copy.command_not_available())
+    else:
+        issued.reply(copy.unknown_command())
+
+
+def _with_binding(issued: Issued, run: Callable[[Issued, Topic], None]) -> None:
+    topic = topic_get_for_thread(bot_id=issued.ctx.bot_id, thread_id=issued.thread_id)
+    if topic is None:
+        issued.reply(copy.no_binding())
+        return
+    run(issued, topic)
+
+
+# ------------------------------------------------------------------ /help (anywhere)
+
+
+def _help(issued: Issued) -> None:
+    switches = verification_settings_get()
+    issued.reply(copy.help_text(verification_enabled=switches.enabled, mode=switches.mode))
+
+
+# ------------------------------------------------------------------ about the topic's user
+
+
+def _ban(issued: Issued, topic: Topic) -> None:
+    # The card does not show the ban; the user learns it from the (throttled) ban notice.
+    if not user_ban(bot_id=issued.ctx.bot_id, user_id=topic.user_id):
+        issued.reply(copy.no_binding())  # a binding whose user row is gone
+        return
+    issued.reply(copy.user_banned(topic.user_id))
+
+
+def _unban(issued: Issued, topic: Topic) -> None:
+    if not user_unban(bot_id=issued.ctx.bot_id, user_id=topic.user_id):
+        issued.reply(copy.no_binding())
+        return
+    issued.reply(copy.user_unbanned(topic.user_id))
+
+
+def _note(issued: Issued, topic: Topic) -> None:
+    stored = set_note(issued.ctx, topic=topic, note=issued.arguments)
+    issued.reply(copy.note_saved(stored or ""))
+
+
+def _unnote(issued: Issued, topic: Topic) -> None:
+    set_note(issued.ctx, topic=topic, note=None)
+    issued.reply(copy.note_cleared())
+
+
+def _risk(issued: Issued, topic: Topic) -> None:
+    if not set_risk(issued.ctx, user_id=topic.user_id, is_risk=True):
+        issued.reply(copy.no_binding())
+        return
+    issued.reply(copy.risk_marked(topic.user_id))
+
+
+def _unrisk(issued: Issued, topic: Topic) -> None:
+    if not set_risk(issued.ctx, user_id=topic.user_id, is_risk=False):
+        issued.reply(copy.no_binding())
+        return
+    issued.reply(copy.risk_cleared(topic.user_id))
+
+
+def _archive(issued: Issued, topic: Topic) -> None:
+    """Spec §4.7: announce in the topic (before it closes), archive, report in General (a closed
+    topic cannot receive messages)."""
+    issued.reply(copy.archive_started())
+    outcome = archive_conversation(issued.ctx, topic=topic)
+    if not outcome.archived:
+        issued.report_in_general(copy.archive_failed(topic.user_id, topic.thread_id))
+        return
+    lines = [copy.archive_done(topic.user_id, topic.thread_id)]
+    if outcome.topic_gone:
+        lines.append(copy.archive_topic_gone())
+    if not outcome.user_notified:
+        lines.append(copy.archive_notice_failed())
+    issued.report_in_general("\n".join(lines))
+
+
+# ------------------------------------------------------------------ verification settings (General)
+
+
+def _verify_on(issued: Issued) -> None:
+    verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_ENABLED, value=ENABLED)
+    issued.reply(copy.verification_turned_on())
+
+
+def _verify_off(issued: Issued) -> None:
+    verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_ENABLED, value=DISABLED)
+    issued.reply(copy.verification_turned_off())
+
+
+def _verify_mode(issued: Issued) -> None:
+    """``/verifymode`` shows the mode (no writes); ``/verifymode <mode>`` switches it."""
+    if not issued.arguments:
+        switches = verification_settings_get()
+        issued.reply(copy.verification_mode_current(mode=switches.mode, enabled=switches.enabled))
+    elif issued.arguments in VERIFICATION_MODES:
+        _switch_mode(issued, issued.arguments)
+    else:
+        issued.reply(copy.verification_mode_usage())
+
+
+def _switch_mode(issued: Issued, mode: str) -> None:
+    """Set the mode; a same-value switch bumps nothing but is confirmed all the same (so a
+    redelivered switch shows the same confirmation)."""
+    if mode == MODE_TURNSTILE:
+        # The Turnstile web page is not built yet: refuse rather than strand users on a mode
+        # whose challenge cannot be sent.
+        issued.reply(copy.turnstile_not_available())
+        return
+    verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_MODE, value=mode)
+    issued.reply(
+        copy.verification_mode_set_button()
+        if mode == MODE_BUTTON
+        else copy.verification_mode_set_math()
+    )
+
+
+# ------------------------------------------------------------------ routing
+
+ANYWHERE: dict[str, Callable[[Issued], None]] = {"/help": _help}
+GENERAL_ONLY: dict[str, Callable[[Issued], None]] = {
+    "/verifyon": _verify_on,
+    "/verifyoff": _verify_off,
+    "/verifymode": _verify_mode,
+    "/verifymode_math": lambda issued: _switch_mode(issued, MODE_MATH),
+    "/verifymode_button": lambda issued: _switch_mode(issued, MODE_BUTTON),
+    "/verifymode_turnstile": lambda issued: _switch_mode(issued, MODE_TURNSTILE),
+}
+ABOUT_THE_TOPIC_USER: dict[str, Callable[[Issued, Topic], None]] = {
+    "/ban": _ban,
+    "/unban": _unban,
+    "/note": _note,
+    "/unnote": _unnote,
+    "/risk": _risk,
+    "/unrisk": _unrisk,
+    "/archive": _archive,
+}
+# Built by later issues; until then they answer so and change nothing.
+NOT_AVAILABLE_YET = frozenset({"/deluser", "/purgemsg", "/wipealldata"})

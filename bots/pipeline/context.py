@@ -1,4 +1,8 @@
-"""What every pipeline step of one update needs: the bot, the configuration, the client, now."""
+"""What the bot's Telegram-side steps need: the bot, the configuration, the client and ``now``.
+
+``BotContext`` is enough for an action on a user (the Django admin's actions build one);
+``UpdateContext`` adds the Telegram update being processed by the webhook.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +14,20 @@ from bots.conf import BotConfig
 
 
 @dataclass(frozen=True)
-class UpdateContext:
+class BotContext:
     bot_id: int
-    update_id: int
     config: BotConfig
     client: TelegramClient
-    now: datetime  # the one clock reading of this delivery; every claim compares against it
+    now: datetime  # the one clock reading of this action; every claim compares against it
 
     @property
     def support_chat_id(self) -> int:
-        # Classification ignores every update when SUPPORT_CHAT_ID is invalid, so the pipelines
-        # only ever run with a valid one.
+        # Classification ignores every update when SUPPORT_CHAT_ID is invalid, and the admin
+        # builds a context only with a valid one, so callers only ever see a valid id.
         assert self.config.support_chat_id is not None
         return self.config.support_chat_id
+
+
+@dataclass(frozen=True)
+class UpdateContext(BotContext):
+    update_id: int

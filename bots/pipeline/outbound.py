@@ -7,32 +7,17 @@ from collections.abc import Mapping
 
 from bots import copy
 from bots.models import Direction, TopicStatus
-from bots.pipeline.classify import GENERAL_THREAD_ID, is_positive_integer
+from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.commands import handle_admin_command
 from bots.pipeline.content import extract_content, send_content
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import required
+from bots.pipeline.replies import reply_in_thread
 from bots.selectors import topic_get_for_thread
 from bots.services.ledger import relayed_message_record
 from bots.services.topics import topic_record_closed, topic_record_reopened
 
 logger = logging.getLogger(__name__)
-
-
-def reply_in_thread(ctx: UpdateContext, *, thread_id: int, text: str) -> None:
-    """Answer in the support group's ``thread_id``; General is addressed without a thread id
-    (Telegram rejects message_thread_id=1 with "message thread not found").
-
-    Retryable ⇒ raise (the redelivery only re-sends the reply); permanent ⇒ log.
-    """
-    required(
-        "group reply",
-        lambda: ctx.client.send_message(
-            chat_id=ctx.support_chat_id,
-            text=text,
-            message_thread_id=None if thread_id == GENERAL_THREAD_ID else thread_id,
-        ),
-    )
 
 
 def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> None:
@@ -56,7 +41,7 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
             reply_in_thread(ctx, thread_id=thread_id, text=copy.admins_only())
         return
     if is_command:
-        handle_admin_command(ctx, message, thread_id=thread_id)
+        handle_admin_command(ctx, content.text, thread_id=thread_id)
         return
     topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     if topic is None or topic.status != TopicStatus.OPEN:

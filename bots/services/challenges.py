@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db.models import Exists
 
 from bots.models import BotUser, Setting
-from bots.selectors import VERIFICATION_KEYS, VERIFY_ENABLED, VERIFY_MODE, VerificationSettings
+from bots.selectors import VERIFICATION_KEYS, VerificationSettings
 from bots.services.users import PENDING_CHALLENGE_CLEARED
 
 
@@ -115,11 +115,15 @@ def user_verify(
     """Mark the user verified for a right answer; True for the one statement that wins.
 
     Requires the clicked message, the answer, the fence, not banned, not yet verified, and the
-    mode and switch the pre-check saw; clears the pending challenge in the same statement.
+    switches the pre-check saw — mode, switch and generation: a challenge issued under an older
+    generation never completes, even one whose columns a concurrent switch change missed.
+    Clears the pending challenge in the same statement.
     """
+    if generation != snapshot.generation:
+        return False
     return (
         BotUser.objects.filter(
-            *_switches_unchanged(snapshot, (VERIFY_ENABLED, VERIFY_MODE)),
+            *_switches_unchanged(snapshot, VERIFICATION_KEYS),
             bot_id=bot_id,
             user_id=user_id,
             verify_msg_id=message_id,

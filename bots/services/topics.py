@@ -76,3 +76,18 @@ def topic_set_pinned_message(*, bot_id: int, user_id: int, thread_id: int, messa
         ).update(pinned_msg_id=message_id)
         == 1
     )
+
+
+# The longest note kept, in Unicode code points (spec §4.3); longer notes are truncated.
+NOTE_MAX_LENGTH = 500
+
+
+def topic_set_note(*, bot_id: int, user_id: int, thread_id: int, note: str | None) -> str | None:
+    """/note (``note`` truncated to 500 code points) or /unnote (``note`` None or empty).
+
+    Returns the note as stored (None when cleared). The note lives on the binding: kept by
+    /archive, lost with the binding (topic self-heal, /deluser).
+    """
+    stored = note[:NOTE_MAX_LENGTH] if note else None
+    Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).update(note=stored)
+    return stored

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce
 
-from bots.models import BotUser, UserStatus
+from bots.models import BotUser, Topic, TopicStatus, UserStatus
 
 NOTICE_INTERVAL = timedelta(seconds=60)
 RATE_WINDOW = timedelta(seconds=60)
@@ -131,3 +132,58 @@ def user_claim_risk_reminder(*, bot_id: int, user_id: int, now: datetime) -> boo
         .update(risk_notice_at=now)
         == 1
     )
+
+
+# ------------------------------------------------------------------ admin governance (spec §4)
+
+
+def user_ban(*, bot_id: int, user_id: int) -> bool:
+    """/ban: mute the user and, in the same statement, void any pending challenge (an old
+    challenge must never complete after an unban). False: no such user."""
+    return (
+        BotUser.objects.filter(bot_id=bot_id, user_id=user_id).update(
+            is_banned=True, **PENDING_CHALLENGE_CLEARED
+        )
+        == 1
+    )
+
+
+def user_unban(*, bot_id: int, user_id: int) -> bool:
+    """/unban: lift the mute only (nothing is restored; the user meets the gates again)."""
+    return BotUser.objects.filter(bot_id=bot_id, user_id=user_id).update(is_banned=False) == 1
+
+
+def user_set_risk(*, bot_id: int, user_id: int, is_risk: bool) -> bool:
+    """/risk, /unrisk: set the flag and reset the 24 h reminder window in one statement, so a
+    user marked again is reminded about on the next message."""
+    return (
+        BotUser.objects.filter(bot_id=bot_id, user_id=user_id).update(
+            is_risk=is_risk, risk_notice_at=None
+        )
+        == 1
+    )
+
+
+@transaction.atomic
+def user_archive(*, bot_id: int, user_id: int, thread_id: int, now: datetime) -> bool:
+    """/archive after the topic was closed in Telegram (spec §4.7 step 3), in one transaction.
+
+    The user: verification cleared (pending challenge included), ``status='deleted'`` (the soft
+    archive; back to active when the user's next conversation resumes). The binding: closed,
+    ``closed_at`` kept when it was already closed (a repeated or redelivered /archive converges
+    on the same row, as a repeated native close does). The users row, the binding, its note and
+    the ledger are all kept. False: the user has no row (the binding is closed all the same).
+    """
+    archived = (
+        BotUser.objects.filter(bot_id=bot_id, user_id=user_id).update(
+            is_verified=False,
+            verified_at=None,
+            status=UserStatus.DELETED,
+            **PENDING_CHALLENGE_CLEARED,
+        )
+        == 1
+    )
+    Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).update(
+        status=TopicStatus.CLOSED, closed_at=Coalesce("closed_at", Value(now))
+    )
+    return archived

@@ -91,7 +91,8 @@ def _toast(ctx: UpdateContext, callback_id: str, text: str) -> None:
 def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
     """A button press under a challenge in a private chat (``v:<value>``).
 
-    Stale, foreign, replayed or voided challenges get the "expired" toast; a wrong value
+    Stale, foreign, replayed or voided challenges (including one issued before the latest
+    mode/switch change: its generation is behind) get the "expired" toast; a wrong value
     re-issues a challenge on the same message; the right value verifies the user with one
     conditional UPDATE.
     """
@@ -108,7 +109,7 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
         user is None
         or message["chat"]["id"] != user_id
         or user.verify_request_hash is None
-        or user.verify_request_generation is None
+        or user.verify_request_generation != switches.generation
         or user.verify_msg_id != message_id
     ):
         _toast(ctx, callback_id, copy.toast_challenge_expired())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from bots.models import BotUser, Setting, Topic
+from bots.models import BotUser, RelayedMessage, Setting, Topic
 from tests.fakes.telegram import FakeTelegram, FakeUser
 
 
@@ -44,3 +44,32 @@ def open_conversation(
 def dm_texts(telegram: FakeTelegram, user: FakeUser) -> list[str | None]:
     """The texts of the bot's live messages in the user's private chat, oldest first."""
     return [message.text for message in telegram.bot_messages(user.id)]
+
+
+def topic_texts(telegram: FakeTelegram, thread_id: int) -> list[str | None]:
+    """The texts of the bot's live messages in a topic (card included), oldest first."""
+    return [message.text for message in telegram.topic_messages(thread_id)]
+
+
+def general_texts(telegram: FakeTelegram) -> list[str | None]:
+    """The texts of the bot's live messages in the support group's General topic."""
+    return [
+        message.text
+        for message in telegram.bot_messages(telegram.support_chat_id)
+        if message.thread_id is None
+    ]
+
+
+def card_text(telegram: FakeTelegram, topic: Topic) -> str | None:
+    """The pinned card of ``topic`` as Telegram shows it now."""
+    return telegram.message(telegram.support_chat_id, topic.pinned_msg_id).text
+
+
+def table_state() -> dict:
+    """Every row of the tables a command may change, for "nothing changed" assertions."""
+    return {
+        "users": list(BotUser.objects.order_by("bot_id", "user_id").values()),
+        "topics": list(Topic.objects.order_by("bot_id", "user_id").values()),
+        "messages": list(RelayedMessage.objects.order_by("id").values()),
+        "settings": dict(Setting.objects.values_list("key", "value")),
+    }

@@ -1,0 +1,30 @@
+"""Django admin over the support bot's tables: the operators' console.
+
+* users — search by id, name or @username; filters banned / high-risk / verified / status; the
+  topic and the ledger one click away; actions ban, unban, mark high-risk, clear high-risk,
+  archive;
+* topics — with their note (editable: saved through the /note step, card refreshed); archive;
+* the message ledger and processed updates — read-only;
+* settings — the raw rows read-only, and a form for the verification switches;
+* the bots row — read-only.
+
+**Composite primary keys.** Django 5.2's admin refuses models with one, so ``users``, ``topics``
+and ``processed_updates`` are listed through unmanaged mirror models (``bots.models.*Listing``)
+keyed by a column that is unique within one bot. One deployment serves one bot (spec §1.6) and
+every list here is limited to that bot (``bot_current_id``), so the key is unique wherever the
+admin uses it, and every statement the admin runs on a business table names the bot. An action
+reads ``(bot_id, user_id)`` from the selected rows and hands them to the services.
+
+**Writes are never raw field edits.** They go through the same services and steps as the admin
+commands: ban/unban → ``bots.services.users``; high-risk, note and archive →
+``bots.pipeline.moderation`` (which also refresh the pinned card through the Telegram client);
+the switches → ``bots.services.settings.verification_setting_change`` (voids challenges and
+advances the generation on a real change). The admin's archive is the command's archive without
+its two group messages (the notice in the topic and the report in General are the command's
+conversation with the admins in Telegram): the topic is closed, the user soft-archived, the card
+edited and the user told. When the bot is not configured (no token, invalid SUPPORT_CHAT_ID),
+database-only changes still happen and the page says what Telegram step was skipped.
+"""
+
+# Importing the screens registers them with the admin site (Django imports ``bots.admin``).
+from bots.admin import conversations, records, switches  # noqa: F401

@@ -1,0 +1,90 @@
+"""The settings screen: the raw rows, and the verification switches changed as the commands do."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+
+from bots.admin.common import ReadOnlyAdmin
+from bots.models import Setting
+from bots.selectors import (
+    MODE_BUTTON,
+    MODE_MATH,
+    VERIFY_ENABLED,
+    VERIFY_MODE,
+    bot_current_id,
+    verification_settings_get,
+)
+from bots.services.settings import DISABLED, ENABLED, verification_setting_change
+
+
+class VerificationSwitchesForm(forms.Form):
+    verify_enabled = forms.ChoiceField(
+        label="Verification", choices=[(ENABLED, "on"), (DISABLED, "off")]
+    )
+    verify_mode = forms.ChoiceField(
+        label="Mode",
+        choices=[(MODE_MATH, "math question"), (MODE_BUTTON, "button only (weak)")],
+        help_text="The Turnstile web-page mode is not available yet.",
+    )
+
+
+@admin.register(Setting)
+class SettingAdmin(ReadOnlyAdmin):
+    """The raw rows, and the verification switches changed as the commands change them."""
+
+    list_display = ("key", "value")
+    change_list_template = "bots/admin/setting_change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        switches = path(
+            "verification/",
+            self.admin_site.admin_view(self.verification_view),
+            name="bots_setting_verification",
+        )
+        return [switches, *super().get_urls()]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict | None = None
+    ) -> HttpResponse:
+        switches = verification_settings_get()
+        form = VerificationSwitchesForm(
+            initial={
+                "verify_enabled": ENABLED if switches.enabled else DISABLED,
+                "verify_mode": switches.mode,
+            }
+        )
+        context = {**(extra_context or {}), "switches": switches, "verification_form": form}
+        return super().changelist_view(request, context)
+
+    def verification_view(self, request: HttpRequest) -> HttpResponse:
+        """POST: set both switches through the commands' service (same values bump nothing)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        changelist = HttpResponseRedirect(reverse("admin:bots_setting_changelist"))
+        if not request.user.has_perm("bots.change_setting"):
+            self.message_user(request, "Not allowed.", messages.ERROR)
+            return changelist
+        form = VerificationSwitchesForm(request.POST)
+        bot_id = bot_current_id()
+        if not form.is_valid():
+            self.message_user(request, f"Nothing changed: {form.errors.as_text()}", messages.ERROR)
+        elif bot_id is None:
+            self.message_user(
+                request, "Nothing changed: no bot yet (run setwebhook first).", messages.ERROR
+            )
+        else:
+            enabled_changed = verification_setting_change(
+                bot_id=bot_id, key=VERIFY_ENABLED, value=form.cleaned_data["verify_enabled"]
+            )
+            mode_changed = verification_setting_change(
+                bot_id=bot_id, key=VERIFY_MODE, value=form.cleaned_data["verify_mode"]
+            )
+            if enabled_changed or mode_changed:
+                text = "Switches saved; outstanding challenges were voided."
+            else:
+                text = "Switches unchanged (same values): nothing voided."
+            self.message_user(request, text, messages.SUCCESS)
+        return changelist

@@ -1,0 +1,541 @@
+"""Admin commands about the topic's user (spec §4.0–§4.4) and the command pipeline itself.
+
+Every command is checked for its effect on the tables, the Bot API calls it makes (reply, card
+edit), the wrong place, a non-admin sender, a topic without binding, a repeat, and a retryable
+failure of its reply followed by Telegram's redelivery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from bots import copy
+from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
+from bots.pipeline.classify import GENERAL_COMMANDS
+from bots.pipeline.commands import (
+    ABOUT_THE_TOPIC_USER,
+    ANYWHERE,
+    GENERAL_ONLY,
+    Command,
+    parse_command,
+)
+from tests.bots.helpers import (
+    card_text,
+    dm_texts,
+    general_texts,
+    make_user,
+    open_conversation,
+    set_switches,
+    table_state,
+    topic_texts,
+)
+
+USER_ID = 7001
+CARD = "昵称：Dave (@dave)\n用户 ID：7001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
+
+
+@pytest.fixture
+def user(telegram):
+    return telegram.user(USER_ID, "Dave", username="dave")
+
+
+@pytest.fixture
+def topic(webhook, telegram, user, clock) -> Topic:
+    return open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+
+
+def _send(webhook, telegram, sender, text: str, *, thread_id: int | None) -> dict:
+    update = telegram.group_message(sender, thread_id=thread_id, text=text)
+    webhook.deliver_ok(update)
+    return update
+
+
+def _reply_params(telegram, thread_id: int, text: str) -> dict:
+    return {"chat_id": telegram.support_chat_id, "message_thread_id": thread_id, "text": text}
+
+
+def _changes(before: dict, after: dict) -> dict:
+    """The columns whose values differ, per table (rows matched by position)."""
+    changed = {}
+    for table in ("users", "topics"):
+        for old, new in zip(before[table], after[table], strict=True):
+            changed.update(
+                {f"{table}.{key}": value for key, value in new.items() if old[key] != value}
+            )
+    assert before["messages"] == after["messages"]
+    assert before["settings"] == after["settings"]
+    return changed
+
+
+# ------------------------------------------------------------------ parsing and routing
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("/ban", Command("/ban", "")),
+        ("/ban@hodor_test_bot", Command("/ban", "")),
+        ("/note@hodor_test_bot   VIP   customer  ", Command("/note", "VIP   customer")),
+        ("/note first line\n  second line \n", Command("/note", "first line\n  second line")),
+        ("/Ban", Command("/Ban", "")),
+        ("/", Command("/", "")),
+    ],
+)
+def test_parsing_strips_the_bot_suffix_and_trims_the_arguments(text, expected):
+    assert parse_command(text) == expected
+
+
+def test_the_general_commands_are_exactly_the_ones_classification_lets_through():
+    assert set(ANYWHERE) | set(GENERAL_ONLY) == GENERAL_COMMANDS
+
+
+# ------------------------------------------------------------------ the six binding commands
+
+
+@dataclass(frozen=True)
+class Case:
+    text: str
+    reply: str
+    changes: dict
+    card: str | None  # the pinned card after the command (None: not edited)
+    setup: tuple[str, ...] = field(default=())  # commands run first (so the card matches)
+
+
+CASES = [
+    Case("/ban", copy.user_banned(USER_ID), {"users.is_banned": True}, None),
+    Case(
+        "/unban",
+        copy.user_unbanned(USER_ID),
+        {"users.is_banned": False},
+        None,
+        setup=("/ban",),
+    ),
+    Case(
+        "/note VIP  customer",
+        copy.note_saved("VIP  customer"),
+        {"topics.note": "VIP  customer"},
+        f"{CARD}\n备注：VIP  customer",
+    ),
+    Case(
+        "/unnote",
+        copy.note_cleared(),
+        {"topics.note": None},
+        CARD,
+        setup=("/note old note",),
+    ),
+    Case("/risk", copy.risk_marked(USER_ID), {"users.is_risk": True}, f"{CARD}\n⚠️ 高危用户"),
+    Case(
+        "/unrisk",
+        copy.risk_cleared(USER_ID),
+        {"users.is_risk": False},
+        CARD,
+        setup=("/risk",),
+    ),
+]
+CASE_IDS = [case.text.split()[0] for case in CASES]
+
+
+def _calls_of(case: Case) -> list[str]:
+    return ["sendMessage"] if case.card is None else ["editMessageText", "sendMessage"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_command_changes_its_rows_edits_the_card_and_replies(
+    case, webhook, telegram, admin, user, topic
+):
+    for text in case.setup:
+        _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+    before = table_state()
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, case.text, thread_id=topic.thread_id)
+
+    assert _changes(before, table_state()) == case.changes
+    calls = telegram.calls()
+    assert [call.method for call in calls] == _calls_of(case)
+    assert calls[-1].params == _reply_params(telegram, topic.thread_id, case.reply)
+    assert all(call.ok for call in calls)
+    if case.card is not None:
+        assert calls[0].params == {
+            "chat_id": telegram.support_chat_id,
+            "message_id": topic.pinned_msg_id,
+            "text": case.card,
+        }
+    assert card_text(telegram, topic) == (case.card or CARD)
+    assert topic_texts(telegram, topic.thread_id)[-1] == case.reply
+    # A command is never relayed to the user, never ledgered.
+    assert dm_texts(telegram, user) == []
+    assert RelayedMessage.objects.filter(direction="out").count() == 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_member_gets_admins_only_and_nothing_changes(
+    case, webhook, telegram, admin, member, topic
+):
+    for text in case.setup:
+        _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+    before = table_state()
+    telegram.forget_calls()
+
+    _send(webhook, telegram, member, case.text, thread_id=topic.thread_id)
+
+    assert table_state() == before
+    [call] = telegram.calls()
+    assert call.params == _reply_params(telegram, topic.thread_id, copy.admins_only())
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_topic_without_binding_gets_the_notice_and_nothing_changes(
+    case, webhook, telegram, admin, topic
+):
+    thread_id = telegram.create_topic_by_hand("made by hand")
+    before = table_state()
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, case.text, thread_id=thread_id)
+
+    assert table_state() == before
+    [call] = telegram.calls()
+    assert call.params == _reply_params(telegram, thread_id, copy.no_binding())
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_in_general_a_topic_command_is_ignored(case, webhook, telegram, admin, topic):
+    before = table_state()
+    telegram.forget_calls()
+
+    update = _send(webhook, telegram, admin, case.text, thread_id=None)
+
+    assert table_state() == before
+    assert telegram.calls() == []
+    assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_repeated_command_changes_nothing_more(case, webhook, telegram, admin, topic):
+    for text in case.setup:
+        _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+    _send(webhook, telegram, admin, case.text, thread_id=topic.thread_id)
+    after_first = table_state()
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, case.text, thread_id=topic.thread_id)
+
+    assert table_state() == after_first
+    calls = telegram.calls()
+    assert [call.method for call in calls] == _calls_of(case)
+    if case.card is not None:
+        assert calls[0].status == 400  # "message is not modified": best effort, logged
+    assert calls[-1].params == _reply_params(telegram, topic.thread_id, case.reply)
+    assert card_text(telegram, topic) == (case.card or CARD)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_retryable_reply_failure_is_redelivered_and_converges(
+    case, webhook, telegram, admin, topic, clock
+):
+    for text in case.setup:
+        _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+    before = table_state()
+    update = telegram.group_message(admin, thread_id=topic.thread_id, text=case.text)
+    telegram.fail("sendMessage", status=500)
+
+    first = webhook.deliver(update)
+
+    assert first.status_code == 500
+    assert _changes(before, table_state()) == case.changes  # the database goes first
+    after_first = table_state()
+
+    clock.advance(seconds=61)
+    webhook.deliver_ok(update)
+
+    assert table_state() == after_first
+    assert topic_texts(telegram, topic.thread_id).count(case.reply) == 1
+    assert card_text(telegram, topic) == (case.card or CARD)
+    assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
+
+
+# ------------------------------------------------------------------ what each one means
+
+
+def test_ban_voids_a_pending_challenge_in_the_same_statement(webhook, telegram, admin, clock):
+    person = telegram.user(7002, "Eve")
+    webhook.deliver_ok(telegram.private_message(person, text="hi"))  # welcome + challenge
+    thread_id = telegram.create_topic_by_hand("Eve")
+    Topic.objects.create(
+        bot_id=telegram.bot.id,
+        user_id=person.id,
+        thread_id=thread_id,
+        title="Eve",
+        created_at=clock.now,
+    )
+    assert BotUser.objects.get(user_id=person.id).verify_request_hash is not None
+
+    _send(webhook, telegram, admin, "/ban", thread_id=thread_id)
+
+    row = BotUser.objects.get(user_id=person.id)
+    assert row.is_banned is True
+    assert (
+        row.verify_answer,
+        row.verify_msg_id,
+        row.verify_request_hash,
+        row.verify_request_expires_at,
+        row.verify_request_generation,
+        row.verify_submit_not_before,
+    ) == (None, None, None, None, None, None)
+
+
+def test_a_banned_user_is_muted_and_after_unban_meets_the_gates_again(
+    webhook, telegram, admin, user, topic, clock
+):
+    BotUser.objects.filter(user_id=user.id).update(is_verified=False, verified_at=None)
+    _send(webhook, telegram, admin, "/ban", thread_id=topic.thread_id)
+    relayed = len(topic_texts(telegram, topic.thread_id))
+
+    webhook.deliver_ok(telegram.private_message(user, text="anyone?"))
+
+    assert dm_texts(telegram, user) == [copy.ban_notice()]
+    assert len(topic_texts(telegram, topic.thread_id)) == relayed
+
+    _send(webhook, telegram, admin, "/unban", thread_id=topic.thread_id)
+    clock.advance(seconds=61)
+    webhook.deliver_ok(telegram.private_message(user, text="back"))
+
+    # Unbanned, but unverified: the verification gate comes next (nothing was restored).
+    [notice, challenge] = telegram.bot_messages(user.id)
+    assert notice.text == copy.ban_notice()
+    assert challenge.text.startswith("为了确认你是真人")
+    assert "back" not in topic_texts(telegram, topic.thread_id)
+
+
+def test_a_closed_binding_still_takes_commands(webhook, telegram, admin, user, topic):
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, "/ban", thread_id=topic.thread_id)
+
+    assert BotUser.objects.get(user_id=user.id).is_banned is True
+    # The reply into a closed topic fails permanently: logged, the command still done.
+    [call] = telegram.calls()
+    assert (call.method, call.status) == ("sendMessage", 400)
+
+
+def test_the_bot_suffix_is_accepted(webhook, telegram, admin, user, topic):
+    _send(webhook, telegram, admin, "/risk@hodor_test_bot", thread_id=topic.thread_id)
+
+    assert BotUser.objects.get(user_id=user.id).is_risk is True
+
+
+def test_a_note_is_cut_at_500_code_points(webhook, telegram, admin, topic):
+    note = "😀" + "测" * 498 + "ab"  # 501 code points (the emoji is 2 UTF-16 units)
+
+    _send(webhook, telegram, admin, f"/note {note}", thread_id=topic.thread_id)
+
+    stored = Topic.objects.get().note
+    assert stored == note[:500]
+    assert len(stored) == 500
+    assert topic_texts(telegram, topic.thread_id)[-1] == copy.note_saved(note[:500])
+
+
+def test_note_without_text_gets_the_usage_before_any_binding_lookup(webhook, telegram, admin):
+    thread_id = telegram.create_topic_by_hand("made by hand")
+
+    _send(webhook, telegram, admin, "/note   ", thread_id=thread_id)
+
+    assert topic_texts(telegram, thread_id) == [copy.note_usage()]
+    assert Topic.objects.count() == 0
+
+
+def test_a_failed_card_edit_does_not_stop_the_note(webhook, telegram, admin, topic):
+    telegram.fail("editMessageText", status=500)
+
+    _send(webhook, telegram, admin, "/note kept anyway", thread_id=topic.thread_id)
+
+    assert Topic.objects.get().note == "kept anyway"
+    assert topic_texts(telegram, topic.thread_id)[-1] == copy.note_saved("kept anyway")
+    assert card_text(telegram, topic) == CARD
+
+
+def test_risk_resets_the_reminder_window(webhook, telegram, admin, user, topic, clock):
+    _send(webhook, telegram, admin, "/risk", thread_id=topic.thread_id)
+    webhook.deliver_ok(telegram.private_message(user, text="first"))
+    reminder = copy.risk_reminder("Dave (@dave)")
+    assert topic_texts(telegram, topic.thread_id)[-2:] == ["first", reminder]
+    assert BotUser.objects.get(user_id=user.id).risk_notice_at == clock.now
+
+    clock.advance(minutes=5)
+    _send(webhook, telegram, admin, "/risk", thread_id=topic.thread_id)
+    assert BotUser.objects.get(user_id=user.id).risk_notice_at is None
+    webhook.deliver_ok(telegram.private_message(user, text="second"))
+
+    # Marked again: the next message is reminded about at once, not 24 h later.
+    assert topic_texts(telegram, topic.thread_id)[-2:] == ["second", reminder]
+
+    _send(webhook, telegram, admin, "/unrisk", thread_id=topic.thread_id)
+    webhook.deliver_ok(telegram.private_message(user, text="third"))
+    assert topic_texts(telegram, topic.thread_id)[-1] == "third"
+
+
+# ------------------------------------------------------------------ /help, unknown, not yet
+
+
+HELP_ON_MATH = """管理命令（在用户的话题中使用）：
+/help — 查看本帮助
+/ban — 禁言该用户
+/unban — 解除禁言
+/note <文字> — 设置备注（显示在置顶信息中）
+/unnote — 清除备注
+/risk — 标记为高危用户
+/unrisk — 取消高危标记
+/broadcast — 向全部用户广播（在 General 中使用，先预览再确认）
+/archive — 归档会话：关闭话题并清除验证，资料和记录保留
+/deluser — 彻底删除该用户的数据（需二次确认）
+/purgemsg — 删除话题内已记录的消息
+
+人机验证：
+/verifyoff — 关闭验证
+/verifymode — 查看验证方式（当前：算术题）
+/verifymode_math — 切换为算术题
+/verifymode_button — 切换为纯按钮
+/verifymode_turnstile — 切换为 Turnstile 网页验证
+验证设置命令只能在 General 中使用；也可以写成 /verifymode math|button|turnstile。
+⚠️ 纯按钮验证很弱，机器人也能点击通过。
+
+危险操作：
+/wipealldata — 清空全部话题与数据（需二次确认）
+
+以 / 开头的消息不会转发给用户。"""
+
+
+def test_help_in_a_topic_is_the_full_list(webhook, telegram, admin, topic):
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, "/help", thread_id=topic.thread_id)
+
+    [call] = telegram.calls()
+    assert call.params == _reply_params(telegram, topic.thread_id, HELP_ON_MATH)
+
+
+def test_help_needs_no_binding_and_works_in_general_without_thread(webhook, telegram, admin):
+    thread_id = telegram.create_topic_by_hand("made by hand")
+    _send(webhook, telegram, admin, "/help", thread_id=thread_id)
+    assert topic_texts(telegram, thread_id) == [HELP_ON_MATH]
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, "/help@hodor_test_bot", thread_id=None)
+
+    [call] = telegram.calls()
+    assert call.params == {"chat_id": telegram.support_chat_id, "text": HELP_ON_MATH}
+    assert general_texts(telegram) == [HELP_ON_MATH]
+
+
+def test_help_reflects_the_switches(webhook, telegram, admin, topic):
+    set_switches(verify_enabled="0", verify_mode="button")
+
+    _send(webhook, telegram, admin, "/help", thread_id=topic.thread_id)
+
+    text = topic_texts(telegram, topic.thread_id)[-1]
+    assert text == copy.help_text(verification_enabled=False, mode="button")
+    assert "/verifyon — 开启验证\n当前验证已关闭。\n" in text
+    assert "/verifyoff" not in text
+    assert "/verifymode — 查看验证方式（当前：纯按钮）" in text
+
+
+@pytest.mark.parametrize(
+    "text", ["/foo", "/", "/start", "/HELP", "/Ban", "/bans", "/verifymodes", "/ban_user"]
+)
+def test_unknown_commands_get_the_hint(text, webhook, telegram, admin, topic):
+    before = table_state()
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+
+    assert table_state() == before
+    [call] = telegram.calls()
+    assert call.params == _reply_params(telegram, topic.thread_id, copy.unknown_command())
+
+
+@pytest.mark.parametrize(
+    ("text", "reply"),
+    [
+        ("/deluser", copy.command_not_available),
+        ("/purgemsg", copy.command_not_available),
+        ("/wipealldata", copy.command_not_available),
+        ("/broadcast Title\nbody", copy.broadcast_in_general),
+    ],
+)
+def test_later_commands_answer_and_change_nothing(text, reply, webhook, telegram, admin, topic):
+    before = table_state()
+    telegram.forget_calls()
+
+    _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+
+    assert table_state() == before
+    [call] = telegram.calls()
+    assert call.params == _reply_params(telegram, topic.thread_id, reply())
+
+
+def test_every_topic_command_is_routed():
+    assert set(ABOUT_THE_TOPIC_USER) == {
+        "/ban",
+        "/unban",
+        "/note",
+        "/unnote",
+        "/risk",
+        "/unrisk",
+        "/archive",
+    }
+
+
+def test_a_user_row_missing_behind_a_binding_gets_the_notice(webhook, telegram, admin, clock):
+    person = telegram.user(7003, "Gone")
+    make_user(person, bot_id=telegram.bot.id, now=clock.now)
+    thread_id = telegram.create_topic_by_hand("Gone")
+    Topic.objects.create(
+        bot_id=telegram.bot.id, user_id=person.id, thread_id=thread_id, title="Gone"
+    )
+    BotUser.objects.filter(user_id=person.id).delete()
+
+    _send(webhook, telegram, admin, "/ban", thread_id=thread_id)
+
+    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
+    assert BotUser.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "reply"),
+    [
+        ("/help", "topic", lambda: HELP_ON_MATH),
+        ("/help", "general", lambda: HELP_ON_MATH),
+        ("/nothing", "topic", copy.unknown_command),
+        ("/note", "topic", copy.note_usage),
+        ("/ban", "unbound", copy.no_binding),
+        ("/verifyon", "topic", copy.use_in_general),
+        ("/deluser", "topic", copy.command_not_available),
+    ],
+)
+def test_a_failed_answer_is_sent_once_on_redelivery(
+    text, where, reply, webhook, telegram, admin, topic, clock
+):
+    thread_id = {
+        "topic": topic.thread_id,
+        "general": None,
+        "unbound": telegram.create_topic_by_hand("by hand"),
+    }[where]
+    before = table_state()
+    update = telegram.group_message(admin, thread_id=thread_id, text=text)
+    telegram.fail("sendMessage", status=429, retry_after=30)
+
+    assert webhook.deliver(update).status_code == 500
+    clock.advance(seconds=61)
+    webhook.deliver_ok(update)
+
+    assert table_state() == before
+    sent = [call for call in telegram.calls("sendMessage") if call.ok]
+    assert [call.params["text"] for call in sent[-1:]] == [reply()]
+    if where == "general":
+        assert general_texts(telegram) == [reply()]
+    else:
+        assert topic_texts(telegram, thread_id).count(reply()) == 1
