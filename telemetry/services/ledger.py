@@ -295,19 +295,22 @@ def ledger_write_batch(
     """
     increments = [_usage_increment(fact) for fact in usage_facts]
     increments += [_error_increment(fact) for fact in error_facts]
-    with connection.cursor() as cursor:
+    # COPY: the cheapest way to land many rows, for the database and for us. Errors are
+    # translated to Django's (IntegrityError, ...) like any other statement's.
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        raw_cursor = cursor.cursor
         if usage_facts:
-            cursor.executemany(
-                f"insert into usage_records ({', '.join(_USAGE_COLUMNS)}) values"  # noqa: S608
-                f" ({', '.join(['%s'] * len(_USAGE_COLUMNS))})",
-                [_usage_row(fact) for fact in usage_facts],
-            )
+            with raw_cursor.copy(
+                f"copy usage_records ({', '.join(_USAGE_COLUMNS)}) from stdin"
+            ) as copy:
+                for fact in usage_facts:
+                    copy.write_row(_usage_row(fact))
         if error_facts:
-            cursor.executemany(
-                f"insert into ops_error_logs ({', '.join(_ERROR_COLUMNS)}) values"  # noqa: S608
-                f" ({', '.join(['%s'] * len(_ERROR_COLUMNS))})",
-                [_error_row(fact) for fact in error_facts],
-            )
+            with raw_cursor.copy(
+                f"copy ops_error_logs ({', '.join(_ERROR_COLUMNS)}) from stdin"
+            ) as copy:
+                for fact in error_facts:
+                    copy.write_row(_error_row(fact))
     buckets_add(
         increments=merge_increments(increments),
         now=max([fact["created_at"] for fact in usage_facts + error_facts]),

@@ -243,3 +243,26 @@ def test_cookie_identity_is_unique_per_account_domain_name_path():
         transaction.atomic(),
     ):
         make_cookie(account=account, path="/", id=f"cookie_{uuid.uuid4().hex}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ledger_writer_keeps_good_rows_when_a_batch_is_rejected():
+    from proxy.dispatch.recording import LedgerEntry, _write_batch_in_thread
+
+    account = make_account()
+    now = timezone.now()
+    good = {"created_at": now, "account_id": account.id, "model": "m", "message": "ok"}
+    bad = {**good, "status_code": 500}
+    entries = [
+        LedgerEntry(
+            usage=good, account_usage=[(account.id, AccountUsageIncrement(counted_request=True))]
+        ),
+        LedgerEntry(
+            usage=bad, account_usage=[("acct_deleted", AccountUsageIncrement(counted_request=True))]
+        ),
+    ]
+
+    _write_batch_in_thread(entries)
+
+    assert UsageRecord.objects.count() == 1
+    assert AccountUsage.objects.get(account=account).request_count == 1

@@ -37,7 +37,7 @@ def _success(**overrides):
 def _bucket_rows() -> list[dict]:
     return list(
         RequestTimeBucket.objects.order_by(
-            "bucket_start", "account_id", "model", "service_tier"
+            "bucket_start", "provider", "account_id", "model", "service_tier"
         ).values()
     )
 
@@ -230,3 +230,77 @@ def test_concurrent_upserts_into_one_bucket_add_up_exactly():
     assert success_bucket.max_latency_ms == (threads_count - 1) * 100 + per_thread - 1
     error_bucket = RequestTimeBucket.objects.get(service_tier="__unknown__")
     assert error_bucket.error_count == total
+
+
+def _usage_fact(**overrides):
+    fact = {
+        "created_at": T0,
+        "account_id": "acct_a",
+        "model": "gpt-5.4",
+        "message": "v1 responses stream completed",
+        "route": "/v1/responses",
+        "latency_ms": 100,
+        "first_token_ms": 30,
+        "input_tokens": 10,
+        "output_tokens": 2,
+        "metadata": {"stream": True},
+    }
+    fact.update(overrides)
+    return fact
+
+
+@pytest.mark.django_db
+def test_a_batch_writes_the_same_facts_and_buckets_as_one_by_one():
+    from telemetry.services.buckets import buckets_rebuild
+    from telemetry.services.ledger import ledger_write_batch
+
+    usage = [_usage_fact(latency_ms=latency) for latency in (0, 50, 300)]
+    usage.append(
+        _usage_fact(model="gpt-5.5", service_tier="priority", created_at=T0 + timedelta(minutes=20))
+    )
+    errors = [
+        {
+            "created_at": T0,
+            "message": "failed",
+            "status_code": 503,
+            "account_id": "acct_a",
+            "model": "gpt-5.4",
+        }
+    ]
+
+    ledger_write_batch(usage_facts=usage, error_facts=errors)
+
+    assert UsageRecord.objects.count() == 4 and OpsErrorLog.objects.count() == 1
+    assert UsageRecord.objects.filter(metadata_json={"stream": True}).count() == 4
+    written = _bucket_rows()
+    first = next(
+        row
+        for row in written
+        if row["model"] == "gpt-5.4"
+        and row["service_tier"] == "__unknown__"
+        and row["success_count"]
+    )
+    assert (
+        first["success_count"],
+        first["latency_count"],
+        first["min_latency_ms"],
+        first["max_latency_ms"],
+    ) == (3, 3, 0, 300)
+    assert (first["input_tokens"], first["first_token_latency_sum"]) == (30, 90)
+    buckets_rebuild(cutoff=bucket_start_for(T0 - timedelta(days=1)), now=T0)
+    assert [{k: v for k, v in row.items() if k != "updated_at"} for row in _bucket_rows()] == [
+        {k: v for k, v in row.items() if k != "updated_at"} for row in written
+    ]
+
+
+@pytest.mark.django_db
+def test_a_batch_with_a_bad_fact_writes_nothing():
+    from telemetry.services.ledger import ledger_write_batch
+
+    with pytest.raises(IntegrityError):
+        ledger_write_batch(
+            usage_facts=[_usage_fact(), _usage_fact(status_code=500)], error_facts=[]
+        )
+
+    assert UsageRecord.objects.count() == 0
+    assert RequestTimeBucket.objects.count() == 0
