@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.models import Case, Value, When
 
+from bots.conf import raw_setting
 from bots.models import Bot, BotUser, ProcessedUpdate, Setting, Topic
 
 VERIFY_ENABLED = "verify_enabled"
@@ -47,10 +49,29 @@ class VerificationSettings:
 def bot_current_id() -> int | None:
     """The bot id of this deployment (``bots`` row written by setwebhook), or None.
 
-    One deployment serves one bot (spec §1.6); should the table ever hold several rows (the
-    token was switched to another bot), the most recently bound one is the bot.
+    One deployment serves one bot (spec §1.6). Should the table hold several rows (the token
+    was switched to another bot and back), the bot of the configured token wins — a bot token
+    starts with its bot's id — else the most recently bound row. One query either way.
     """
-    return Bot.objects.order_by("-created_at", "-bot_id").values_list("bot_id", flat=True).first()
+    token_bot_id = _token_bot_id()
+    preference = (
+        Case(When(bot_id=token_bot_id, then=Value(0)), default=Value(1))
+        if token_bot_id is not None
+        else Value(1)
+    )
+    return (
+        Bot.objects.order_by(preference, "-created_at", "-bot_id")
+        .values_list("bot_id", flat=True)
+        .first()
+    )
+
+
+def _token_bot_id() -> int | None:
+    token = raw_setting("TELEGRAM_BOT_TOKEN")
+    if not token or ":" not in token:
+        return None
+    prefix = token.split(":", 1)[0]
+    return int(prefix) if prefix.isdigit() else None
 
 
 def verification_settings_get() -> VerificationSettings:

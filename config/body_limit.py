@@ -7,6 +7,7 @@ body with 413 as soon as its Content-Length (or the bytes received so far) say s
 from __future__ import annotations
 
 import json
+import uuid
 
 _TOO_LARGE = json.dumps(
     {
@@ -57,7 +58,10 @@ class RequestBodyLimit:
             {
                 "type": "http.response.start",
                 "status": 413,
-                "headers": [(b"content-type", b"application/json")],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"x-request-id", f"req_{uuid.uuid4()}".encode()),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": _TOO_LARGE})

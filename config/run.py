@@ -79,7 +79,7 @@ def run_web() -> None:
     _refuse_or_continue("web")
     uvicorn.run(
         "config.asgi:application",
-        host=os.environ.get("HOST", "127.0.0.1"),
+        host=settings.HOST,
         port=settings.PORT,
         workers=settings.WEB_WORKERS,
         lifespan="on",

@@ -39,6 +39,7 @@ SECRET_KEY = (
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
+HOST = env_str("HOST", "127.0.0.1")
 WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1, maximum=64)
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()

@@ -9,7 +9,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from proxy.admin_helpers import ReadOnlyAdmin, masked
 from proxy.forms import AdminLoginForm
 from proxy.models import (
     Account,
@@ -25,10 +24,12 @@ from proxy.services.accounts import (
     ADMIN_SETTABLE_STATUSES,
     AccountIdentityTaken,
     account_create,
+    account_delete,
     account_update_by_admin,
 )
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
+from telemetry.admin_helpers import ReadOnlyAdmin, masked
 
 admin.site.login_form = AdminLoginForm
 admin.site.site_header = "Operators' console"
@@ -225,6 +226,13 @@ class AccountAdmin(admin.ModelAdmin):
     @admin.display(description="refresh token")
     def masked_refresh_token(self, obj: Account) -> str:
         return masked(obj.refresh_token)
+
+    def delete_model(self, request, obj) -> None:
+        account_delete(account=obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for account in queryset:
+            account_delete(account=account)
 
     def save_model(self, request, obj, form, change) -> None:
         if not change:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from proxy.admin_helpers import EstimatedCountPaginator, ReadOnlyAdmin
+from telemetry.admin_helpers import EstimatedCountPaginator, ReadOnlyAdmin
 from telemetry.models import OpsErrorLog, RequestTimeBucketListing, UsageRecord
 
 

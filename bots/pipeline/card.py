@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 
 from bots import copy
-from bots.clients.telegram import TelegramPermanentError
 from bots.models import BotUser, Topic
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
@@ -64,10 +63,12 @@ def compose_card(user: BotUser, *, note: str | None, verification_enabled: bool)
 
 
 def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enabled: bool) -> None:
-    """Send the card into the topic, pin it silently and store its message id.
+    """Send the card into the topic, store its message id, then pin it silently.
 
     Send retryable ⇒ raise; send permanent ⇒ skip (nothing stored, the next message tries
-    again). Pin permanent ⇒ the id is still stored (one card per topic); pin retryable ⇒ raise.
+    again). The id is stored before the pin so that a redelivery never sends a second card
+    (one card per topic); the pin itself is best effort — a card that could not be pinned is
+    still the card, edited in place from then on.
     """
     text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
     sent = required(
@@ -78,10 +79,6 @@ def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     )
     if sent is None:
         return
-    try:
-        ctx.client.pin_chat_message(chat_id=ctx.support_chat_id, message_id=sent["message_id"])
-    except TelegramPermanentError as error:
-        logger.warning("card pin: permanent failure, card kept unpinned: %s", error)
     if not topic_set_pinned_message(
         bot_id=ctx.bot_id,
         user_id=user.user_id,
@@ -90,6 +87,13 @@ def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     ):
         # Another delivery stored a card first (or the binding changed meanwhile).
         logger.warning("card: topic %s already had a card", topic.thread_id)
+        return
+    best_effort(
+        "card pin",
+        lambda: ctx.client.pin_chat_message(
+            chat_id=ctx.support_chat_id, message_id=sent["message_id"]
+        ),
+    )
 
 
 def refresh_card(

@@ -10,7 +10,7 @@ from bots import copy
 from bots.clients.telegram import TelegramError, TelegramPermanentError, is_message_not_modified
 from bots.pipeline.card import refresh_card
 from bots.pipeline.context import UpdateContext
-from bots.pipeline.failures import required
+from bots.pipeline.failures import best_effort, required
 from bots.selectors import MODE_TURNSTILE, VerificationSettings, user_get, verification_settings_get
 from bots.services.challenges import (
     challenge_attach,
@@ -132,8 +132,16 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
     if not verified:
         _toast(ctx, callback_id, copy.toast_challenge_expired())
         return
-    _toast(ctx, callback_id, copy.toast_verified())
-    required(
+    # The UPDATE above decided: the user is verified. What follows only tells them and the
+    # admins, best effort: a redelivery could not redo it (the challenge is gone), so failing
+    # the update here would leave a verified user looking at an "expired" toast.
+    best_effort(
+        "verified toast",
+        lambda: ctx.client.answer_callback_query(
+            callback_query_id=callback_id, text=copy.toast_verified()
+        ),
+    )
+    best_effort(
         "verified edit",
         lambda: ctx.client.edit_message_text(
             chat_id=user_id,
@@ -142,7 +150,7 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
             reply_markup=NO_KEYBOARD,
         ),
     )
-    refresh_card(ctx, user_id=user_id, verification_enabled=switches.enabled, must_deliver=True)
+    refresh_card(ctx, user_id=user_id, verification_enabled=switches.enabled)
 
 
 def _answer_wrong(

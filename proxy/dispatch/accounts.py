@@ -217,7 +217,7 @@ async def refresh_and_filter_eligible(
             continue
         expiry = account.token_expires_at()
         if expiry is None or expiry <= now:
-            await mark_expired(account.id, now=now)
+            await mark_expired(account.id, token=account.access_token, now=now)
             continue
         if (
             account.cloudflare_cooldown_until is not None
@@ -275,20 +275,25 @@ async def roll_usage_window(account: AccountView, *, now: datetime) -> None:
     account.window_reset_at = next_reset
 
 
-async def mark_expired(account_id: str, *, now: datetime) -> None:
-    """401 or a token past its expiry: the account waits for a token refresh."""
+async def mark_expired(account_id: str, *, token: str, now: datetime) -> None:
+    """401 or a token past its expiry: the account waits for a token refresh.
+
+    Only while it still holds ``token`` (the one that failed): a token refreshed meanwhile
+    deserves its own chance (the original's pitfall §11.6).
+    """
     await _execute(
         "update accounts set status = 'expired', updated_at = %s"
-        " where id = %s and status in ('active', 'quota_exhausted')",
-        [now, account_id],
+        " where id = %s and status in ('active', 'quota_exhausted') and access_token = %s",
+        [now, account_id, token],
     )
 
 
-async def mark_banned(account_id: str, *, now: datetime) -> None:
+async def mark_banned(account_id: str, *, token: str, now: datetime) -> None:
+    """The upstream refused the account itself; only while it still holds ``token``."""
     await _execute(
         "update accounts set status = 'banned', updated_at = %s"
-        " where id = %s and status <> 'banned'",
-        [now, account_id],
+        " where id = %s and status <> 'banned' and access_token = %s",
+        [now, account_id, token],
     )
 
 

@@ -99,6 +99,8 @@ class CandidateLedger:
         deadline = time.monotonic() + self._wait.timeout_seconds
         pause = self._wait.first_pause
         while self._parked:
+            # Another request may have marked a parked account meanwhile: look again first.
+            self._parked = await account_pool.still_eligible(self._parked, now=timezone.now())
             for account in list(self._parked):
                 slot = await scheduler.acquire(account, self._settings)
                 if slot is not None:

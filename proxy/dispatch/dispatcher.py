@@ -282,9 +282,9 @@ class Dispatch:
         elif kind == FailureKind.QUOTA_EXHAUSTED:
             await account_pool.mark_quota_exhausted(account.id, now=now)
         elif kind == FailureKind.EXPIRED:
-            await account_pool.mark_expired(account.id, now=now)
+            await account_pool.mark_expired(account.id, token=account.access_token, now=now)
         elif kind == FailureKind.BANNED:
-            await account_pool.mark_banned(account.id, now=now)
+            await account_pool.mark_banned(account.id, token=account.access_token, now=now)
         elif kind == FailureKind.CLOUDFLARE_CHALLENGE:
             await account_pool.register_cloudflare_challenge(account.id, now=now)
         elif kind == FailureKind.CLOUDFLARE_PATH_BLOCKED:
@@ -425,43 +425,42 @@ class Dispatch:
             slot = await ledger.next_slot()
             if slot is None:
                 break
-            account = slot.account
-            if not self._compact:  # compact skips the request interval (spec §1.5)
-                await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
-            if account.quota_verify_required and await self._quota_still_blocked(account):
-                await scheduler.release(slot)
-                self.notes.append(
-                    AttemptNote(
-                        attempt_index,
-                        account.id,
-                        AttemptFailure(
-                            FailureKind.RATE_LIMITED,
-                            detail="rate-limited: Upstream usage quota still reports limit_reached",
-                            answered=False,
-                        ),
-                    )
-                )
-                attempt_index += 1
-                continue
-            sent = await self._send(account)
-            outcome = (
-                sent
-                if isinstance(sent, AttemptFailure)
-                else await finish(slot, attempt_index, sent)
-            )
+            try:
+                outcome = await self._attempt(slot, attempt_index, finish)
+            except BaseException:
+                # Cancelled (the client left) or failed half-way: the slot must not wait for
+                # its TTL. Shielded so the release itself survives the cancellation.
+                await asyncio.shield(scheduler.release(slot))
+                raise
             if not isinstance(outcome, AttemptFailure):
-                self.notes.append(AttemptNote(attempt_index, account.id))
+                self.notes.append(AttemptNote(attempt_index, slot.account.id))
                 return outcome
             await scheduler.release(slot)
-            self.notes.append(AttemptNote(attempt_index, account.id, outcome))
+            self.notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
             attempt_index += 1
             if not outcome.rotates:
                 return self._give_up(outcome)
-            await self._apply_account_effect(account, outcome)
+            await self._apply_account_effect(slot.account, outcome)
         if not self.notes:
             self.client_error = ALL_BUSY if ledger.timed_out else NO_ACCOUNTS
             return self.client_error
         return self._give_up(self.notes[-1].failure)
+
+    async def _attempt(self, slot: Slot, attempt_index: int, finish) -> object:
+        """One account: pacing, the usage check of a just-lifted quota, the call itself."""
+        account = slot.account
+        if not self._compact:  # compact skips the request interval (spec §1.5)
+            await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
+        if account.quota_verify_required and await self._quota_still_blocked(account):
+            return AttemptFailure(
+                FailureKind.RATE_LIMITED,
+                detail="rate-limited: Upstream usage quota still reports limit_reached",
+                answered=False,
+            )
+        sent = await self._send(account)
+        if isinstance(sent, AttemptFailure):
+            return sent
+        return await finish(slot, attempt_index, sent)
 
     def _give_up(self, failure: AttemptFailure) -> ClientError:
         self.final_failure = failure
@@ -536,7 +535,9 @@ class Dispatch:
                 yield chunk, frames
                 if time.monotonic() - last_heartbeat > heartbeat_every:
                     last_heartbeat = time.monotonic()
-                    await scheduler.heartbeat(committed.slot)
+                    await scheduler.heartbeat(
+                        committed.slot, settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
+                    )
         except codex.TRANSPORT_ERRORS as error:
             self.stream_error = f"upstream read failed ({type(error).__name__})"
         except SSEFrameTooLarge as error:

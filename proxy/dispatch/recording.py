@@ -204,7 +204,6 @@ def _request_summary(body: dict) -> dict[str, Any]:
         "toolsCount": len(tools) if isinstance(tools, list) else 0,
         "topLevelFields": sorted(body.keys()),
         "previousResponseIdPresent": bool(body.get("previous_response_id")),
-        "serviceTier": body.get("service_tier"),
     }
 
 
@@ -343,9 +342,9 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
         or upstream_headers.get("request-id"),
         "latency_ms": latency,
     }
+    # Columns of usage_records are not repeated in its metadata (seed §2.7).
     metadata = {
-        **base_metadata,
-        "effectiveModel": effective_model,
+        **{key: value for key, value in base_metadata.items() if key != "requestedModel"},
         "modelsEtag": upstream_headers.get("x-models-etag"),
         "reasoningIncluded": upstream_headers.get("x-reasoning-included"),
         "cfRay": upstream_headers.get("cf-ray"),

@@ -333,10 +333,15 @@ async def release(slot: Slot, *, succeeded: bool = False) -> None:
     )
 
 
-async def heartbeat(slot: Slot) -> None:
-    """Mark a long-running slot as alive (its score is its last sign of life)."""
+async def heartbeat(slot: Slot, ttl_ms: int) -> None:
+    """Mark a long-running slot as alive: its score is its last sign of life, and the key's TTL
+    is pushed out too (otherwise a long stream on an otherwise idle account would lose it)."""
     redis = await async_redis.get()
-    await redis.zadd(redis_keys.account_slots(slot.account.id), {slot.slot_id: _now_ms()}, xx=True)
+    key = redis_keys.account_slots(slot.account.id)
+    async with redis.pipeline(transaction=True) as pipeline:
+        pipeline.zadd(key, {slot.slot_id: _now_ms()}, xx=True)
+        pipeline.pexpire(key, ttl_ms)
+        await pipeline.execute()
 
 
 async def pace(slot: Slot, interval_ms: int) -> None:

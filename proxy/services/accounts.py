@@ -86,3 +86,17 @@ def account_create(
                 "an account with this ChatGPT identity is already in the pool"
             ) from None
         raise
+
+
+def account_delete(*, account: Account) -> int:
+    """Remove an account: its row (usage counters and cookies follow by ON DELETE CASCADE),
+    then its affinity entries in Redis (seed §4B.3: the account index drives the purge).
+
+    Facts in usage_records / ops_error_logs stay (no foreign key, by design). Returns how many
+    affinity records were removed.
+    """
+    from proxy.runtime_state.affinity import affinity_purge_account
+
+    account_id = account.pk
+    Account.objects.filter(pk=account_id).delete()
+    return affinity_purge_account(account_id)

@@ -123,6 +123,15 @@ def models_refresh(*, now: datetime) -> RefreshReport:
             elif plan in previous:
                 snapshots[plan] = previous[plan]
                 report.kept.append(plan)
+    # A plan whose accounts are all ineligible right now keeps its snapshot; a plan no account
+    # has any more disappears.
+    plans_in_pool = set(
+        Account.objects.exclude(plan_type=None).values_list("plan_type", flat=True).distinct()
+    )
+    for plan in set(previous) - set(snapshots):
+        if plan in plans_in_pool:
+            snapshots[plan] = previous[plan]
+            report.kept.append(plan)
     report.removed = sorted(set(previous) - set(snapshots))
     if snapshots or previous:
         model_snapshots_replace(snapshots)

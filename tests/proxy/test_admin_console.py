@@ -196,3 +196,26 @@ def test_an_operator_adds_an_account_and_it_serves(operator):
     )
     assert duplicate.status_code == 200  # the form again: identity already in the pool
     assert Account.objects.filter(chatgpt_account_id="org-9").count() == 1
+
+
+def test_deleting_an_account_purges_its_affinity(operator, redis_client, settings):
+    from proxy.runtime_state.affinity import affinity_get, affinity_record
+
+    account = make_account()
+    affinity_record(
+        response_id=f"resp_del_{account.pk}",
+        account_id=account.pk,
+        conversation_id=f"conv_del_{account.pk}",
+        created_at=datetime.now(UTC),
+    )
+
+    response = operator.post(f"/admin/proxy/account/{quote(account.pk)}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not Account.objects.filter(pk=account.pk).exists()
+    assert affinity_get(f"resp_del_{account.pk}") is None
+    assert redis_client.exists(f"{settings.REDIS_KEY_PREFIX}affinity:v2:account:{account.pk}") == 0
+    assert (
+        redis_client.zcard(f"{settings.REDIS_KEY_PREFIX}affinity:v2:conv:conv_del_{account.pk}")
+        == 0
+    )

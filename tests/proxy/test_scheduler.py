@@ -211,3 +211,18 @@ def test_pacing_waits_for_the_interval_only_after_a_recent_start(fresh):
     assert second.previous_start_ms is not None
     assert no_wait < 0.05
     assert waited >= 0.15
+
+
+def test_a_heartbeat_keeps_a_long_streams_slot_and_key_alive(fresh, settings):
+    target = account(f"a-{fresh}")
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    key = f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{target.id}"
+
+    slot = run(scheduler.acquire(target, _settings()))
+    client.pexpire(key, 200)  # nearly gone
+    run(scheduler.heartbeat(slot, 60_000))
+
+    assert client.pttl(key) > 50_000
+    assert client.zscore(key, slot.slot_id) is not None
+    run(scheduler.release(slot))
+    client.close()

@@ -286,3 +286,45 @@ def test_same_account_starts_are_paced_by_the_interval(proxy, upstream, client_k
     first, second = upstream.responses_requests()
     assert second.received_at - first.received_at >= 0.35
     assert upstream.max_in_flight["tok-a"] == 2
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_leaving_before_the_first_byte_frees_the_slot_at_once(
+    proxy, upstream, client_key, stream
+):
+    import redis as redis_library
+    from django.conf import settings
+
+    account = make_pool_account("tok-slow")
+    upstream.program("tok-slow", Reply(first_byte_delay=3))
+    client = redis_library.Redis.from_url(settings.REDIS_URL)
+    slots = f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{account.id}"
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(
+            f"{proxy.url}/v1/responses",
+            data=json.dumps({"model": "gpt-5.4", "stream": stream}),
+            headers={"Authorization": f"Bearer {client_key.key}"},
+            timeout=0.5,
+        )
+    deadline = time.monotonic() + 2
+    while client.zcard(slots) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    assert client.zcard(slots) == 0  # released when the client left, not after the TTL
+    client.close()
+
+
+def test_a_401_does_not_expire_a_token_refreshed_meanwhile(proxy, upstream, client_key):
+    import asyncio
+
+    from proxy.dispatch.accounts import mark_expired
+
+    account = make_pool_account("tok-old")
+    Account.objects.filter(pk=account.pk).update(access_token="tok-fresh")
+
+    asyncio.run(mark_expired(account.id, token="tok-old", now=timezone.now()))
+
+    assert Account.objects.get(pk=account.pk).status == "active"
+    asyncio.run(mark_expired(account.id, token="tok-fresh", now=timezone.now()))
+    assert Account.objects.get(pk=account.pk).status == "expired"

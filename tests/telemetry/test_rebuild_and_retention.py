@@ -84,7 +84,19 @@ def test_rebuild_command_prints_counts_and_leaves_older_buckets_alone():
     )
     # A drifted bucket inside the window is corrected by the rebuild.
     RequestTimeBucket.objects.filter(account_id="acct_1").update(success_count=999)
-    expected_cutoff = bucket_start_for(now - timedelta(days=5))
+    oldest_fact_kept = now - timedelta(days=5)
+    expected_cutoff = bucket_start_for(oldest_fact_kept)
+    if expected_cutoff < oldest_fact_kept:  # rounded up: the straddling bucket is left alone
+        expected_cutoff += timedelta(minutes=15)
+    straddling = RequestTimeBucket.objects.create(
+        bucket_start=bucket_start_for(oldest_fact_kept),
+        provider="openai",
+        account_id="acct_edge",
+        model="gpt-4",
+        service_tier="__unknown__",
+        success_count=3,
+        updated_at=now,
+    )
     out = io.StringIO()
 
     call_command("rebuild_buckets", stdout=out)
@@ -93,6 +105,10 @@ def test_rebuild_command_prints_counts_and_leaves_older_buckets_alone():
     assert lines[0] == f"cutoff: {expected_cutoff.isoformat()}"
     assert lines[1].startswith("deleted: ") and lines[2].startswith("rebuilt: ")
     assert RequestTimeBucket.objects.get(account_id="acct_old").success_count == 7
+    assert (
+        RequestTimeBucket.objects.get(account_id="acct_edge").success_count
+        == straddling.success_count
+    )
     assert not RequestTimeBucket.objects.filter(success_count=999).exists()
 
 

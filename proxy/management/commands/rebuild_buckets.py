@@ -1,9 +1,10 @@
 """``python manage.py rebuild_buckets``: recompute request_time_buckets inside the facts' window.
 
-cutoff = now − min(usage, ops-error retention days), floored to 15 minutes (codex-proxy spec
-§7.2). Buckets from the cutoff on are deleted and recomputed from usage_records and
-ops_error_logs in one transaction; older buckets (whose facts have expired) and account_usage
-are never touched.
+cutoff = now − min(usage, ops-error retention days), rounded *up* to the next 15-minute
+boundary. Buckets from the cutoff on are deleted and recomputed from usage_records and
+ops_error_logs in one transaction; older buckets and account_usage are never touched. (The
+original floors the cutoff; that takes in the bucket straddling it, part of whose facts the
+hourly trim has already deleted, and would rebuild it smaller than it was.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from proxy.services.runtime_settings import runtime_settings_ensure
-from telemetry.services.buckets import bucket_start_for, buckets_rebuild
+from telemetry.services.buckets import BUCKET_SECONDS, bucket_start_for, buckets_rebuild
 
 
 class Command(BaseCommand):
@@ -27,7 +28,10 @@ class Command(BaseCommand):
         now = timezone.now()
         settings_row = runtime_settings_ensure(now=now)
         window_days = min(settings_row.usage_retention_days, settings_row.ops_error_retention_days)
-        cutoff = bucket_start_for(now - timedelta(days=window_days))
+        oldest_fact_kept = now - timedelta(days=window_days)
+        cutoff = bucket_start_for(oldest_fact_kept)
+        if cutoff < oldest_fact_kept:
+            cutoff += timedelta(seconds=BUCKET_SECONDS)
         with transaction.atomic():
             result = buckets_rebuild(cutoff=cutoff, now=now)
         self.stdout.write(f"cutoff: {result.cutoff.isoformat()}")

@@ -1,4 +1,5 @@
-"""Building blocks of the operators' console shared by the proxy and telemetry admins."""
+"""Building blocks of the operators' console (telemetry's own, reused by the proxy's admin:
+the dependency runs proxy → telemetry, never back)."""
 
 from __future__ import annotations
 
