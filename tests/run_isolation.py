@@ -44,8 +44,28 @@ def delete_keys_with_prefix(redis_url: str, prefix: str) -> int:
     return removed
 
 
+def drop_test_database_if_left(database: dict) -> None:
+    """pytest-django drops the run's database, but not while pooled connections of other
+    threads (the live server, ledger threads) still hold it: drop it then, forcibly."""
+    import psycopg
+
+    name = database.get("TEST", {}).get("NAME")
+    if not name or not name.startswith("test_"):
+        return
+    with psycopg.connect(
+        host=database["HOST"] or None,
+        port=database["PORT"] or None,
+        user=database["USER"],
+        password=database["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    ) as admin:
+        admin.execute(f'drop database if exists "{name}" with (force)')
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     from django.conf import settings
 
     delete_keys_with_prefix(settings.REDIS_URL, RUN_PREFIX)
+    drop_test_database_if_left(settings.DATABASES["default"])
     shutil.rmtree(RUN_DATA_DIR, ignore_errors=True)
