@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -23,6 +24,8 @@ from django.conf import settings
 from proxy import redis_keys
 from proxy.dispatch.accounts import AccountView
 from proxy.loop_resources import async_redis
+
+logger = logging.getLogger(__name__)
 
 SMART_WEIGHTS = {
     "load": 1.0,
@@ -321,7 +324,18 @@ async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | 
 
 
 async def release(slot: Slot, *, succeeded: bool = False) -> None:
-    """Give the slot back (one round trip); a success also clears the Cloudflare counters."""
+    """Give the slot back (one round trip); a success also clears the Cloudflare counters.
+
+    Never raises: an answer already sent must not fail because Redis hiccuped; a slot that
+    could not be released is reclaimed by its TTL.
+    """
+    try:
+        await _release(slot, succeeded=succeeded)
+    except Exception:
+        logger.warning("slot release failed; the slot TTL will reclaim it", exc_info=True)
+
+
+async def _release(slot: Slot, *, succeeded: bool) -> None:
     await _run_script(
         "release",
         [
@@ -336,12 +350,15 @@ async def release(slot: Slot, *, succeeded: bool = False) -> None:
 async def heartbeat(slot: Slot, ttl_ms: int) -> None:
     """Mark a long-running slot as alive: its score is its last sign of life, and the key's TTL
     is pushed out too (otherwise a long stream on an otherwise idle account would lose it)."""
-    redis = await async_redis.get()
-    key = redis_keys.account_slots(slot.account.id)
-    async with redis.pipeline(transaction=True) as pipeline:
-        pipeline.zadd(key, {slot.slot_id: _now_ms()}, xx=True)
-        pipeline.pexpire(key, ttl_ms)
-        await pipeline.execute()
+    try:
+        redis = await async_redis.get()
+        key = redis_keys.account_slots(slot.account.id)
+        async with redis.pipeline(transaction=True) as pipeline:
+            pipeline.zadd(key, {slot.slot_id: _now_ms()}, xx=True)
+            pipeline.pexpire(key, ttl_ms)
+            await pipeline.execute()
+    except Exception:
+        logger.warning("slot heartbeat failed", exc_info=True)
 
 
 async def pace(slot: Slot, interval_ms: int) -> None:

@@ -34,7 +34,7 @@ from proxy.v1.common import (
     validate,
     with_upstream_headers,
 )
-from proxy.v1.errors import error_response
+from proxy.v1.errors import error_response, openai_errors
 
 ROUTE = "/v1/chat/completions"
 STREAM_CUT_MESSAGE = "Upstream stream closed before response.completed"
@@ -48,6 +48,7 @@ def _frame(chunk: dict) -> bytes:
 
 @csrf_exempt
 @require_POST
+@openai_errors
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     valid = await validate(request)
     if isinstance(valid, HttpResponse):

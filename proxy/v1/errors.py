@@ -34,3 +34,29 @@ def stream_error_body(error: ClientError) -> bytes:
     """A stream that failed before any byte: one ``response.failed`` event, then [DONE]."""
     message = _STREAM_MESSAGES.get(error.code, error.message)
     return failure_event(error_type=error.error_type, code=error.code, message=message) + DONE_FRAME
+
+
+INTERNAL = ClientError(
+    500, "server_error", "internal_error", "The proxy failed to handle the request"
+)
+
+
+def openai_errors(view):
+    """Answer an unexpected failure of a ``/v1`` view in the OpenAI envelope (500), logged,
+    instead of Django's HTML page — clients parse JSON. No exception text reaches the client."""
+    import functools
+    import logging
+    import uuid
+
+    logger = logging.getLogger("proxy.v1")
+
+    @functools.wraps(view)
+    async def wrapper(request, *args, **kwargs):
+        try:
+            return await view(request, *args, **kwargs)
+        except Exception:
+            logger.exception("unexpected failure in %s", request.path)
+            request_id = request.headers.get("x-request-id") or f"req_{uuid.uuid4()}"
+            return error_response(INTERNAL, request_id[:128])
+
+    return wrapper

@@ -10,7 +10,7 @@ from proxy.catalog_cache import current_catalog
 from proxy.models_catalog import resolve_alias
 from proxy.v1.auth import authenticate
 from proxy.v1.common import request_id_for
-from proxy.v1.errors import MISSING_KEY, MODEL_NOT_FOUND, error_response
+from proxy.v1.errors import MISSING_KEY, MODEL_NOT_FOUND, error_response, openai_errors
 
 CREATED = 1700000000
 
@@ -26,6 +26,7 @@ def _json(payload, request_id: str) -> JsonResponse:
 
 
 @require_GET
+@openai_errors
 async def list_models(request: HttpRequest) -> HttpResponse:
     """Catalog ids (catalog order, no duplicates), then alias names."""
     request_id = request_id_for(request)
@@ -41,6 +42,7 @@ async def list_models(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+@openai_errors
 async def model_catalog(request: HttpRequest) -> HttpResponse:
     request_id = request_id_for(request)
     if await authenticate(request.headers.get("authorization")) is None:
@@ -49,6 +51,7 @@ async def model_catalog(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+@openai_errors
 async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
     """The OpenAI model object echoing the requested id when recognised (aliases too)."""
     request_id = request_id_for(request)
@@ -62,6 +65,7 @@ async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
 
 
 @require_GET
+@openai_errors
 async def model_info(request: HttpRequest, model_id: str) -> HttpResponse:
     """The catalog entry of the alias-resolved id."""
     request_id = request_id_for(request)

@@ -22,7 +22,7 @@ from proxy.v1.common import (
     validate,
     with_upstream_headers,
 )
-from proxy.v1.errors import error_response, stream_error_body
+from proxy.v1.errors import error_response, openai_errors, stream_error_body
 
 
 def _apply_subagent(body: dict, subagent: str | None) -> None:
@@ -113,18 +113,21 @@ async def _complete(dispatch: Dispatch, request_id: str) -> HttpResponse:
 
 @csrf_exempt
 @require_POST
+@openai_errors
 async def responses(request: HttpRequest) -> HttpResponse:
     return await _serve(request, route="/v1/responses", forced_subagent=None)
 
 
 @csrf_exempt
 @require_POST
+@openai_errors
 async def responses_review(request: HttpRequest) -> HttpResponse:
     return await _serve(request, route="/v1/responses/review", forced_subagent="review")
 
 
 @csrf_exempt
 @require_POST
+@openai_errors
 async def responses_compact(request: HttpRequest) -> HttpResponse:
     """One JSON call to the upstream compact endpoint; its JSON comes back verbatim."""
     valid = await validate(request)

@@ -385,3 +385,39 @@ def test_unknown_v1_and_api_paths_are_json_404(proxy):
         response = requests.get(f"{proxy.url}{path}", timeout=5)
         assert response.status_code == 404
         assert response.json() == {"code": 40401, "message": "API route not found", "data": None}
+
+
+def test_an_unreachable_redis_gives_a_json_500_not_a_html_page(
+    proxy, upstream, client_key, monkeypatch
+):
+    import socket
+
+    import redis.asyncio as redis_asyncio
+
+    from proxy.dispatch import scheduler
+    from proxy.loop_resources import PerLoop
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+
+    async def unreachable():
+        return redis_asyncio.Redis(host="127.0.0.1", port=closed_port, socket_connect_timeout=1)
+
+    monkeypatch.setattr(scheduler, "async_redis", PerLoop(unreachable))
+    make_pool_account("tok-a")
+
+    response = _post(
+        proxy, client_key, {"model": "gpt-5.4", "input": []}, **{"x-request-id": "trace-me"}
+    )
+
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {
+            "message": "The proxy failed to handle the request",
+            "type": "server_error",
+            "code": "internal_error",
+        }
+    }
+    assert response.headers["x-request-id"] == "trace-me"
+    assert upstream.responses_requests() == []
