@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from django.utils import timezone
 from proxy import redis_keys
 from proxy.dispatch.cookies import store_cookies
 from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
-from proxy.loop_resources import PerLoop, async_redis
+from proxy.loop_resources import async_redis
 from proxy.quota import passive_quota_sync
 from proxy.services.account_usage import (
     AccountUsageIncrement,
@@ -32,7 +33,6 @@ from telemetry.services.ledger import ledger_write_batch, ops_error_log_create, 
 logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_SECONDS = 0.05
 MAX_BATCH = 500
-_background_tasks: set[asyncio.Task] = set()
 
 
 @dataclass
@@ -77,29 +77,26 @@ class LedgerWriter:
             await asyncio.shield(self._task)
 
 
-async def _new_writer() -> LedgerWriter:
-    return LedgerWriter()
+_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-_writers: PerLoop[LedgerWriter] = PerLoop(_new_writer)
+def _writer() -> LedgerWriter:
+    """This event loop's writer (created on first use; plain data, no I/O)."""
+    loop = asyncio.get_running_loop()
+    writer = _writers.get(loop)
+    if writer is None:
+        writer = _writers[loop] = LedgerWriter()
+    return writer
 
 
 def schedule(entry: LedgerEntry) -> None:
     """Hand ``entry`` to this loop's writer; the caller returns (or ends its stream) at once."""
-    task = asyncio.get_running_loop().create_task(_submit(entry))
-    _background_tasks.add(task)
-    task.add_done_callback(_background_tasks.discard)
-
-
-async def _submit(entry: LedgerEntry) -> None:
-    (await _writers.get()).submit(entry)
+    _writer().submit(entry)
 
 
 async def await_pending_writes() -> None:
     """Wait until everything submitted so far is written (tests, and graceful shutdown)."""
-    while _background_tasks:
-        await asyncio.gather(*list(_background_tasks), return_exceptions=True)
-    await (await _writers.get()).flush()
+    await _writer().flush()
 
 
 async def write_batch(batch: list[LedgerEntry]) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -276,7 +276,7 @@ async def order_and_acquire(
     if not accounts:
         return [], None
     now = _now_ms()
-    slot_id = uuid.uuid4().hex
+    slot_id = os.urandom(12).hex()
     keys = [redis_keys.scheduler_cursor()] + [
         redis_keys.account_slots(account.id) for account in accounts
     ]
@@ -305,7 +305,7 @@ async def order_and_acquire(
 async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | None:
     """Take a slot on ``account``; None when it is at its concurrency limit."""
     now = _now_ms()
-    slot_id = uuid.uuid4().hex
+    slot_id = os.urandom(12).hex()
     acquired, previous = await _run_script(
         "one",
         [redis_keys.account_slots(account.id)],
