@@ -79,6 +79,39 @@ def challenge_release(*, bot_id: int, user_id: int, request_hash: str, generatio
     )
 
 
+def challenge_restore(
+    *,
+    bot_id: int,
+    user_id: int,
+    request_hash: str,
+    generation: int,
+    previous_hash: str,
+    previous_answer: int | None,
+    message_id: int,
+) -> bool:
+    """Put back the challenge shown in ``message_id`` (its hash and answer) in place of the
+    reserved ``request_hash``, if that fence is still ours and the user still unverified (CAS).
+
+    For a re-issue whose edit failed retryably: the message still shows the old challenge, and
+    the redelivery's pre-check must find it live to run the re-issue again.
+    """
+    return (
+        BotUser.objects.filter(
+            bot_id=bot_id,
+            user_id=user_id,
+            verify_request_hash=request_hash,
+            verify_request_generation=generation,
+            is_banned=False,
+            is_verified=False,
+        ).update(
+            verify_request_hash=previous_hash,
+            verify_answer=previous_answer,
+            verify_msg_id=message_id,
+        )
+        == 1
+    )
+
+
 def challenge_attach(
     *,
     bot_id: int,

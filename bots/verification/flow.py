@@ -7,7 +7,12 @@ import random
 from collections.abc import Mapping
 
 from bots import copy
-from bots.clients.telegram import TelegramError, TelegramPermanentError, is_message_not_modified
+from bots.clients.telegram import (
+    TelegramError,
+    TelegramPermanentError,
+    TelegramRetryableError,
+    is_message_not_modified,
+)
 from bots.pipeline.card import refresh_card
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import best_effort, required
@@ -16,6 +21,7 @@ from bots.services.challenges import (
     challenge_attach,
     challenge_release,
     challenge_reserve,
+    challenge_restore,
     user_verify,
 )
 from bots.verification.challenge import build_challenge, new_request_hash, parse_callback_value
@@ -116,7 +122,13 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
         return
     if value != user.verify_answer:
         _answer_wrong(
-            ctx, callback_id=callback_id, user_id=user_id, message_id=message_id, switches=switches
+            ctx,
+            callback_id=callback_id,
+            user_id=user_id,
+            message_id=message_id,
+            switches=switches,
+            shown_hash=user.verify_request_hash,
+            shown_answer=user.verify_answer,
         )
         return
     verified = user_verify(
@@ -160,8 +172,13 @@ def _answer_wrong(
     user_id: int,
     message_id: int,
     switches: VerificationSettings,
+    shown_hash: str,
+    shown_answer: int | None,
 ) -> None:
-    """Wrong value: a fresh challenge replaces the old one in the same message (no new push)."""
+    """Wrong value: a fresh challenge replaces the old one in the same message (no new push).
+
+    ``shown_hash`` / ``shown_answer``: the fence of the challenge the message shows now.
+    """
     if switches.mode == MODE_TURNSTILE:
         _toast(ctx, callback_id, copy.toast_challenge_expired())
         return
@@ -179,6 +196,22 @@ def _answer_wrong(
             text=f"{copy.wrong_answer_prefix()}\n\n{challenge.text}",
             reply_markup=challenge.reply_markup,
         )
+    except TelegramRetryableError:
+        # Spec §5.4: edit retryable ⇒ raise, so that Telegram's redelivery redoes the re-issue.
+        # But the reserve above already voided the challenge the message shows, and the
+        # redelivery's pre-check accepts only a click on the live challenge: it would answer
+        # "expired" (to a callback already answered) and leave the user a message whose every
+        # button is dead. Putting the shown challenge back lets the redelivery run this again.
+        challenge_restore(
+            bot_id=ctx.bot_id,
+            user_id=user_id,
+            request_hash=request_hash,
+            generation=switches.generation,
+            previous_hash=shown_hash,
+            previous_answer=shown_answer,
+            message_id=message_id,
+        )
+        raise
     except TelegramPermanentError as error:
         # "not modified": the message already shows exactly this challenge (the same question
         # came up again), so it is still the live one.

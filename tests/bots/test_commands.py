@@ -21,6 +21,7 @@ from bots.pipeline.commands import (
     Command,
     parse_command,
 )
+from tests.bots.conftest import Clock, Webhook
 from tests.bots.helpers import (
     card_text,
     dm_texts,
@@ -31,6 +32,7 @@ from tests.bots.helpers import (
     table_state,
     topic_texts,
 )
+from tests.fakes.telegram import FakeTelegram, FakeUser
 
 USER_ID = 7001
 CARD = "昵称：Dave (@dave)\n用户 ID：7001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
@@ -255,6 +257,50 @@ def test_a_retryable_reply_failure_is_redelivered_and_converges(
     assert topic_texts(telegram, topic.thread_id).count(case.reply) == 1
     assert card_text(telegram, topic) == (case.card or CARD)
     assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
+
+
+# The commands that make two calls: the card edit (best effort), then the reply.
+TWO_CALL_CASES = [
+    (case, call_number) for case in CASES if case.card is not None for call_number in (1, 2)
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "call_number"),
+    TWO_CALL_CASES,
+    ids=[f"{case.text.split()[0]}-{number}" for case, number in TWO_CALL_CASES],
+)
+def test_a_retryable_fault_at_either_call_converges_on_redelivery(
+    case: Case,
+    call_number: int,
+    webhook: Webhook,
+    telegram: FakeTelegram,
+    admin: FakeUser,
+    user: FakeUser,
+    topic: Topic,
+    clock: Clock,
+) -> None:
+    for text in case.setup:
+        _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+    before = table_state()
+    card_before = card_text(telegram, topic)
+    update = telegram.group_message(admin, thread_id=topic.thread_id, text=case.text)
+    telegram.forget_calls()
+    telegram.fail_call(call_number, status=500)
+
+    first = webhook.deliver(update)
+    clock.advance(seconds=61)
+    second = webhook.deliver(update)
+
+    card_edit = call_number == 1
+    # The card edit is best effort (spec §2.7): its fault is logged and the update answers 200,
+    # so Telegram's second delivery is a duplicate and the card keeps its old text.
+    assert (first.status_code, second.status_code) == ((200, 200) if card_edit else (500, 200))
+    assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
+    assert _changes(before, table_state()) == case.changes
+    assert topic_texts(telegram, topic.thread_id).count(case.reply) == 1
+    assert card_text(telegram, topic) == (card_before if card_edit else case.card)
+    assert dm_texts(telegram, user) == []
 
 
 # ------------------------------------------------------------------ what each one means

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bots import copy
-from bots.models import BotUser, RelayedMessage, Topic
-from tests.bots.conftest import START
+from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
+from tests.bots.conftest import START, Clock, Webhook
 from tests.bots.helpers import dm_texts, open_conversation
+from tests.fakes.telegram import FakeTelegram, FakeUser
 
 
 @pytest.fixture
@@ -197,6 +198,58 @@ def test_a_retryable_relay_failure_is_redelivered_once(
 
     assert dm_texts(telegram, user) == ["answer"]
     assert RelayedMessage.objects.filter(direction="out").count() == 1
+
+
+# Admin content of a few types and the method relaying each (one Bot API call per update).
+OUTBOUND_CONTENT = {
+    "text": ({"text": "How can I help?"}, "sendMessage"),
+    "photo": ({"photo": "admin-photo", "caption": "the form to fill"}, "sendPhoto"),
+    "document": ({"document": "admin-document", "caption": "your invoice"}, "sendDocument"),
+    "sticker": ({"sticker": "admin-sticker"}, "sendSticker"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OUTBOUND_CONTENT))
+def test_a_retryable_fault_of_the_outbound_relay_ends_with_exactly_one_copy(
+    kind: str,
+    webhook: Webhook,
+    telegram: FakeTelegram,
+    user: FakeUser,
+    admin: FakeUser,
+    topic: Topic,
+    clock: Clock,
+) -> None:
+    content, method = OUTBOUND_CONTENT[kind]
+    update = telegram.group_message(admin, thread_id=topic.thread_id, **content)
+    telegram.forget_calls()
+    telegram.fail_call(1, status=500)
+
+    first = webhook.deliver(update)
+    clock.advance(seconds=61)
+    second = webhook.deliver(update)
+
+    assert (first.status_code, second.status_code) == (500, 200)
+    assert [(call.method, call.status) for call in telegram.calls()] == [
+        (method, 500),
+        (method, 200),
+    ]
+    [dm] = telegram.bot_messages(user.id)
+    assert (dm.kind, dm.text, dm.file_id, dm.caption) == (
+        kind,
+        content.get("text"),
+        content.get(kind) if kind != "text" else None,
+        content.get("caption"),
+    )
+    ledger = RelayedMessage.objects.get(direction="out")
+    assert (ledger.content_type, ledger.thread_id, ledger.group_msg_id, ledger.private_msg_id) == (
+        kind,
+        topic.thread_id,
+        update["message"]["message_id"],
+        dm.message_id,
+    )
+    assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
+    # Nothing was posted back into the topic (the card and the user's first message only).
+    assert len(telegram.topic_messages(topic.thread_id)) == 2
 
 
 # ------------------------------------------------------------------ native topic events

@@ -10,8 +10,10 @@ import pytest
 from bots import copy
 from bots.models import BotUser, RelayedMessage, Topic
 from bots.selectors import verification_settings_get
-from bots.services.challenges import challenge_reserve, user_verify
+from bots.services.challenges import challenge_reserve, challenge_restore, user_verify
+from bots.services.settings import verification_setting_change
 from bots.verification.challenge import button_challenge, math_challenge, parse_callback_value
+from tests.bots.conftest import Clock
 from tests.bots.helpers import dm_texts, make_user, set_switches
 
 QUESTION = re.compile(r"([0-9]) ([+-]) ([0-9]) = \?")
@@ -329,6 +331,43 @@ def test_reserve_is_abandoned_when_the_switches_changed_since_the_snapshot(clock
     assert challenge_reserve(
         bot_id=1, user_id=2, request_hash="a" * 64, snapshot=verification_settings_get()
     )
+
+
+@pytest.mark.django_db
+def test_restore_puts_the_shown_challenge_back_only_over_its_own_reservation(
+    clock: Clock,
+) -> None:
+    BotUser.objects.create(
+        bot_id=1,
+        user_id=2,
+        first_seen_at=clock.now,
+        last_seen_at=clock.now,
+        verify_request_hash="new" + "0" * 61,
+        verify_request_generation=0,
+    )
+    arguments = {
+        "bot_id": 1,
+        "user_id": 2,
+        "generation": 0,
+        "previous_hash": "old" + "0" * 61,
+        "previous_answer": 7,
+        "message_id": 10,
+    }
+
+    assert challenge_restore(**arguments, request_hash="other" + "0" * 59) is False
+    assert BotUser.objects.get().verify_request_hash == "new" + "0" * 61
+    assert challenge_restore(**arguments, request_hash="new" + "0" * 61) is True
+    row = BotUser.objects.get()
+    assert (row.verify_request_hash, row.verify_answer, row.verify_msg_id) == (
+        "old" + "0" * 61,
+        7,
+        10,
+    )
+    # A mode switch voids every pending challenge: nothing is left to restore over.
+    BotUser.objects.update(verify_request_hash="new" + "0" * 61)
+    verification_setting_change(bot_id=1, key="verify_mode", value="button")
+    assert challenge_restore(**arguments, request_hash="new" + "0" * 61) is False
+    assert BotUser.objects.get().verify_request_hash is None
 
 
 @pytest.mark.django_db

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 from django.db import connection, connections
 from django.test import Client
 
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
-from tests.bots.conftest import WEBHOOK_SECRET, Webhook
+from tests.bots.conftest import WEBHOOK_SECRET, Clock, Webhook
 from tests.bots.helpers import make_user
+from tests.fakes.telegram import FakeTelegram, FakeUser
 
 BUSINESS_TABLES = (BotUser, Topic, RelayedMessage, ProcessedUpdate)
 
@@ -210,12 +213,25 @@ def test_max_attempts_is_configurable(webhook, bot_settings, telegram, user, ver
 # ------------------------------------------------------------------ a fault at every call
 
 
-def _new_topic_for_a_risky_user(telegram, user, clock):
+def _open_conversation(
+    telegram: FakeTelegram, user: FakeUser, clock: Clock, webhook: Webhook, note: str | None = None
+) -> None:
+    """A verified user's first message ("first"): topic, card, one ledger row."""
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
+    webhook.deliver_ok(telegram.private_message(user, text="first"))
+    Topic.objects.update(note=note)
+
+
+def _new_topic_for_a_risky_user(
+    telegram: FakeTelegram, user: FakeUser, clock: Clock, webhook: Webhook
+) -> dict:
     make_user(user, bot_id=telegram.bot.id, now=clock.now, is_risk=True)
     return telegram.private_message(user, text="hello")
 
 
-def _closed_topic_and_a_new_name(telegram, user, clock, webhook):
+def _closed_topic_and_a_new_name(
+    telegram: FakeTelegram, user: FakeUser, clock: Clock, webhook: Webhook
+) -> dict:
     make_user(user, bot_id=telegram.bot.id, now=clock.now)
     webhook.deliver_ok(telegram.private_message(user, text="first"))
     thread_id = Topic.objects.get().thread_id
@@ -226,77 +242,154 @@ def _closed_topic_and_a_new_name(telegram, user, clock, webhook):
     return telegram.private_message(user, text="hello")
 
 
-# Each scenario's Bot API calls, in order; a fault is injected at each of them in turn.
+def _topic_deleted_by_hand(
+    telegram: FakeTelegram, user: FakeUser, clock: Clock, webhook: Webhook
+) -> dict:
+    """Self-heal (spec §2.9): the relay finds "message thread not found"."""
+    _open_conversation(telegram, user, clock, webhook, note="lost with the topic")
+    telegram.delete_topic_by_hand(Topic.objects.get().thread_id)
+    clock.advance(minutes=5)
+    return telegram.private_message(user, text="hello")
+
+
+def _closed_topic_deleted_by_hand(
+    telegram: FakeTelegram, user: FakeUser, clock: Clock, webhook: Webhook
+) -> dict:
+    """The reopen of a closed binding finds the topic gone (spec §2.6): replaced."""
+    _open_conversation(telegram, user, clock, webhook, note="lost with the topic")
+    thread_id = Topic.objects.get().thread_id
+    webhook.deliver_ok(telegram.close_topic_by_hand(thread_id, by=telegram.user(111111111)))
+    telegram.delete_topic_by_hand(thread_id)
+    clock.advance(minutes=5)
+    return telegram.private_message(user, text="hello")
+
+
+def _topic_closed_unnoticed(
+    telegram: FakeTelegram, user: FakeUser, clock: Clock, webhook: Webhook
+) -> dict:
+    """TOPIC_CLOSED on a binding the database thinks open (spec §2.9): reopen, resend once."""
+    _open_conversation(telegram, user, clock, webhook)
+    telegram.close_topic_by_hand(Topic.objects.get().thread_id, by=telegram.user(111111111))
+    clock.advance(minutes=5)
+    return telegram.private_message(user, text="hello")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    build: Callable[[FakeTelegram, FakeUser, Clock, Webhook], dict]
+    calls: list[str]  # the Bot API calls of the update, in order, when nothing fails
+    replaces_topic: bool = False  # the update ends in a new topic (the old one is gone)
+
+
+# A fault is injected at each scenario's calls in turn.
 SCENARIOS = {
-    "new topic": (
+    "new topic": Scenario(
         _new_topic_for_a_risky_user,
         ["createForumTopic", "sendMessage", "pinChatMessage", "sendMessage", "sendMessage"],
     ),
-    "closed topic": (
+    "closed topic": Scenario(
         _closed_topic_and_a_new_name,
         ["reopenForumTopic", "editMessageText", "sendMessage"],
+    ),
+    "deleted topic": Scenario(
+        _topic_deleted_by_hand,
+        # relay (thread not found), replacement, its card, pin, the one resend
+        ["sendMessage", "createForumTopic", "sendMessage", "pinChatMessage", "sendMessage"],
+        replaces_topic=True,
+    ),
+    "closed then deleted topic": Scenario(
+        _closed_topic_deleted_by_hand,
+        # reopen (TOPIC_ID_INVALID), replacement, its card, pin, the relay
+        ["reopenForumTopic", "createForumTopic", "sendMessage", "pinChatMessage", "sendMessage"],
+        replaces_topic=True,
+    ),
+    "topic closed unnoticed": Scenario(
+        _topic_closed_unnoticed,
+        ["sendMessage", "reopenForumTopic", "sendMessage"],  # TOPIC_CLOSED, reopen, resend
     ),
 }
 FAULT_CASES = [
     (name, call_number)
-    for name, (_, methods) in SCENARIOS.items()
-    for call_number in range(1, len(methods) + 1)
+    for name, scenario in SCENARIOS.items()
+    for call_number in range(1, len(scenario.calls) + 1)
 ]
 
 
-def _prepare(name, telegram, user, clock, webhook):
-    build, _ = SCENARIOS[name]
-    if name == "closed topic":
-        return build(telegram, user, clock, webhook)
-    return build(telegram, user, clock)
+def _is_best_effort(name: str, call_number: int) -> bool:
+    """Card edits and pins are best effort (spec §2.7), and so is the risk reminder after the
+    relay (spec §2.10): a fault there is logged and the update still answers 200."""
+    method = SCENARIOS[name].calls[call_number - 1]
+    return method in ("editMessageText", "pinChatMessage") or (
+        name == "new topic" and call_number == 5
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_each_scenario_makes_exactly_the_listed_calls(name, webhook, telegram, user, clock):
-    update = _prepare(name, telegram, user, clock, webhook)
+def test_each_scenario_makes_exactly_the_listed_calls(
+    name: str, webhook: Webhook, telegram: FakeTelegram, user: FakeUser, clock: Clock
+) -> None:
+    update = SCENARIOS[name].build(telegram, user, clock, webhook)
     telegram.forget_calls()
 
     webhook.deliver_ok(update)
 
-    assert telegram.methods() == SCENARIOS[name][1]
+    assert telegram.methods() == SCENARIOS[name].calls
     assert _copies_in_topic(telegram, "hello") == 1
 
 
 @pytest.mark.parametrize(("name", "call_number"), FAULT_CASES)
 def test_a_retryable_fault_at_any_call_ends_with_exactly_one_relayed_copy(
-    name, call_number, webhook, telegram, user, clock
-):
-    update = _prepare(name, telegram, user, clock, webhook)
+    name: str,
+    call_number: int,
+    webhook: Webhook,
+    telegram: FakeTelegram,
+    user: FakeUser,
+    clock: Clock,
+) -> None:
+    scenario = SCENARIOS[name]
+    update = scenario.build(telegram, user, clock, webhook)
+    original = Topic.objects.first()  # None: the user has no topic yet
     telegram.forget_calls()
     telegram.fail_call(call_number, status=500)
-    best_effort = SCENARIOS[name][1][call_number - 1] in ("editMessageText", "pinChatMessage") or (
-        name == "new topic" and call_number == 5  # the risk reminder after the relay
-    )
 
     first = webhook.deliver(update)
     clock.advance(seconds=61)
     second = webhook.deliver(update)
 
-    if best_effort:
+    if _is_best_effort(name, call_number):
         assert first.status_code == 200
     else:
         assert first.status_code == 500
     assert second.status_code == 200
     assert _copies_in_topic(telegram, "hello") == 1
     assert RelayedMessage.objects.filter(direction="in", content_type="text").count() == (
-        1 if name == "new topic" else 2
+        1 if original is None else 2
     )
     assert _claim(telegram, update)[0] == "processed"
     topic = Topic.objects.get()
     assert topic.status == "open"
-    # Exactly one card in the topic, and it is the one the topic points to.
+    assert BotUser.objects.get(user_id=user.id).status == "active"
+    live_topics = [fake.thread_id for fake in telegram.topics() if not fake.deleted]
+    assert live_topics == [topic.thread_id]  # no stray topic from a retried creation
+    if scenario.replaces_topic:
+        assert topic.thread_id != original.thread_id
+        assert topic.note is None  # the note went with the deleted topic
+    # Exactly one card in the topic, and it is the one the topic points to (pinned unless the
+    # best-effort pin was the fault).
     cards = [
         message
         for message in telegram.topic_messages(topic.thread_id)
         if str(user.id) in (message.text or "") and message.text != "hello"
     ]
-    if name == "new topic":
-        assert [card.message_id for card in cards] == [topic.pinned_msg_id]
+    assert [card.message_id for card in cards] == [topic.pinned_msg_id]
+    pin_failed = scenario.calls[call_number - 1] == "pinChatMessage"
+    assert telegram.pinned() == ([] if pin_failed else [topic.pinned_msg_id])
+    ledger = RelayedMessage.objects.order_by("id").last()
+    assert (ledger.thread_id, ledger.private_msg_id) == (
+        topic.thread_id,
+        update["message"]["message_id"],
+    )
+    assert telegram.message(telegram.support_chat_id, ledger.group_msg_id).text == "hello"
 
 
 def test_a_dropped_connection_is_retried_by_redelivery(webhook, telegram, user, verified, clock):
