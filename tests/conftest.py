@@ -190,3 +190,17 @@ def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory, fake_cod
     )
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def close_database_pools_before_teardown(django_db_setup, django_db_blocker):
+    """Close the pools (idle connections of worker threads included) before pytest-django
+    drops the run's database, which it cannot do while they are connected."""
+    yield
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for connection in connections.all():
+            close_pool = getattr(connection, "close_pool", None)
+            if close_pool is not None:
+                close_pool()
