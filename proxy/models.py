@@ -201,7 +201,7 @@ class Account(models.Model):
         return self.label or self.email or self.id
 
 
-_ACCOUNT_USAGE_COUNTERS = (
+ACCOUNT_USAGE_COUNTERS = (
     "request_count",
     "empty_response_count",
     "input_tokens",
@@ -267,7 +267,7 @@ class AccountUsage(models.Model):
         verbose_name = "account usage"
         verbose_name_plural = "account usage"
         constraints = [
-            *_non_negative("account_usage", *_ACCOUNT_USAGE_COUNTERS),
+            *_non_negative("account_usage", *ACCOUNT_USAGE_COUNTERS),
             _check(
                 "account_usage",
                 "limit_window_seconds",

@@ -12,6 +12,8 @@ from datetime import datetime
 
 from django.db import connection
 
+from proxy.models import ACCOUNT_USAGE_COUNTERS
+
 
 @dataclass(frozen=True)
 class AccountUsageIncrement:
@@ -36,27 +38,7 @@ class AccountUsageIncrement:
                 raise ValueError(f"{field.name} must not be negative")
 
 
-_COUNTERS = (
-    "request_count",
-    "empty_response_count",
-    "input_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "reasoning_tokens",
-    "total_tokens",
-    "image_input_tokens",
-    "image_output_tokens",
-    "image_request_count",
-    "image_request_failed_count",
-    "window_request_count",
-    "window_input_tokens",
-    "window_output_tokens",
-    "window_cached_tokens",
-    "window_image_input_tokens",
-    "window_image_output_tokens",
-    "window_image_request_count",
-    "window_image_request_failed_count",
-)
+_COUNTERS = ACCOUNT_USAGE_COUNTERS
 
 # Built once from the constant column list above (no outside input reaches it).
 _UPSERT_HEAD = (

@@ -85,29 +85,7 @@ def bucket_add(*, increment: BucketIncrement, now: datetime) -> None:
     ``least()`` ignores NULL in PostgreSQL, so a bucket without a latency sample keeps a NULL
     minimum until the first sample arrives. Call inside the fact's transaction.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _UPSERT_SQL,
-            [
-                increment.bucket_start,
-                increment.provider,
-                increment.account_id,
-                increment.model,
-                increment.service_tier,
-                increment.success_count,
-                increment.error_count,
-                increment.input_tokens,
-                increment.output_tokens,
-                increment.cached_tokens,
-                increment.first_token_latency_sum,
-                increment.first_token_latency_count,
-                increment.latency_sum,
-                increment.latency_count,
-                increment.max_latency_ms,
-                increment.min_latency_ms,
-                now,
-            ],
-        )
+    buckets_add(increments=[increment], now=now)
 
 
 def merge_increments(increments: list[BucketIncrement]) -> list[BucketIncrement]:

@@ -20,7 +20,6 @@ from psycopg.types.json import Jsonb
 from telemetry.models import UNKNOWN_DIMENSION, OpsErrorLog, UsageRecord
 from telemetry.services.buckets import (
     BucketIncrement,
-    bucket_add,
     bucket_start_for,
     buckets_add,
     dimension,
@@ -88,56 +87,9 @@ def usage_record_create(
     Raises django.db.IntegrityError (and writes nothing) when a CHECK rejects the row, e.g. a
     status outside 200–399 or a negative token count.
     """
-    record = UsageRecord.objects.create(
-        id=new_usage_record_id(),
-        request_id=request_id,
-        client_api_key_id=client_api_key_id,
-        kind=kind or event_kind(route),
-        route=route,
-        provider=provider,
-        account_id=account_id,
-        model=model,
-        requested_model=requested_model,
-        upstream_model=upstream_model,
-        service_tier=service_tier,
-        status_code=status_code,
-        transport=transport,
-        attempt_index=attempt_index,
-        response_id=response_id,
-        upstream_request_id=upstream_request_id,
-        latency_ms=latency_ms,
-        first_token_ms=first_token_ms,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cached_tokens=cached_tokens,
-        reasoning_tokens=reasoning_tokens,
-        message=message,
-        metadata_json=metadata or {},
-        created_at=created_at,
-    )
-    latency_sum, latency_count = _sample(latency_ms)
-    first_token_sum, first_token_count = _sample(first_token_ms)
-    bucket_add(
-        increment=BucketIncrement(
-            bucket_start=bucket_start_for(created_at),
-            provider=dimension(provider),
-            account_id=dimension(account_id),
-            model=dimension(model),
-            service_tier=dimension(service_tier),
-            success_count=1,
-            input_tokens=input_tokens or 0,
-            output_tokens=output_tokens or 0,
-            cached_tokens=cached_tokens or 0,
-            first_token_latency_sum=first_token_sum,
-            first_token_latency_count=first_token_count,
-            latency_sum=latency_sum,
-            latency_count=latency_count,
-            max_latency_ms=latency_ms or 0,
-            min_latency_ms=latency_ms,
-        ),
-        now=created_at,
-    )
-    return record
+    fact = dict(locals())
+    [record_id], _ = ledger_write_batch(usage_facts=[fact], error_facts=[])
+    return UsageRecord.objects.get(pk=record_id)
 
 
 @transaction.atomic
@@ -168,40 +120,9 @@ def ops_error_log_create(
     The error path never touches token or latency columns, and its tier is always
     ``__unknown__`` (failures carry no trustworthy service tier; seed §5.2).
     """
-    record = OpsErrorLog.objects.create(
-        id=new_ops_error_log_id(),
-        request_id=request_id,
-        client_api_key_id=client_api_key_id,
-        kind=kind or event_kind(route),
-        provider=provider,
-        account_id=account_id,
-        route=route,
-        model=model,
-        status_code=status_code,
-        client_status_code=client_status_code,
-        upstream_status_code=upstream_status_code,
-        transport=transport,
-        attempt_index=attempt_index,
-        failure_class=failure_class,
-        response_id=response_id,
-        upstream_request_id=upstream_request_id,
-        latency_ms=latency_ms,
-        message=message,
-        metadata_json=metadata or {},
-        created_at=created_at,
-    )
-    bucket_add(
-        increment=BucketIncrement(
-            bucket_start=bucket_start_for(created_at),
-            provider=dimension(provider),
-            account_id=dimension(account_id),
-            model=dimension(model),
-            service_tier=UNKNOWN_DIMENSION,
-            error_count=1,
-        ),
-        now=created_at,
-    )
-    return record
+    fact = dict(locals())
+    _, [record_id] = ledger_write_batch(usage_facts=[], error_facts=[fact])
+    return OpsErrorLog.objects.get(pk=record_id)
 
 
 # --------------------------------------------------------------------------- batches
@@ -221,9 +142,9 @@ _ERROR_COLUMNS = (
 )  # fmt: skip
 
 
-def _usage_row(fact: dict[str, Any]) -> tuple:
+def _usage_row(fact: dict[str, Any], record_id: str) -> tuple:
     values = {
-        "id": new_usage_record_id(),
+        "id": record_id,
         "kind": fact.get("kind") or event_kind(fact.get("route")),
         "provider": fact.get("provider", "openai"),
         "status_code": fact.get("status_code", 200),
@@ -237,9 +158,9 @@ def _usage_row(fact: dict[str, Any]) -> tuple:
     return tuple(values.get(column) for column in _USAGE_COLUMNS)
 
 
-def _error_row(fact: dict[str, Any]) -> tuple:
+def _error_row(fact: dict[str, Any], record_id: str) -> tuple:
     values = {
-        "id": new_ops_error_log_id(),
+        "id": record_id,
         "kind": fact.get("kind") or event_kind(fact.get("route")),
         "metadata_json": Jsonb(fact.get("metadata") or {}),
         **{key: value for key, value in fact.items() if key not in ("metadata", "kind")},
@@ -285,14 +206,17 @@ def _error_increment(fact: dict[str, Any]) -> BucketIncrement:
 @transaction.atomic
 def ledger_write_batch(
     *, usage_facts: list[dict[str, Any]], error_facts: list[dict[str, Any]]
-) -> None:
+) -> tuple[list[str], list[str]]:
     """Write many facts and their bucket changes in ONE transaction (seed 004 §5.2 holds for
     each fact: it and its bucket change commit together or not at all).
 
     Takes the same keyword dictionaries as ``usage_record_create`` / ``ops_error_log_create``.
     Increments of the same bucket are added up first, so each bucket costs one upsert.
-    Raises the database error (and writes nothing) if any row is rejected.
+    Returns the new ids (usage, errors). Raises the database error (and writes nothing) if any
+    row is rejected.
     """
+    usage_ids = [new_usage_record_id() for _ in usage_facts]
+    error_ids = [new_ops_error_log_id() for _ in error_facts]
     increments = [_usage_increment(fact) for fact in usage_facts]
     increments += [_error_increment(fact) for fact in error_facts]
     # COPY: the cheapest way to land many rows, for the database and for us. Errors are
@@ -303,15 +227,17 @@ def ledger_write_batch(
             with raw_cursor.copy(
                 f"copy usage_records ({', '.join(_USAGE_COLUMNS)}) from stdin"
             ) as copy:
-                for fact in usage_facts:
-                    copy.write_row(_usage_row(fact))
+                for fact, record_id in zip(usage_facts, usage_ids, strict=True):
+                    copy.write_row(_usage_row(fact, record_id))
         if error_facts:
             with raw_cursor.copy(
                 f"copy ops_error_logs ({', '.join(_ERROR_COLUMNS)}) from stdin"
             ) as copy:
-                for fact in error_facts:
-                    copy.write_row(_error_row(fact))
-    buckets_add(
-        increments=merge_increments(increments),
-        now=max([fact["created_at"] for fact in usage_facts + error_facts]),
-    )
+                for fact, record_id in zip(error_facts, error_ids, strict=True):
+                    copy.write_row(_error_row(fact, record_id))
+    if increments:
+        buckets_add(
+            increments=merge_increments(increments),
+            now=max(fact["created_at"] for fact in usage_facts + error_facts),
+        )
+    return usage_ids, error_ids
