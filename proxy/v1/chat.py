@@ -13,7 +13,7 @@ import json
 import secrets
 import time
 
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -29,6 +29,7 @@ from proxy.dispatch.failures import ClientError
 from proxy.dispatch.sse import DONE_FRAME
 from proxy.v1.common import (
     dispatch_request,
+    event_stream_response,
     model_catalog_or_404,
     resolved,
     validate,
@@ -115,10 +116,7 @@ async def _stream(
         finally:
             recording.schedule(recording.build_entry(dispatch, committed=outcome))
 
-    response = StreamingHttpResponse(chunks(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return with_upstream_headers(response, request_id, outcome.upstream_headers)
+    return event_stream_response(chunks(), request_id, outcome.upstream_headers)
 
 
 async def _complete(dispatch: Dispatch, plan, completion_id: str, request_id: str) -> HttpResponse:

@@ -7,7 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS, DispatchRequest
@@ -36,6 +36,14 @@ def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dic
             response[name] = value
     response["x-request-id"] = request_id
     return response
+
+
+def event_stream_response(events, request_id: str, upstream: dict[str, str]):
+    """An SSE response of ``events`` (bytes), unbuffered by caches and reverse proxies."""
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return with_upstream_headers(response, request_id, upstream)
 
 
 @dataclass

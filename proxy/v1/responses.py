@@ -7,7 +7,7 @@ after the response has ended, never before a byte is sent.
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -17,6 +17,7 @@ from proxy.dispatch.failures import ClientError
 from proxy.v1.common import (
     ALLOWED_SUBAGENTS,
     dispatch_request,
+    event_stream_response,
     model_catalog_or_404,
     resolved,
     validate,
@@ -92,10 +93,7 @@ async def _stream(dispatch: Dispatch, request_id: str) -> HttpResponse:
         finally:
             recording.schedule(recording.build_entry(dispatch, committed=outcome))
 
-    response = StreamingHttpResponse(relay(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return with_upstream_headers(response, request_id, outcome.upstream_headers)
+    return event_stream_response(relay(), request_id, outcome.upstream_headers)
 
 
 async def _complete(dispatch: Dispatch, request_id: str) -> HttpResponse:
