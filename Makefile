@@ -17,9 +17,7 @@ $(INSTALLED): pyproject.toml
 run: $(INSTALLED)
 	$(PY) -m config.run all
 
-test: $(INSTALLED)
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+test: lint
 	$(PY) -m pytest
 
 # Not part of `make test`: several minutes of load against the project and its peers.

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+MAX_ERROR_SAMPLES = 5
+
 
 @dataclass
 class LoadResult:
@@ -24,6 +26,16 @@ class LoadResult:
     latencies_ms: list[float] = field(default_factory=list)
     first_byte_ms: list[float] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
+
+    def merge(self, other: LoadResult) -> None:
+        """Add ``other`` (another measurement of the same target) to this one."""
+        self.requests += other.requests
+        self.errors += other.errors
+        self.elapsed_seconds += other.elapsed_seconds
+        self.cpu_seconds += other.cpu_seconds
+        self.latencies_ms += other.latencies_ms
+        self.first_byte_ms += other.first_byte_ms
+        self.error_samples += other.error_samples[: MAX_ERROR_SAMPLES - len(self.error_samples)]
 
 
 async def _one(
@@ -42,11 +54,11 @@ async def _one(
                 # A Responses stream ends with its terminal event ([DONE] is optional there).
                 finished_event = finished_event or b"response.completed" in chunk
             ok = response.status == 200 and (b"[DONE]" in tail or finished_event)
-            if not ok and len(result.error_samples) < 5:
+            if not ok and len(result.error_samples) < MAX_ERROR_SAMPLES:
                 result.error_samples.append(f"status {response.status}: {tail[-60:]!r}")
     except (aiohttp.ClientError, TimeoutError) as error:
         ok = False
-        if len(result.error_samples) < 5:
+        if len(result.error_samples) < MAX_ERROR_SAMPLES:
             result.error_samples.append(type(error).__name__)
     finished = time.perf_counter()
     result.requests += 1

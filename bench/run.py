@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from bench.load import LoadResult, run_load
+from config.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -48,12 +49,6 @@ RESPONSES_BODY = {
     "input": [{"role": "user", "content": "Say hello"}],
 }
 CHAT_BODY = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "Say hello"}]}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -182,40 +177,22 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-@dataclass
-class Aggregate:
-    requests: int = 0
-    errors: int = 0
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-    latencies: list[float] = field(default_factory=list)
-    first_bytes: list[float] = field(default_factory=list)
-    error_samples: list[str] = field(default_factory=list)
-
-    def add(self, result: LoadResult) -> None:
-        self.requests += result.requests
-        self.errors += result.errors
-        self.seconds += result.elapsed_seconds
-        self.cpu_seconds += result.cpu_seconds
-        self.latencies += result.latencies_ms
-        self.first_bytes += result.first_byte_ms
-        self.error_samples += result.error_samples[: 5 - len(self.error_samples)]
-
-    def summary(self) -> dict:
-        return {
-            "requests": self.requests,
-            "errors": self.errors,
-            "req_per_s": self.requests / self.seconds if self.seconds else 0.0,
-            "p50_ms": percentile(self.latencies, 0.50),
-            "p95_ms": percentile(self.latencies, 0.95),
-            "p99_ms": percentile(self.latencies, 0.99),
-            "ttfb_p50_ms": percentile(self.first_bytes, 0.50),
-            "ttfb_p99_ms": percentile(self.first_bytes, 0.99),
-            "generator_cpu_ms_per_request": 1000 * self.cpu_seconds / self.requests
-            if self.requests
-            else None,
-            "error_samples": self.error_samples,
-        }
+def summarize(result: LoadResult) -> dict:
+    """The figures the table and the results file show for (all rounds of) one measurement."""
+    return {
+        "requests": result.requests,
+        "errors": result.errors,
+        "req_per_s": result.requests / result.elapsed_seconds if result.elapsed_seconds else 0.0,
+        "p50_ms": percentile(result.latencies_ms, 0.50),
+        "p95_ms": percentile(result.latencies_ms, 0.95),
+        "p99_ms": percentile(result.latencies_ms, 0.99),
+        "ttfb_p50_ms": percentile(result.first_byte_ms, 0.50),
+        "ttfb_p99_ms": percentile(result.first_byte_ms, 0.99),
+        "generator_cpu_ms_per_request": 1000 * result.cpu_seconds / result.requests
+        if result.requests
+        else None,
+        "error_samples": result.error_samples,
+    }
 
 
 def print_table(summaries: dict, targets: list[Target], concurrencies: list[int]) -> None:
@@ -396,7 +373,8 @@ def main() -> None:
                 )
             )
 
-        aggregates: dict[tuple[str, int], Aggregate] = {}
+        # All rounds of one (target, concurrency) added up.
+        aggregates: dict[tuple[str, int], LoadResult] = {}
         rss = {"before_mib": project_rss_mib(project)}
         for round_index in range(arguments.rounds):
             shift = round_index % len(targets)
@@ -412,7 +390,7 @@ def main() -> None:
                             duration=arguments.duration,
                         )
                     )
-                    aggregates.setdefault((target.name, concurrency), Aggregate()).add(result)
+                    aggregates.setdefault((target.name, concurrency), LoadResult()).merge(result)
                     rate = result.requests / result.elapsed_seconds
                     print(
                         f"round {round_index + 1} c={concurrency:<4} {target.name:<18}"
@@ -420,7 +398,7 @@ def main() -> None:
                         flush=True,
                     )
         rss["after_mib"] = project_rss_mib(project)
-        summaries = {key: aggregate.summary() for key, aggregate in aggregates.items()}
+        summaries = {key: summarize(aggregate) for key, aggregate in aggregates.items()}
         print_table(summaries, targets, concurrencies)
         print(
             f"project RSS (all uvicorn processes): {rss['before_mib']:.0f} MiB before,"

@@ -19,27 +19,14 @@ def prepare() -> dict:
     import django
 
     django.setup()
-    import psycopg
     from django.conf import settings
 
-    from tests.conftest import database_url_for
+    from config.embedded import create_database_if_missing, database_url_for
 
-    default = settings.DATABASES["default"]
-    with psycopg.connect(
-        host=default["HOST"] or None,
-        port=default["PORT"] or None,
-        user=default["USER"],
-        password=default["PASSWORD"] or None,
-        dbname="postgres",
-        autocommit=True,
-    ) as admin:
-        exists = admin.execute(
-            "select 1 from pg_database where datname = %s", [BENCH_DATABASE]
-        ).fetchone()
-        if exists is None:
-            admin.execute(f'create database "{BENCH_DATABASE}"')
+    server = settings.DATABASES["default"]
+    create_database_if_missing(server, BENCH_DATABASE)
     return {
-        "database_url": database_url_for(default, BENCH_DATABASE),
+        "database_url": database_url_for(server, BENCH_DATABASE),
         "redis_url": settings.REDIS_URL,
     }
 

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from bots.clients.telegram import TelegramClient
+
 # JavaScript's Number.MAX_SAFE_INTEGER: the original's bound for ids read from text.
 MAX_SAFE_INTEGER = 2**53 - 1
 
@@ -68,9 +70,16 @@ class BotConfig:
     def is_admin(self, user_id: int) -> bool:
         return user_id in self.admin_ids
 
+    def telegram_client(self) -> TelegramClient:
+        """The Bot API client of this configuration. Callers check ``bot_token`` first."""
+        if not self.bot_token:
+            raise ValueError("TELEGRAM_BOT_TOKEN is not set")
+        return TelegramClient(token=self.bot_token, api_base=self.telegram_api_base)
 
-def _raw(name: str) -> str | None:
-    """The setting's value trimmed, or None when unset or empty."""
+
+def raw_setting(name: str) -> str | None:
+    """The setting's value trimmed, or None when unset or empty (selfcheck diagnoses these
+    strictly; ``load_config`` parses them leniently)."""
     value = getattr(settings, name, None)
     if value is None:
         return None
@@ -169,35 +178,30 @@ def parse_bot_language(raw: str | None) -> str | None:
 
 def bot_language() -> str:
     """The language the bot speaks: BOT_LANGUAGE, or ``zh`` when it is unset or unknown."""
-    return parse_bot_language(_raw("BOT_LANGUAGE")) or DEFAULT_BOT_LANGUAGE
+    return parse_bot_language(raw_setting("BOT_LANGUAGE")) or DEFAULT_BOT_LANGUAGE
 
 
 def _number_or_default(rule: NumberRule) -> int:
-    parsed = parse_number(_raw(rule.name), rule)
+    parsed = parse_number(raw_setting(rule.name), rule)
     return rule.default if parsed is None else parsed
 
 
 def load_config() -> BotConfig:
     """Parse the bot's settings leniently (never raises)."""
     numbers = {rule.name: _number_or_default(rule) for rule in NUMERIC_RULES}
-    api_base = _raw("TELEGRAM_API_BASE") or DEFAULT_TELEGRAM_API_BASE
+    api_base = raw_setting("TELEGRAM_API_BASE") or DEFAULT_TELEGRAM_API_BASE
     return BotConfig(
-        bot_token=_raw("TELEGRAM_BOT_TOKEN"),
-        webhook_secret=_raw("TELEGRAM_WEBHOOK_SECRET"),
-        admin_secret=_raw("ADMIN_SECRET"),
-        support_chat_id=parse_support_chat_id(_raw("SUPPORT_CHAT_ID")),
-        admin_ids=parse_admin_ids(_raw("ADMIN_IDS"))[0],
+        bot_token=raw_setting("TELEGRAM_BOT_TOKEN"),
+        webhook_secret=raw_setting("TELEGRAM_WEBHOOK_SECRET"),
+        admin_secret=raw_setting("ADMIN_SECRET"),
+        support_chat_id=parse_support_chat_id(raw_setting("SUPPORT_CHAT_ID")),
+        admin_ids=parse_admin_ids(raw_setting("ADMIN_IDS"))[0],
         max_messages_per_minute=numbers["MAX_MESSAGES_PER_MINUTE"],
         verify_ttl_hours=numbers["VERIFY_TTL_HOURS"],
         max_attempts=numbers["MAX_ATTEMPTS"],
-        welcome_text=parse_welcome_text(_raw("WELCOME_TEXT")),
-        turnstile_site_key=_raw("TURNSTILE_SITE_KEY"),
-        turnstile_secret_key=_raw("TURNSTILE_SECRET_KEY"),
-        public_base_url=parse_public_base_url(_raw("PUBLIC_BASE_URL")),
-        telegram_api_base=api_base.rstrip("/"),
+        welcome_text=parse_welcome_text(raw_setting("WELCOME_TEXT")),
+        turnstile_site_key=raw_setting("TURNSTILE_SITE_KEY"),
+        turnstile_secret_key=raw_setting("TURNSTILE_SECRET_KEY"),
+        public_base_url=parse_public_base_url(raw_setting("PUBLIC_BASE_URL")),
+        telegram_api_base=api_base,
     )
-
-
-def raw_setting(name: str) -> str | None:
-    """The trimmed raw value of one bot setting (for selfcheck's strict diagnosis)."""
-    return _raw(name)

@@ -40,10 +40,6 @@ def _telegram_failure(error: TelegramError) -> EndpointResult:
     return EndpointResult(502, body)
 
 
-def _client(config: BotConfig) -> TelegramClient:
-    return TelegramClient(token=config.bot_token, api_base=config.telegram_api_base)
-
-
 def _command_scope(config: BotConfig) -> dict:
     return {"type": "chat", "chat_id": config.support_chat_id}
 
@@ -61,7 +57,7 @@ def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> En
     missing = _missing(config, need_webhook_secret=True)
     if missing:
         return EndpointResult(500, {"error": copy.config_missing(missing)})
-    client = _client(config)
+    client = config.telegram_client()
     url = webhook_url(origin)
     try:
         client.set_webhook(
@@ -110,7 +106,7 @@ def webhook_unregister(*, presented_secret: str) -> EndpointResult:
     missing = _missing(config, need_webhook_secret=False)
     if missing:
         return EndpointResult(500, {"error": copy.config_missing(missing)})
-    client = _client(config)
+    client = config.telegram_client()
     try:
         client.delete_webhook()
     except TelegramError as error:

@@ -15,6 +15,12 @@ VERIFY_MODE = "verify_mode"
 VERIFY_GENERATION = "verify_generation"
 VERIFICATION_KEYS = (VERIFY_ENABLED, VERIFY_MODE, VERIFY_GENERATION)
 
+ENABLED = "1"
+DISABLED = "0"
+# A stored generation longer than this is dirty data (read as 0): 18 digits and the next
+# generation still fit the bigint column a challenge copies it into.
+GENERATION_MAX_DIGITS = 18
+
 MODE_MATH = "math"
 MODE_BUTTON = "button"
 MODE_TURNSTILE = "turnstile"
@@ -86,13 +92,14 @@ def verification_settings_get() -> VerificationSettings:
     mode_text = stored[VERIFY_MODE]
     generation_text = stored[VERIFY_GENERATION]
     return VerificationSettings(
-        enabled=enabled_text != "0",
+        enabled=enabled_text != DISABLED,
         mode=mode_text if mode_text in VERIFICATION_MODES else MODE_MATH,
         generation=(
             int(generation_text)
             if generation_text is not None
             and generation_text.isascii()
             and generation_text.isdigit()
+            and len(generation_text) <= GENERATION_MAX_DIGITS
             else 0
         ),
         stored=stored,

@@ -13,7 +13,7 @@ from itertools import combinations
 from django.db import DatabaseError, transaction
 
 from bots import copy
-from bots.clients.telegram import TelegramClient, TelegramError
+from bots.clients.telegram import TelegramError
 from bots.conf import (
     NUMERIC_RULES,
     load_config,
@@ -133,7 +133,7 @@ def webhook_problems(origin: str) -> list[str]:
     config = load_config()
     if not config.bot_token:
         return [copy.check_webhook_cannot_check()]
-    client = TelegramClient(token=config.bot_token, api_base=config.telegram_api_base)
+    client = config.telegram_client()
     try:
         info = client.get_webhook_info()
     except TelegramError as error:

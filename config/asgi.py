@@ -12,16 +12,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_http_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
-from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from config.body_limit import RequestBodyLimit  # noqa: E402
 from config.lifespan import lifespan  # noqa: E402
 from config.v1_handler import APIHandler, PathRouter  # noqa: E402
 
 http_application = PathRouter(
     prefix="/v1/",
-    api=RequestBodyLimit(APIHandler(), prefix="/v1/", limit=settings.V1_MAX_BODY_BYTES),
+    api=APIHandler(),
     default=ASGIStaticFilesHandler(django_http_application),
 )
 application = ProtocolTypeRouter({"http": http_application, "lifespan": lifespan})

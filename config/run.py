@@ -214,11 +214,14 @@ def stop_embedded() -> int:
     from pathlib import Path
 
     from config import embedded
+    from config.env import env_str
 
-    var_dir = Path(os.environ.get("CPR_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
-    if not os.environ.get("REDIS_URL") and embedded.stop_redis(var_dir):
+    # The same reading as config.settings: a blank value means unset (the embedded servers).
+    default_var_dir = Path(__file__).resolve().parent.parent / "var"
+    var_dir = Path(env_str("CPR_VAR_DIR", str(default_var_dir))).resolve()
+    if env_str("REDIS_URL") is None and embedded.stop_redis(var_dir):
         print("Stopped the embedded Redis.")
-    if not os.environ.get("DATABASE_URL") and embedded.stop_postgres(var_dir):
+    if env_str("DATABASE_URL") is None and embedded.stop_postgres(var_dir):
         print("Stopped the embedded PostgreSQL.")
     return 0
 

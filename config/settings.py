@@ -142,6 +142,7 @@ CPR_DATA_DIR = Path(env_str("CPR_DATA_DIR", str(VAR_DIR / "data"))).resolve()
 
 # The ChatGPT backend; usage and models URLs derive from it (codex-proxy spec §2.1).
 CODEX_UPSTREAM_BASE = env_str("CODEX_UPSTREAM_BASE", "https://chatgpt.com/backend-api").rstrip("/")
+# The OAuth server of token refresh. Not used yet: token refresh isn't built (README).
 OPENAI_AUTH_BASE = env_str("OPENAI_AUTH_BASE", "https://auth.openai.com").rstrip("/")
 # Seconds to establish an upstream connection, and the longest silence between two chunks of an
 # upstream stream before it counts as dead (models may think for minutes between events).
@@ -196,10 +197,9 @@ SCHEDULER_SLOT_TTL_SECONDS = env_int("SCHEDULER_SLOT_TTL_SECONDS", 300, minimum=
 SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, minimum=0)
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
 TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
-# Request bodies of /v1 may be this large (spec §1.1); Django's own limit is raised to match so
-# that the /v1 views can read them (config/asgi.py rejects anything larger with 413 first).
+# Request bodies of /v1 may be this large (spec §1.1): config/v1_handler.py answers 413 beyond
+# it. Everything else (webhook, admin) keeps Django's DATA_UPLOAD_MAX_MEMORY_SIZE.
 V1_MAX_BODY_BYTES = 16 * 1024 * 1024
-DATA_UPLOAD_MAX_MEMORY_SIZE = V1_MAX_BODY_BYTES
 
 # --------------------------------------------------------------------------- Django
 

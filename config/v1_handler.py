@@ -7,8 +7,9 @@ have synchronous receivers), sends ``request_started``/``request_finished`` (whi
 request thread's ORM connections — the API's hot path uses its own async pool and its ledger
 threads close their own), and runs middleware written for sync code through a thread hop each.
 Measured with bench/ (see bench/README.md) these made the API queue behind one thread. This
-handler reads the body, builds Django's request, runs the async views with only the
-trusted-proxy middleware, streams the response, and cancels the view when the client leaves.
+handler reads the body (refusing one over ``V1_MAX_BODY_BYTES`` with 413, spec §1.1, before
+Django sees it), builds Django's request, runs the async views with only the trusted-proxy
+middleware, streams the response, and cancels the view when the client leaves.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import contextlib
 import io
 import logging
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpResponseBadRequest
 
 from config.middleware import TrustedProxyMiddleware
+from proxy.v1.errors import body_too_large, error_response, request_id_from
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +39,20 @@ class APIHandler(ASGIHandler):
         self._middleware_chain = convert_exception_to_response(TrustedProxyMiddleware(view_handler))
 
     async def __call__(self, scope, receive, send) -> None:
+        limit = settings.V1_MAX_BODY_BYTES
+        if _declared_length(scope) > limit:
+            await self._refuse_too_large(scope, send, limit)
+            return
         body = bytearray()
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return  # the client left before the request was complete
             body += message.get("body", b"")
+            if len(body) > limit:
+                # A chunked body (no Content-Length) is refused as soon as it passes the limit.
+                await self._refuse_too_large(scope, send, limit)
+                return
             if not message.get("more_body", False):
                 break
         try:
@@ -63,10 +74,30 @@ class APIHandler(ASGIHandler):
         response = await self.get_response_async(request)
         await self.send_response(response, send)
 
+    async def _refuse_too_large(self, scope, send, limit: int) -> None:
+        """413 in the /v1 error envelope (spec §1.1), echoing the client's request id."""
+        request_id = request_id_from(_header(scope, b"x-request-id"))
+        await self.send_response(error_response(body_too_large(limit), request_id), send)
+
     @staticmethod
     async def _client_left(receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _declared_length(scope) -> int:
+    """The request's Content-Length (0 when absent or unreadable)."""
+    try:
+        return int(_header(scope, b"content-length") or 0)
+    except ValueError:
+        return 0
 
 
 class PathRouter:

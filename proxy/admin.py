@@ -13,6 +13,7 @@ from proxy.forms import AdminLoginForm
 from proxy.models import (
     Account,
     AccountCookie,
+    AccountStatus,
     AccountUsage,
     AdminUser,
     ClientApiKey,
@@ -25,6 +26,7 @@ from proxy.services.accounts import (
     AccountIdentityTaken,
     account_create,
     account_delete,
+    account_identity_taken,
     account_update_by_admin,
 )
 from proxy.services.client_api_keys import client_api_key_create
@@ -140,25 +142,46 @@ class AccountAddForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
-        account_id = cleaned.get("chatgpt_account_id")
-        if account_id:
-            same = Account.objects.filter(
-                chatgpt_account_id=account_id,
-                chatgpt_user_id=cleaned.get("chatgpt_user_id") or None,
-            )
-            if same.exists():
-                raise forms.ValidationError(str(AccountIdentityTaken.__doc__).strip())
+        if account_identity_taken(
+            chatgpt_account_id=cleaned.get("chatgpt_account_id"),
+            chatgpt_user_id=cleaned.get("chatgpt_user_id"),
+        ):
+            raise forms.ValidationError(AccountIdentityTaken.message)
         return cleaned
 
 
+SETTABLE_STATUS_CHOICES = [(status.value, status.label) for status in ADMIN_SETTABLE_STATUSES]
+
+
 class AccountForm(forms.ModelForm):
-    status = forms.ChoiceField(
-        choices=[(status.value, status.label) for status in ADMIN_SETTABLE_STATUSES]
-    )
+    """Editing an account: its label, and its status among those an operator may set.
+
+    A status only the proxy sets (banned, expired, quota_exhausted) is offered as the first,
+    selected choice, so saving a label edit keeps it: a select without a selected option would
+    make the browser submit "active" and put a banned account back into service.
+    """
+
+    # The hidden initial copy records what the page showed, so a status the proxy changed
+    # after the page was rendered is not undone by an operator who only edited the label.
+    status = forms.ChoiceField(choices=SETTABLE_STATUS_CHOICES, show_hidden_initial=True)
 
     class Meta:
         model = Account
         fields = ("label", "status")
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        current = self.instance.status
+        if current and current not in ADMIN_SETTABLE_STATUSES:
+            keep = (current, f"{AccountStatus(current).label} (kept; set by the proxy)")
+            self.fields["status"].choices = [keep, *SETTABLE_STATUS_CHOICES]
+
+    def chosen_status(self) -> str | None:
+        """The status the operator chose, or None when the status is to stay as it is."""
+        status = self.cleaned_data["status"]
+        if "status" not in self.changed_data or status not in ADMIN_SETTABLE_STATUSES:
+            return None
+        return status
 
 
 @admin.register(Account)
@@ -234,6 +257,14 @@ class AccountAdmin(admin.ModelAdmin):
         for account in queryset:
             account_delete(account=account)
 
+    def add_view(self, request, form_url="", extra_context=None):
+        try:
+            return super().add_view(request, form_url, extra_context)
+        except AccountIdentityTaken:
+            # Another add took the identity between the form's check and the insert; the
+            # view's transaction rolled back. Validating again shows the form with the error.
+            return super().add_view(request, form_url, extra_context)
+
     def save_model(self, request, obj, form, change) -> None:
         if not change:
             created = account_create(now=timezone.now(), **form.cleaned_data)
@@ -242,7 +273,7 @@ class AccountAdmin(admin.ModelAdmin):
         account_update_by_admin(
             account=obj,
             label=form.cleaned_data.get("label") or None,
-            status=form.cleaned_data["status"],
+            status=form.chosen_status(),
             now=timezone.now(),
         )
 

@@ -6,5 +6,5 @@ class AdminLoginForm(AdminAuthenticationForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # The login name is a setting, not a column: without this the field is labelled "Id".
         self.fields["username"].label = "Username"
-        self.fields["username"].max_length = 150

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import hmac
 import os
-import re
 import secrets
 import tempfile
 import uuid
@@ -23,8 +22,6 @@ from pathlib import Path
 from django.conf import settings
 
 SECRET_FILE_NAME = "identity_hmac_secret"
-STABLE_KEY_INSTRUCTION_CHARS = 2000
-_SYSTEM_REMINDER = re.compile(r"^\s*(<system-reminder>.*?</system-reminder>\s*)+", re.S)
 
 
 @functools.cache
@@ -76,18 +73,3 @@ def scoped_id(domain: str, account_id: str, value: str) -> str:
 
 def client_request_id(account_id: str, value: str) -> str:
     return "cr_" + pseudonym("client-request-id", account_id, value)
-
-
-def local_conversation_id(anchor: str) -> str:
-    """The proxy's own conversation id (never sent upstream), independent of the account."""
-    return "lc_" + pseudonym("local-conversation", "", anchor)
-
-
-def stable_conversation_key(model: str, instructions: str, first_user_text: str) -> str:
-    """SHA-256 of model, the first 2000 instruction characters and the first user text (with
-    leading ``<system-reminder>`` blocks removed), formatted 8-4-4-4-12."""
-    text = _SYSTEM_REMINDER.sub("", first_user_text)
-    digest = hashlib.sha256(
-        f"{model}\0{instructions[:STABLE_KEY_INSTRUCTION_CHARS]}\0{text}".encode()
-    ).hexdigest()
-    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"

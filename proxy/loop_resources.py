@@ -8,6 +8,7 @@ an asyncio resource must not be used from another loop (tests drive several).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
@@ -22,9 +23,13 @@ Resource = TypeVar("Resource")
 
 
 class PerLoop(Generic[Resource]):
-    """One lazily created resource per running event loop."""
+    """One lazily created resource per running event loop.
 
-    def __init__(self, create: Callable[[], Awaitable[Resource]]):
+    ``create`` is a coroutine function for resources whose creation does I/O (read them with
+    ``get``) or a plain callable for plain objects (``get_or_create``, usable from sync code).
+    """
+
+    def __init__(self, create: Callable[[], Awaitable[Resource]] | Callable[[], Resource]):
         self._create = create
         self._resources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._creating: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -38,13 +43,25 @@ class PerLoop(Generic[Resource]):
         async with lock:
             resource = self._resources.get(loop)
             if resource is None:
-                resource = await self._create()
+                resource = self._create()
+                if inspect.isawaitable(resource):
+                    resource = await resource
                 self._resources[loop] = resource
         return resource
 
-    def forget_current_loop(self) -> None:
-        """Drop the current loop's resource (tests that reconfigure settings)."""
-        self._resources.pop(asyncio.get_running_loop(), None)
+    def get_or_create(self) -> Resource:
+        """This loop's resource, created on the spot; ``create`` must be a plain callable."""
+        if inspect.iscoroutinefunction(self._create):
+            raise TypeError("a resource created by a coroutine needs `await get()`")
+        loop = asyncio.get_running_loop()
+        resource = self._resources.get(loop)
+        if resource is None:
+            resource = self._resources[loop] = self._create()
+        return resource
+
+    def pop(self) -> Resource | None:
+        """Remove this loop's resource and return it (None when there was none)."""
+        return self._resources.pop(asyncio.get_running_loop(), None)
 
 
 def database_conninfo() -> str:
@@ -114,13 +131,12 @@ upstream_session: PerLoop[aiohttp.ClientSession] = PerLoop(_open_upstream_sessio
 
 async def close_current_loop_resources() -> None:
     """Close this loop's pool, Redis client and upstream session (graceful shutdown)."""
-    loop = asyncio.get_running_loop()
-    session = upstream_session._resources.pop(loop, None)
+    session = upstream_session.pop()
     if session is not None:
         await session.close()
-    client = async_redis._resources.pop(loop, None)
+    client = async_redis.pop()
     if client is not None:
         await client.aclose()
-    pool = database_pool._resources.pop(loop, None)
+    pool = database_pool.pop()
     if pool is not None:
         await pool.close()

@@ -72,11 +72,6 @@ def resolve_alias(model: str, aliases: dict[str, str]) -> str:
     return current
 
 
-def is_recognised(model: str, *, aliases: dict[str, str], catalog_ids: set[str]) -> bool:
-    """A model is recognised when it is an alias name or a catalog id."""
-    return model in aliases or model in catalog_ids
-
-
 # --------------------------------------------------------------------------- upstream entries
 
 

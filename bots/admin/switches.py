@@ -10,6 +10,8 @@ from django.urls import URLPattern, path, reverse
 from bots.admin.common import ReadOnlyAdmin
 from bots.models import Setting
 from bots.selectors import (
+    DISABLED,
+    ENABLED,
     MODE_BUTTON,
     MODE_MATH,
     VERIFY_ENABLED,
@@ -17,7 +19,7 @@ from bots.selectors import (
     bot_current_id,
     verification_settings_get,
 )
-from bots.services.settings import DISABLED, ENABLED, verification_setting_change
+from bots.services.settings import verification_setting_change
 
 
 class VerificationSwitchesForm(forms.Form):

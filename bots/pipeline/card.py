@@ -85,8 +85,15 @@ def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
         thread_id=topic.thread_id,
         message_id=sent["message_id"],
     ):
-        # Another delivery stored a card first (or the binding changed meanwhile).
-        logger.warning("card: topic %s already had a card", topic.thread_id)
+        # Another message of the user stored its card first (two deliveries overlapped), or
+        # the binding changed meanwhile: this card is one too many.
+        logger.info("card: topic %s has a card already; removing this one", topic.thread_id)
+        best_effort(
+            "surplus card delete",
+            lambda: ctx.client.delete_message(
+                chat_id=ctx.support_chat_id, message_id=sent["message_id"]
+            ),
+        )
         return
     best_effort(
         "card pin",
@@ -96,27 +103,26 @@ def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     )
 
 
-def refresh_card(
-    ctx: BotContext, *, user_id: int, verification_enabled: bool, must_deliver: bool = False
-) -> None:
-    """Edit the user's pinned card to the current profile, if the topic has one.
+def edit_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enabled: bool) -> None:
+    """Edit the topic's card to show ``user`` as given, best effort (never raises).
 
     ``verification_enabled`` is the switch this message read (settings are read once per
-    message). ``must_deliver``: Telegram errors follow the usual policy (retryable ⇒ raise,
-    permanent ⇒ log); otherwise the edit is best effort and never raises.
+    message). A topic without a card has nothing to edit.
     """
-    topic = topic_get_for_user(bot_id=ctx.bot_id, user_id=user_id)
-    user = user_get(bot_id=ctx.bot_id, user_id=user_id)
-    if topic is None or topic.pinned_msg_id is None or user is None:
+    if topic.pinned_msg_id is None:
         return
     text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
-
-    def edit() -> dict:
-        return ctx.client.edit_message_text(
+    best_effort(
+        "card refresh",
+        lambda: ctx.client.edit_message_text(
             chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
-        )
+        ),
+    )
 
-    if must_deliver:
-        required("card refresh", edit)
-    else:
-        best_effort("card refresh", edit)
+
+def refresh_card(ctx: BotContext, *, user_id: int, verification_enabled: bool) -> None:
+    """Edit the user's card to the profile as stored now, if they have a topic with a card."""
+    topic = topic_get_for_user(bot_id=ctx.bot_id, user_id=user_id)
+    user = user_get(bot_id=ctx.bot_id, user_id=user_id)
+    if topic is not None and user is not None:
+        edit_card(ctx, user=user, topic=topic, verification_enabled=verification_enabled)

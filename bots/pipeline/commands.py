@@ -17,7 +17,6 @@ only"), and a command is never relayed to a user nor written to the ledger.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +27,8 @@ from bots.pipeline.context import UpdateContext
 from bots.pipeline.moderation import archive_conversation, set_note, set_risk
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import (
+    DISABLED,
+    ENABLED,
     MODE_BUTTON,
     MODE_MATH,
     MODE_TURNSTILE,
@@ -37,10 +38,8 @@ from bots.selectors import (
     topic_get_for_thread,
     verification_settings_get,
 )
-from bots.services.settings import DISABLED, ENABLED, verification_setting_change
+from bots.services.settings import verification_setting_change
 from bots.services.users import user_ban, user_unban
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,6 @@ def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int) -> No
             GENERAL_ONLY[command.name](issued)
         else:
             issued.reply(copy.use_in_general())
-    elif in_general:
-        # Classification lets only the General commands through; anything else is not ours.
-        logger.info("command %s in General ignored", command.name)
     elif command.name == "/note" and not command.arguments:
         issued.reply(copy.note_usage())  # checked before the binding (spec §4.3)
     elif command.name in ABOUT_THE_TOPIC_USER:

@@ -31,3 +31,9 @@ class BotContext:
 @dataclass(frozen=True)
 class UpdateContext(BotContext):
     update_id: int
+    attempts: int  # 0 on the first delivery; a redelivery takes over a failed attempt
+
+    @property
+    def is_redelivery(self) -> bool:
+        """An earlier attempt of this update ran and failed: some of its writes may be done."""
+        return self.attempts > 0

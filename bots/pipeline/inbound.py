@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from bots import copy
 from bots.models import BotUser
-from bots.pipeline.card import post_card, refresh_card
+from bots.pipeline.card import edit_card, post_card, refresh_card
 from bots.pipeline.classify import command_name, is_positive_integer
 from bots.pipeline.content import Content, extract_content
 from bots.pipeline.context import UpdateContext
@@ -83,8 +83,10 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         return
     if topic.pinned_msg_id is None:
         post_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
-    elif ensured.display_changed:
-        refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
+    elif ensured.display_changed or ctx.is_redelivery:
+        # user_ensure stores new names first, so an earlier attempt that failed before this step
+        # left the names stored and the card old: a redelivery edits the card whatever it finds.
+        edit_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
     if starting:
         # /start is never relayed: it (re)opens the conversation and greets.
         _send_welcome_if_slot(ctx, user)
@@ -135,8 +137,7 @@ def _hold_for_verification(
 ) -> None:
     """Gate 2: the message is dropped (never replayed later); welcome and challenge as due."""
     user = ensured.user
-    if _is_expired(ctx, user):
-        user_clear_verification(bot_id=ctx.bot_id, user_id=user.user_id)
+    if _is_expired(ctx, user) and user_clear_verification(bot_id=ctx.bot_id, user_id=user.user_id):
         refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
     if ensured.is_new or starting:
         _send_welcome_if_slot(ctx, user)
@@ -149,9 +150,14 @@ def _hold_for_verification(
 
 
 def _overflow(ctx: UpdateContext, user: BotUser, switches: VerificationSettings) -> None:
-    """Gate 3 refused: re-verification (not a ban) with one combined notice + challenge."""
-    user_clear_verification(bot_id=ctx.bot_id, user_id=user.user_id)
-    refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
+    """Gate 3 refused: re-verification (not a ban) with one combined notice + challenge.
+
+    With verification off every message over the limit lands here (no gate 2 stops the next
+    ones): only the first clears anything, and the card, showing "not enabled", never changes.
+    """
+    cleared = user_clear_verification(bot_id=ctx.bot_id, user_id=user.user_id)
+    if cleared and switches.enabled:
+        refresh_card(ctx, user_id=user.user_id, verification_enabled=switches.enabled)
     if user_claim_notice_slot(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
         issue_challenge(
             ctx,

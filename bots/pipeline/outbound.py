@@ -15,7 +15,7 @@ from bots.pipeline.failures import required
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import topic_get_for_thread
 from bots.services.ledger import relayed_message_record
-from bots.services.topics import topic_record_closed, topic_record_reopened
+from bots.services.topics import topic_mark_closed, topic_mark_open
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
 def handle_topic_event(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> None:
     """Mirror a native close/reopen of a topic on its binding (users, notes, ledger untouched)."""
     if isinstance(message.get("forum_topic_closed"), Mapping):
-        changed = topic_record_closed(bot_id=ctx.bot_id, thread_id=thread_id, now=ctx.now)
+        changed = topic_mark_closed(bot_id=ctx.bot_id, thread_id=thread_id, now=ctx.now)
     else:
-        changed = topic_record_reopened(bot_id=ctx.bot_id, thread_id=thread_id)
+        changed = topic_mark_open(bot_id=ctx.bot_id, thread_id=thread_id)
     if not changed:
         logger.info("topic event for thread %s without a binding", thread_id)

@@ -82,6 +82,8 @@ def _send_with_recovery(
             return None
     if recovered is None:
         return None
+    # resolve_topic marked the user active already; this covers an /archive that closed the
+    # topic between that and the send (then the reopened topic would belong to an archived user).
     user_mark_active(bot_id=ctx.bot_id, user_id=user.user_id)
     if recovered.pinned_msg_id is None:  # a replacement topic: its card comes first (§2.11)
         post_card(ctx, user=user, topic=recovered, verification_enabled=verification_enabled)

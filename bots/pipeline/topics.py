@@ -9,13 +9,13 @@ from bots.clients.telegram import (
     is_topic_gone,
     is_topic_not_modified,
 )
-from bots.models import BotUser, Topic, TopicStatus
+from bots.models import BotUser, Topic, TopicStatus, UserStatus
 from bots.pipeline.card import topic_title
 from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import best_effort, required
 from bots.selectors import topic_get_for_user
-from bots.services.topics import topic_create, topic_delete, topic_reopen
+from bots.services.topics import topic_create, topic_delete, topic_mark_open
 from bots.services.users import user_mark_active
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,8 @@ def resolve_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
             return None
     if topic is None:
         topic = create_topic(ctx, user)
-    if topic is not None:
+    if topic is not None and user.status != UserStatus.ACTIVE:
+        # ``user`` was read at the start of this message: only an archived user needs the write.
         user_mark_active(bot_id=ctx.bot_id, user_id=user.user_id)
     return topic
 
@@ -60,7 +61,7 @@ def reopen_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | Non
         if not is_topic_not_modified(error):  # TOPIC_NOT_MODIFIED: it is open already
             logger.warning("reopen topic %s failed, message dropped: %s", topic.thread_id, error)
             return None
-    topic_reopen(bot_id=ctx.bot_id, user_id=user.user_id, thread_id=topic.thread_id)
+    topic_mark_open(bot_id=ctx.bot_id, thread_id=topic.thread_id)
     topic.status, topic.closed_at = TopicStatus.OPEN, None
     return topic
 

@@ -28,7 +28,7 @@ from datetime import datetime
 from django.db import DatabaseError
 
 from bots.auth import secret_matches
-from bots.clients.telegram import TelegramClient, TelegramError
+from bots.clients.telegram import TelegramError
 from bots.conf import BotConfig, load_config
 from bots.pipeline.classify import UpdateKind, classify_update, is_integer
 from bots.pipeline.context import UpdateContext
@@ -101,7 +101,8 @@ def webhook_handle(*, body: bytes, secret_header: str | None, now: datetime) -> 
         bot_id=claimed.bot_id,
         update_id=update_id,
         config=config,
-        client=TelegramClient(token=config.bot_token, api_base=config.telegram_api_base),
+        client=config.telegram_client(),
+        attempts=claimed.attempts,
         now=now,
     )
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Exists
+from django.db.models import Exists, QuerySet
 
 from bots.models import BotUser, Setting
 from bots.selectors import VERIFICATION_KEYS, VerificationSettings
@@ -66,17 +66,22 @@ def challenge_reserve(
     )
 
 
+def _fenced(*, bot_id: int, user_id: int, request_hash: str, generation: int) -> QuerySet:
+    """The user's row, only while its fence is still ``request_hash`` + ``generation``."""
+    return BotUser.objects.filter(
+        bot_id=bot_id,
+        user_id=user_id,
+        verify_request_hash=request_hash,
+        verify_request_generation=generation,
+    )
+
+
 def challenge_release(*, bot_id: int, user_id: int, request_hash: str, generation: int) -> bool:
     """Void the challenge after its message could not be sent, if the fence is still ours."""
-    return (
-        BotUser.objects.filter(
-            bot_id=bot_id,
-            user_id=user_id,
-            verify_request_hash=request_hash,
-            verify_request_generation=generation,
-        ).update(**PENDING_CHALLENGE_CLEARED)
-        == 1
+    fenced = _fenced(
+        bot_id=bot_id, user_id=user_id, request_hash=request_hash, generation=generation
     )
+    return fenced.update(**PENDING_CHALLENGE_CLEARED) == 1
 
 
 def challenge_restore(
@@ -95,15 +100,11 @@ def challenge_restore(
     For a re-issue whose edit failed retryably: the message still shows the old challenge, and
     the redelivery's pre-check must find it live to run the re-issue again.
     """
+    fenced = _fenced(
+        bot_id=bot_id, user_id=user_id, request_hash=request_hash, generation=generation
+    )
     return (
-        BotUser.objects.filter(
-            bot_id=bot_id,
-            user_id=user_id,
-            verify_request_hash=request_hash,
-            verify_request_generation=generation,
-            is_banned=False,
-            is_verified=False,
-        ).update(
+        fenced.filter(is_banned=False, is_verified=False).update(
             verify_request_hash=previous_hash,
             verify_answer=previous_answer,
             verify_msg_id=message_id,
@@ -122,15 +123,11 @@ def challenge_attach(
     answer: int | None,
 ) -> bool:
     """Store the sent challenge's message id and answer, if the fence is still ours (CAS)."""
+    fenced = _fenced(
+        bot_id=bot_id, user_id=user_id, request_hash=request_hash, generation=generation
+    )
     return (
-        BotUser.objects.filter(
-            bot_id=bot_id,
-            user_id=user_id,
-            verify_request_hash=request_hash,
-            verify_request_generation=generation,
-            is_verified=False,
-        ).update(verify_msg_id=message_id, verify_answer=answer)
-        == 1
+        fenced.filter(is_verified=False).update(verify_msg_id=message_id, verify_answer=answer) == 1
     )
 
 
@@ -141,28 +138,24 @@ def user_verify(
     message_id: int,
     answer: int,
     request_hash: str,
-    generation: int,
     snapshot: VerificationSettings,
     now: datetime,
 ) -> bool:
     """Mark the user verified for a right answer; True for the one statement that wins.
 
-    Requires the clicked message, the answer, the fence, not banned, not yet verified, and the
-    switches the pre-check saw — mode, switch and generation: a challenge issued under an older
-    generation never completes, even one whose columns a concurrent switch change missed.
-    Clears the pending challenge in the same statement.
+    Requires the clicked message, the answer, the fence at the snapshot's generation, not
+    banned, not yet verified, and the switches the pre-check saw — mode, switch and generation:
+    a challenge issued under an older generation never completes, even one whose columns a
+    concurrent switch change missed. Clears the pending challenge in the same statement.
     """
-    if generation != snapshot.generation:
-        return False
+    fenced = _fenced(
+        bot_id=bot_id, user_id=user_id, request_hash=request_hash, generation=snapshot.generation
+    )
     return (
-        BotUser.objects.filter(
+        fenced.filter(
             *_switches_unchanged(snapshot, VERIFICATION_KEYS),
-            bot_id=bot_id,
-            user_id=user_id,
             verify_msg_id=message_id,
             verify_answer=answer,
-            verify_request_hash=request_hash,
-            verify_request_generation=generation,
             is_banned=False,
             is_verified=False,
         ).update(is_verified=True, verified_at=now, **PENDING_CHALLENGE_CLEARED)

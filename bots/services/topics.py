@@ -38,31 +38,27 @@ def topic_delete(*, bot_id: int, user_id: int, thread_id: int) -> bool:
     return deleted == 1
 
 
-def topic_reopen(*, bot_id: int, user_id: int, thread_id: int) -> bool:
-    """Mark the user's topic open again (``closed_at`` cleared)."""
+def topic_mark_open(*, bot_id: int, thread_id: int) -> bool:
+    """The topic is open again (reopened by the bot, or natively): ``closed_at`` cleared.
+
+    False: no binding has this thread.
+    """
     return (
-        Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).update(
+        Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).update(
             status=TopicStatus.OPEN, closed_at=None
         )
         == 1
     )
 
 
-def topic_record_closed(*, bot_id: int, thread_id: int, now: datetime) -> bool:
-    """Native ``forum_topic_closed``: status closed; a repeated close keeps the first time."""
+def topic_mark_closed(*, bot_id: int, thread_id: int, now: datetime) -> bool:
+    """The topic is closed (natively, or by /archive); a repeated close keeps the first time.
+
+    False: no binding has this thread.
+    """
     return (
         Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).update(
             status=TopicStatus.CLOSED, closed_at=Coalesce("closed_at", Value(now))
-        )
-        == 1
-    )
-
-
-def topic_record_reopened(*, bot_id: int, thread_id: int) -> bool:
-    """Native ``forum_topic_reopened``: status open, ``closed_at`` cleared."""
-    return (
-        Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).update(
-            status=TopicStatus.OPEN, closed_at=None
         )
         == 1
     )

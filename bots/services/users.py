@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Coalesce
 
-from bots.models import BotUser, Topic, TopicStatus, UserStatus
+from bots.models import BotUser, UserStatus
+from bots.services.topics import topic_mark_closed
 
 NOTICE_INTERVAL = timedelta(seconds=60)
 RATE_WINDOW = timedelta(seconds=60)
@@ -25,6 +26,9 @@ PENDING_CHALLENGE_CLEARED = {
     "verify_submit_not_before": None,
 }
 
+# Unverified, and no challenge pending: a TTL expiry, a rate-limit overflow, /archive.
+VERIFICATION_CLEARED = {"is_verified": False, "verified_at": None, **PENDING_CHALLENGE_CLEARED}
+
 
 @dataclass(frozen=True)
 class EnsuredUser:
@@ -33,39 +37,74 @@ class EnsuredUser:
     display_changed: bool  # first/last/username differed from the stored ones and were updated
 
 
+_FIELD_NAMES = [field.attname for field in BotUser._meta.concrete_fields]
+
+# The names as they were before this statement come from the same row, locked, so that the
+# comparison is against the latest committed names even when two messages of the user overlap.
+_REFRESH_SQL = """
+update users as stored
+set first_name = %(first_name)s, last_name = %(last_name)s, username = %(username)s,
+    last_seen_at = %(now)s
+from (
+    select first_name, last_name, username from users
+    where bot_id = %(bot_id)s and user_id = %(user_id)s
+    for update
+) as previous
+where stored.bot_id = %(bot_id)s and stored.user_id = %(user_id)s
+returning stored.*,
+    (previous.first_name, previous.last_name, previous.username)
+        is distinct from (%(first_name)s, %(last_name)s, %(username)s) as display_changed
+"""
+
 _INSERT_SQL = """
 insert into users (bot_id, user_id, first_name, last_name, username, first_seen_at, last_seen_at)
-values (%s, %s, %s, %s, %s, %s, %s)
+values (%(bot_id)s, %(user_id)s, %(first_name)s, %(last_name)s, %(username)s, %(now)s, %(now)s)
 on conflict (bot_id, user_id) do nothing
-returning user_id
+returning *, false as display_changed
 """
+
+
+def _fetch_ensured(cursor: CursorWrapper, *, is_new: bool) -> EnsuredUser | None:
+    """The row the statement just run returned (columns by name), or None."""
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    values = dict(zip((column.name for column in cursor.description), row, strict=True))
+    user = BotUser.from_db(connection.alias, _FIELD_NAMES, [values[name] for name in _FIELD_NAMES])
+    return EnsuredUser(user=user, is_new=is_new, display_changed=values["display_changed"])
 
 
 def user_ensure(
     *, bot_id: int, user_id: int, first_name: str, last_name: str, username: str, now: datetime
 ) -> EnsuredUser:
-    """Create the user on first contact, else refresh ``last_seen_at`` and changed names.
+    """Refresh ``last_seen_at`` and the names of a known user, else create the user.
 
-    Governance columns (ban, risk, verification) are never touched here. Two first messages
-    racing: ``ON CONFLICT DO NOTHING`` lets exactly one of them be ``is_new``.
+    Returns the row as stored now. A returning user (the hot path) costs one statement. Governance
+    columns (ban, risk, verification) are never touched here. Two first messages racing:
+    ``ON CONFLICT DO NOTHING`` lets exactly one of them be ``is_new``; the other refreshes the
+    row the winner inserted. Raises ``BotUser.DoesNotExist`` when the row vanished meanwhile
+    (deleted by an admin): the update is retried.
     """
+    parameters = {
+        "bot_id": bot_id,
+        "user_id": user_id,
+        "first_name": first_name,
+        "last_name": last_name,
+        "username": username,
+        "now": now,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_SQL, [bot_id, user_id, first_name, last_name, username, now, now])
-        is_new = cursor.fetchone() is not None
-    display_changed = False
-    if not is_new:
-        mine = BotUser.objects.filter(bot_id=bot_id, user_id=user_id)
-        names_differ = ~Q(first_name=first_name) | ~Q(last_name=last_name) | ~Q(username=username)
-        display_changed = (
-            mine.filter(names_differ).update(
-                first_name=first_name, last_name=last_name, username=username, last_seen_at=now
-            )
-            == 1
-        )
-        if not display_changed:
-            mine.update(last_seen_at=now)
-    user = BotUser.objects.get(bot_id=bot_id, user_id=user_id)
-    return EnsuredUser(user=user, is_new=is_new, display_changed=display_changed)
+        cursor.execute(_REFRESH_SQL, parameters)
+        ensured = _fetch_ensured(cursor, is_new=False)
+        if ensured is None:
+            cursor.execute(_INSERT_SQL, parameters)
+            ensured = _fetch_ensured(cursor, is_new=True)
+        if ensured is None:  # a concurrent first message of the user inserted the row
+            cursor.execute(_REFRESH_SQL, parameters)
+            ensured = _fetch_ensured(cursor, is_new=False)
+    if ensured is None:
+        raise BotUser.DoesNotExist(f"user {user_id} of bot {bot_id} vanished while ensured")
+    return ensured
 
 
 def user_claim_notice_slot(*, bot_id: int, user_id: int, now: datetime) -> bool:
@@ -103,10 +142,13 @@ def user_count_message(*, bot_id: int, user_id: int, now: datetime, limit: int) 
 
 
 def user_clear_verification(*, bot_id: int, user_id: int) -> bool:
-    """Unverify the user and void any pending challenge (TTL expiry, rate-limit overflow)."""
+    """Unverify a verified user and void their pending challenge (TTL expiry, rate-limit
+    overflow). False when the user was not verified: nothing is written, so a challenge issued
+    to an unverified user stays answerable (verification off: every message over the limit
+    lands here, not at the verification gate)."""
     return (
-        BotUser.objects.filter(bot_id=bot_id, user_id=user_id).update(
-            is_verified=False, verified_at=None, **PENDING_CHALLENGE_CLEARED
+        BotUser.objects.filter(bot_id=bot_id, user_id=user_id, is_verified=True).update(
+            **VERIFICATION_CLEARED
         )
         == 1
     )
@@ -176,14 +218,9 @@ def user_archive(*, bot_id: int, user_id: int, thread_id: int, now: datetime) ->
     """
     archived = (
         BotUser.objects.filter(bot_id=bot_id, user_id=user_id).update(
-            is_verified=False,
-            verified_at=None,
-            status=UserStatus.DELETED,
-            **PENDING_CHALLENGE_CLEARED,
+            status=UserStatus.DELETED, **VERIFICATION_CLEARED
         )
         == 1
     )
-    Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).update(
-        status=TopicStatus.CLOSED, closed_at=Coalesce("closed_at", Value(now))
-    )
+    topic_mark_closed(bot_id=bot_id, thread_id=thread_id, now=now)
     return archived

@@ -65,10 +65,10 @@ def button_challenge() -> Challenge:
     )
 
 
-def build_challenge(mode: str, rng: random.Random | None = None) -> Challenge | None:
+def build_challenge(mode: str) -> Challenge | None:
     """The challenge of ``mode``; None for turnstile (a web page, not a message challenge)."""
     if mode == MODE_MATH:
-        return math_challenge(rng)
+        return math_challenge()
     if mode == MODE_BUTTON:
         return button_challenge()
     return None

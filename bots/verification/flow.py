@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Mapping
 
 from bots import copy
@@ -39,7 +38,6 @@ def issue_challenge(
     user_id: int,
     switches: VerificationSettings,
     rate_limit: int | None = None,
-    rng: random.Random | None = None,
 ) -> bool:
     """Send the user a brand-new challenge in the current mode; True when it was sent.
 
@@ -52,7 +50,7 @@ def issue_challenge(
         # The web-page challenge is not available yet; never fall back to a weaker mode.
         logger.info("turnstile challenge for user %s not sent: mode not available", user_id)
         return False
-    challenge = build_challenge(switches.mode, rng)
+    challenge = build_challenge(switches.mode)
     request_hash = new_request_hash()
     if not challenge_reserve(
         bot_id=ctx.bot_id, user_id=user_id, request_hash=request_hash, snapshot=switches
@@ -137,7 +135,6 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
         message_id=message_id,
         answer=value,
         request_hash=user.verify_request_hash,
-        generation=user.verify_request_generation,
         snapshot=switches,
         now=ctx.now,
     )

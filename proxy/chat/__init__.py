@@ -5,7 +5,6 @@ Request side: `chat_request_to_responses(body) -> ChatPlan`. Response side: one
 stream and `completion()` gives the non-stream object. See each module's docstring.
 """
 
-from proxy.chat.completion import responses_to_chat_completion
 from proxy.chat.errors import (
     ChatRequestInvalid,
     ChatUpstreamError,
@@ -23,5 +22,4 @@ __all__ = [
     "ChatUpstreamFailed",
     "ChatUpstreamTruncated",
     "chat_request_to_responses",
-    "responses_to_chat_completion",
 ]

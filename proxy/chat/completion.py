@@ -1,10 +1,10 @@
-"""Terminal Responses `response` (+ output rebuilt from the stream) → `chat.completion`."""
+"""Finished Responses output → the `chat.completion` object, and what both chat paths share."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from proxy.chat.errors import ChatUpstreamFailed, ChatUpstreamTruncated
+from proxy.chat.errors import ChatUpstreamFailed
 from proxy.chat.output import OutputSummary, chat_usage, finish_reason, summarize_output
 from proxy.chat.request import ChatPlan
 from proxy.chat.tuple_schema import restore_tuples_in_text
@@ -14,32 +14,6 @@ TRUNCATED_MESSAGE = "Upstream stream closed before response.completed"
 TRUNCATED_CODE = "stream_disconnected"
 FAILED_MESSAGE = "Upstream Codex response failed"
 FAILED_CODE = "response_failed"
-
-
-def responses_to_chat_completion(
-    plan: ChatPlan,
-    completion_id: str,
-    created: int,
-    model: str,
-    response: dict[str, Any],
-    *,
-    output_items: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """Build the `chat.completion` from a terminal Responses `response` object.
-
-    `output_items` (output rebuilt from stream deltas) take precedence over `response.output`,
-    which is only the fallback (legacy rule §1.9). Raises `ChatUpstreamFailed` for a failed
-    response and `ChatUpstreamTruncated` for one that is not finished.
-    """
-    status = response.get("status")
-    if status == "failed":
-        raise failed_error(response.get("error") or {})
-    if status not in ("completed", "incomplete"):
-        raise ChatUpstreamTruncated(
-            f"Upstream response is not finished (status {status!r})", TRUNCATED_CODE
-        )
-    items = output_items or response.get("output") or []
-    return build_completion(plan, completion_id, created, model, status, response, items)
 
 
 def build_completion(

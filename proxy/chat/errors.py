@@ -32,7 +32,12 @@ class ChatRequestInvalid(Exception):
 
 
 class ChatUpstreamError(Exception):
-    """The upstream Responses stream did not end in a usable terminal event."""
+    """The upstream Responses stream did not end in a usable terminal event.
+
+    Raised by `ChatStreamTranslator.completion()`. The view only asks for a completion once the
+    dispatcher has read a successful terminal event (it fails over or answers the client's error
+    itself otherwise), so there these mean a broken invariant and end as a 500.
+    """
 
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
@@ -43,8 +48,7 @@ class ChatUpstreamError(Exception):
 class ChatUpstreamFailed(ChatUpstreamError):
     """The upstream ended with `response.failed` or an `error` event.
 
-    `error` is the upstream error object as sent (`{"code", "message", ...}`), so the view can
-    apply the status mapping of spec §1.7 by its `code`.
+    `error` is the upstream error object as sent (`{"code", "message", ...}`).
     """
 
     def __init__(self, message: str, code: str, error: dict[str, Any]) -> None:
@@ -53,4 +57,4 @@ class ChatUpstreamFailed(ChatUpstreamError):
 
 
 class ChatUpstreamTruncated(ChatUpstreamError):
-    """The upstream stream ended without any terminal event (spec §1.7: 502 invalid response)."""
+    """The upstream stream ended without any terminal event."""

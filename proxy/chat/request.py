@@ -46,7 +46,7 @@ n                       REJECT  when > 1 (`unsupported_value`): one upstream res
 modalities, audio       REJECT  any modality but "text", or `audio` set: no audio output upstream.
 anything else           DROP
 
-Every dropped field the client set is named in `ChatPlan.dropped_fields` (for logs/telemetry).
+Every dropped field the client set is named in `ChatPlan.dropped_fields`.
 """
 
 from __future__ import annotations

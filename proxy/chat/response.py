@@ -36,8 +36,6 @@ from typing import Any
 
 from proxy.chat.completion import (
     EMPTY_RESPONSE_TEXT,
-    FAILED_CODE,
-    FAILED_MESSAGE,
     TRUNCATED_CODE,
     TRUNCATED_MESSAGE,
     build_completion,
@@ -48,6 +46,7 @@ from proxy.chat.completion import (
 from proxy.chat.errors import ChatUpstreamTruncated
 from proxy.chat.output import (
     IMAGE_GENERATION_FUNCTION,
+    REASONING_SEPARATOR,
     OutputSummary,
     ResponseOutputCollector,
     chat_usage,
@@ -146,15 +145,13 @@ class ChatStreamTranslator:
             self._finished = True
             return []
         if self.status == "failed":
-            failure = self.failure or {}
-            return self.error_chunks(
-                failure.get("message") or FAILED_MESSAGE, failure.get("code") or FAILED_CODE
-            )
+            failure = failed_error(self.failure or {})
+            return self.error_chunks(failure.message, failure.code)
         if self.status is None:
             return self.error_chunks(TRUNCATED_MESSAGE, TRUNCATED_CODE)
         self._finished = True
         response = self.response or {}
-        summary = summarize_output(self._collector.items() or response.get("output") or [])
+        summary = summarize_output(self._output_items())
         chunks = self._unsent_output(summary)
         if is_empty(self.status, summary):
             chunks += self._emit({"content": EMPTY_RESPONSE_TEXT})
@@ -203,8 +200,13 @@ class ChatStreamTranslator:
             self._model,
             self.status,
             self.response,
-            self._collector.items() or self.response.get("output") or [],
+            self._output_items(),
         )
+
+    def _output_items(self) -> list[dict[str, Any]]:
+        """The output rebuilt from the stream, else the terminal response's (legacy rule §1.9:
+        the text is the deltas', the completed output only the fallback)."""
+        return self._collector.items() or (self.response or {}).get("output") or []
 
     # -- upstream state -------------------------------------------------------------------
 
@@ -260,7 +262,7 @@ class ChatStreamTranslator:
             event.get("summary_index", event.get("content_index")),
         )
         if self._reasoning_part is not None and part != self._reasoning_part:
-            delta = "\n\n" + delta
+            delta = REASONING_SEPARATOR + delta
         self._reasoning_part = part
         return self._emit({"reasoning_content": delta})
 

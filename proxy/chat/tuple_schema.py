@@ -17,6 +17,11 @@ from typing import Any
 
 # Keys whose values are data, not sub-schemas: never rewrite inside them.
 DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+# Keys whose values map names to sub-schemas: the names are the client's (a property may well be
+# called "default" or "prefixItems"), so they are never read as keywords.
+SCHEMA_MAP_KEYWORDS = frozenset(
+    {"properties", "patternProperties", "dependentSchemas", "$defs", "definitions"}
+)
 # Array-only keywords that make no sense on the object a tuple becomes.
 ARRAY_KEYWORDS = frozenset(
     {"type", "prefixItems", "items", "minItems", "maxItems", "uniqueItems", "contains"}
@@ -39,9 +44,14 @@ def _rewrite(node: Any) -> Any:
         return [_rewrite(element) for element in node]
     if not isinstance(node, dict):
         return node
-    result = {
-        key: (value if key in DATA_KEYWORDS else _rewrite(value)) for key, value in node.items()
-    }
+    result = {}
+    for key, value in node.items():
+        if key in DATA_KEYWORDS:
+            result[key] = value
+        elif key in SCHEMA_MAP_KEYWORDS and isinstance(value, dict):
+            result[key] = {name: _rewrite(schema) for name, schema in value.items()}
+        else:
+            result[key] = _rewrite(value)
     prefix = result.get("prefixItems")
     if not isinstance(prefix, list):
         return result

@@ -12,10 +12,12 @@ import base64
 import functools
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from proxy import redis_keys
 from proxy.loop_resources import async_redis, database_pool
+from proxy.models import ACCOUNT_USAGE_COUNTERS
 
 CLOUDFLARE_CHALLENGE_COOLDOWNS = (10, 30, 90, 120)
 CLOUDFLARE_COUNTER_TTL_SECONDS = 3600
@@ -48,32 +50,6 @@ class AccountView:
     last_used_at: datetime | None
     cookies: list[dict]
 
-    def token_expires_at(self) -> datetime | None:
-        """The access token's expiry: the stored column, else the JWT ``exp`` claim."""
-        return self.access_token_expires_at or jwt_expiry(self.access_token)
-
-
-_CANDIDATES_SQL = """
-select a.id, a.email, a.chatgpt_account_id, a.plan_type, a.access_token,
-       a.access_token_expires_at, a.status, a.quota_limit_reached, a.quota_verify_required,
-       a.quota_cooldown_until, a.cloudflare_cooldown_until, a.added_at,
-       coalesce(u.request_count, 0), coalesce(u.window_request_count, 0),
-       coalesce(u.window_input_tokens + u.window_output_tokens
-                + u.window_image_input_tokens + u.window_image_output_tokens, 0),
-       coalesce(u.window_cached_tokens, 0), u.window_reset_at, u.limit_window_seconds,
-       u.last_used_at, cookies.items
-from accounts a
-left join account_usage u on u.account_id = a.id
-left join lateral (
-  select coalesce(json_agg(json_build_object(
-           'domain', c.domain, 'name', c.name, 'value', c.value, 'path', c.path,
-           'expires_at', c.expires_at)), '[]'::json) as items
-  from account_cookies c
-  where c.account_id = a.id and (c.expires_at is null or c.expires_at > %s)
-) cookies on true
-where a.status in ('active', 'quota_exhausted')
-order by a.added_at, a.id
-"""
 
 # The same rows as one JSON value, so that the client-key lookup can bring the candidates along
 # in its single round trip (the request path's only PostgreSQL read before the first byte).
@@ -132,6 +108,24 @@ select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldow
 from accounts where id = any(%s)
 """
 
+# The window group of account_usage: what a new usage window starts from zero.
+WINDOW_COUNTERS = tuple(column for column in ACCOUNT_USAGE_COUNTERS if column.startswith("window_"))
+
+
+def restarted_window_columns(*, when: str | None = None) -> str:
+    """``SET`` items of ``account_usage`` that zero the window counters and clear
+    ``window_started_at``: always, or (in an upsert on ``account_usage as u``) only where the
+    SQL condition ``when`` holds."""
+    if when is None:
+        items = [f"{column} = 0" for column in WINDOW_COUNTERS]
+        items.append("window_started_at = null")
+    else:
+        items = [
+            f"{column} = case when {when} then 0 else u.{column} end" for column in WINDOW_COUNTERS
+        ]
+        items.append(f"window_started_at = case when {when} then null else u.window_started_at end")
+    return ", ".join(items)
+
 
 @functools.lru_cache(maxsize=4096)
 def jwt_expiry(token: str) -> datetime | None:
@@ -149,25 +143,52 @@ def jwt_expiry(token: str) -> datetime | None:
         return None
     if not isinstance(expiry, int | float):
         return None
-    from datetime import UTC
-
     return datetime.fromtimestamp(expiry, tz=UTC)
 
 
-async def load_accounts(*, now: datetime) -> list[AccountView]:
-    """Every account that may serve (active, or quota-exhausted awaiting its cooldown), with
-    its usage counters and live cookies: one query."""
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
-        cursor = await connection.execute(_CANDIDATES_SQL, [now])
-        rows = await cursor.fetchall()
-    return [AccountView(*row) for row in rows]
+class AccountState(Protocol):
+    """What eligibility looks at: an ``AccountView`` or a ``proxy.models.Account`` row."""
+
+    status: str
+    quota_limit_reached: bool
+    quota_cooldown_until: datetime | None
+    cloudflare_cooldown_until: datetime | None
+    access_token: str
+    access_token_expires_at: datetime | None
+
+
+QUOTA_LIMITED = "quota_limited"
+NOT_ACTIVE = "not_active"
+TOKEN_EXPIRED = "token_expired"
+CLOUDFLARE_COOLDOWN = "cloudflare_cooldown"
+
+
+def ineligibility(account: AccountState, *, now: datetime) -> str | None:
+    """Why ``account`` may not serve at ``now`` (spec §3.2), or None when it may.
+
+    Checked in this order: a quota limit whose cooldown has not passed, a status other than
+    ``active``, an access token past its expiry (opaque tokens without a stored expiry count as
+    expired, pitfall §11.7), a Cloudflare cooldown.
+    """
+    if account.quota_limit_reached and (
+        account.quota_cooldown_until is None or account.quota_cooldown_until > now
+    ):
+        return QUOTA_LIMITED
+    if account.status != "active":
+        return NOT_ACTIVE
+    expiry = account.access_token_expires_at or jwt_expiry(account.access_token)
+    if expiry is None or expiry <= now:
+        return TOKEN_EXPIRED
+    if account.cloudflare_cooldown_until is not None and account.cloudflare_cooldown_until > now:
+        return CLOUDFLARE_COOLDOWN
+    return None
 
 
 async def still_eligible(accounts: list[AccountView], *, now: datetime) -> list[AccountView]:
     """Re-read the state of ``accounts`` (one query) and keep those that may still serve.
 
     Used before each later attempt: another request may have changed an account meanwhile.
+    The views are updated with what was read (a token refreshed meanwhile is used).
     """
     if not accounts:
         return []
@@ -180,18 +201,17 @@ async def still_eligible(accounts: list[AccountView], *, now: datetime) -> list[
         row = rows.get(account.id)
         if row is None:
             continue
-        _, status, limit_reached, quota_cooldown, cloudflare_cooldown, token, token_expiry = row
-        if status != "active" or (
-            limit_reached and (quota_cooldown is None or quota_cooldown > now)
-        ):
-            continue
-        if cloudflare_cooldown is not None and cloudflare_cooldown > now:
-            continue
-        account.access_token, account.access_token_expires_at = token, token_expiry
-        expiry = account.token_expires_at()
-        if expiry is None or expiry <= now:
-            continue
-        kept.append(account)
+        (
+            _,
+            account.status,
+            account.quota_limit_reached,
+            account.quota_cooldown_until,
+            account.cloudflare_cooldown_until,
+            account.access_token,
+            account.access_token_expires_at,
+        ) = row
+        if ineligibility(account, now=now) is None:
+            kept.append(account)
     return kept
 
 
@@ -208,27 +228,20 @@ async def refresh_and_filter_eligible(
     for account in accounts:
         if account.window_reset_at is not None and account.window_reset_at <= now:
             await roll_usage_window(account, now=now)
-        if account.quota_limit_reached:
-            cooldown = account.quota_cooldown_until
-            if cooldown is None or cooldown > now:
-                continue
+        reason = ineligibility(account, now=now)
+        if reason == QUOTA_LIMITED:
+            continue
+        if account.quota_limit_reached:  # its cooldown has passed
             await lift_quota_limit(account, now=now)
-        if account.status != "active":
-            continue
-        expiry = account.token_expires_at()
-        if expiry is None or expiry <= now:
+            reason = ineligibility(account, now=now)
+        if reason == TOKEN_EXPIRED:
             await mark_expired(account.id, token=account.access_token, now=now)
-            continue
-        if (
-            account.cloudflare_cooldown_until is not None
-            and account.cloudflare_cooldown_until > now
-        ):
-            continue
-        eligible.append(account)
+        if reason is None:
+            eligible.append(account)
     return eligible
 
 
-async def _execute(sql: str, parameters: list) -> int:
+async def _execute(sql: str, parameters: list | dict) -> int:
     pool = await database_pool.get()
     async with pool.connection() as connection:
         cursor = await connection.execute(sql, parameters)
@@ -252,6 +265,13 @@ async def lift_quota_limit(account: AccountView, *, now: datetime) -> None:
             account.status = "active"
 
 
+_ROLL_WINDOW_SQL = (
+    "update account_usage set "  # noqa: S608 - built from constant column names
+    + restarted_window_columns()
+    + ", window_reset_at = %s where account_id = %s and window_reset_at <= %s"
+)
+
+
 async def roll_usage_window(account: AccountView, *, now: datetime) -> None:
     """Zero the window counters and move ``window_reset_at`` forward by whole windows."""
     seconds = account.limit_window_seconds
@@ -261,14 +281,7 @@ async def roll_usage_window(account: AccountView, *, now: datetime) -> None:
         next_reset = account.window_reset_at + timedelta(seconds=windows * seconds)
     else:
         next_reset = None
-    await _execute(
-        "update account_usage set window_request_count = 0, window_input_tokens = 0,"
-        " window_output_tokens = 0, window_cached_tokens = 0, window_image_input_tokens = 0,"
-        " window_image_output_tokens = 0, window_image_request_count = 0,"
-        " window_image_request_failed_count = 0, window_started_at = null, window_reset_at = %s"
-        " where account_id = %s and window_reset_at <= %s",
-        [next_reset, account.id, now],
-    )
+    await _execute(_ROLL_WINDOW_SQL, [next_reset, account.id, now])
     account.window_request_count = 0
     account.window_tokens = 0
     account.window_cached_tokens = 0
@@ -297,6 +310,23 @@ async def mark_banned(account_id: str, *, token: str, now: datetime) -> None:
     )
 
 
+# One statement: the account's cooldown and its usage window move together.
+_RATE_LIMITED_SQL = """
+with limited as (
+  update accounts set quota_limit_reached = true,
+    quota_cooldown_until = greatest(coalesce(quota_cooldown_until, %(cooldown)s), %(cooldown)s),
+    status = case when status in ('active', 'quota_exhausted') then 'quota_exhausted'
+                  else status end,
+    updated_at = %(now)s
+  where id = %(account)s
+  returning id
+)
+update account_usage
+set window_reset_at = greatest(coalesce(window_reset_at, %(cooldown)s), %(cooldown)s)
+where account_id in (select id from limited)
+"""
+
+
 async def mark_rate_limited(
     account_id: str, *, now: datetime, retry_after_seconds: float | None
 ) -> datetime:
@@ -309,18 +339,7 @@ async def mark_rate_limited(
         DEFAULT_RATE_LIMIT_COOLDOWN_SECONDS if retry_after_seconds is None else retry_after_seconds
     )
     cooldown = now + timedelta(seconds=seconds)
-    await _execute(
-        "update accounts set quota_limit_reached = true,"
-        " quota_cooldown_until = greatest(coalesce(quota_cooldown_until, %s), %s),"
-        " status = case when status in ('active', 'quota_exhausted') then 'quota_exhausted'"
-        " else status end, updated_at = %s where id = %s",
-        [cooldown, cooldown, now, account_id],
-    )
-    await _execute(
-        "update account_usage set window_reset_at = greatest(coalesce(window_reset_at, %s), %s)"
-        " where account_id = %s",
-        [cooldown, cooldown, account_id],
-    )
+    await _execute(_RATE_LIMITED_SQL, {"cooldown": cooldown, "now": now, "account": account_id})
     return cooldown
 
 
@@ -333,18 +352,26 @@ async def mark_quota_exhausted(account_id: str, *, now: datetime) -> None:
     )
 
 
+async def _count_in_last_hour(key: str) -> int:
+    """INCR a Cloudflare counter and (re)start its one-hour expiry; returns the new count.
+
+    A success releases its slot with both counters deleted (the scheduler's release script).
+    """
+    redis = await async_redis.get()
+    async with redis.pipeline(transaction=True) as pipeline:
+        pipeline.incr(key)
+        pipeline.expire(key, CLOUDFLARE_COUNTER_TTL_SECONDS)
+        count, _ = await pipeline.execute()
+    return count
+
+
 async def register_cloudflare_challenge(account_id: str, *, now: datetime) -> datetime:
     """A Cloudflare challenge page: cool the account down 10, 30, 90, then 120 s.
 
     The counter lives in Redis and resets after an hour without challenges. The account's
     cookies expire no later than the cooldown (a fresh clearance is needed after it).
     """
-    redis = await async_redis.get()
-    key = redis_keys.cloudflare_challenges(account_id)
-    async with redis.pipeline(transaction=True) as pipeline:
-        pipeline.incr(key)
-        pipeline.expire(key, CLOUDFLARE_COUNTER_TTL_SECONDS)
-        count, _ = await pipeline.execute()
+    count = await _count_in_last_hour(redis_keys.cloudflare_challenges(account_id))
     seconds = CLOUDFLARE_CHALLENGE_COOLDOWNS[min(count, len(CLOUDFLARE_CHALLENGE_COOLDOWNS)) - 1]
     cooldown = now + timedelta(seconds=seconds)
     await _execute(
@@ -362,12 +389,7 @@ async def register_cloudflare_challenge(account_id: str, *, now: datetime) -> da
 async def register_cloudflare_path_block(account_id: str, *, now: datetime) -> bool:
     """An empty 404 (path blocked): wipe the cookies; the 3rd within an hour disables the
     account. Returns whether it was disabled."""
-    redis = await async_redis.get()
-    key = redis_keys.cloudflare_path_blocks(account_id)
-    async with redis.pipeline(transaction=True) as pipeline:
-        pipeline.incr(key)
-        pipeline.expire(key, CLOUDFLARE_COUNTER_TTL_SECONDS)
-        count, _ = await pipeline.execute()
+    count = await _count_in_last_hour(redis_keys.cloudflare_path_blocks(account_id))
     await _execute("delete from account_cookies where account_id = %s", [account_id])
     if count >= PATH_BLOCKS_BEFORE_DISABLING:
         await _execute(
@@ -377,11 +399,3 @@ async def register_cloudflare_path_block(account_id: str, *, now: datetime) -> b
         )
         return True
     return False
-
-
-async def reset_cloudflare_counters(account_id: str) -> None:
-    """Any successful response clears both Cloudflare counters of the account."""
-    redis = await async_redis.get()
-    await redis.delete(
-        redis_keys.cloudflare_challenges(account_id), redis_keys.cloudflare_path_blocks(account_id)
-    )

@@ -29,22 +29,17 @@ class CandidateLedger:
         *,
         limit: int | None = None,
         prefer: Callable[[list[AccountView]], list[AccountView]] | None = None,
-        wait: WaitPolicy | None = None,
     ):
         self._eligible = eligible
         self._settings = settings
         self._limit = limit
         self._prefer = prefer  # affinity hook: moves a preferred account to the front
-        self._wait = wait or WaitPolicy()
+        self._wait = WaitPolicy()
         self._pending: list[AccountView] = []
         self._parked: list[AccountView] = []
         self._tried = 0
         self._started = False
         self.timed_out = False
-
-    @property
-    def had_candidates(self) -> bool:
-        return bool(self._eligible)
 
     def _within_limit(self) -> bool:
         return self._limit is None or self._tried < self._limit
@@ -83,29 +78,35 @@ class CandidateLedger:
         return slot
 
     async def _walk(self) -> Slot | None:
+        """The pending accounts still eligible, re-read in one query; a slot on the first with
+        one free (one Redis call). Those before it are full: parked."""
         if not self._pending:
             return None
         candidates, self._pending = self._pending, []
         live = await account_pool.still_eligible(candidates, now=timezone.now())
-        for index, account in enumerate(live):
-            slot = await scheduler.acquire(account, self._settings)
-            if slot is not None:
-                self._pending = live[index + 1 :]
-                return slot
-            self._parked.append(account)
-        return None
+        slot = await scheduler.acquire_first_free(live, self._settings)
+        if slot is None:
+            self._parked += live
+            return None
+        index = live.index(slot.account)
+        self._parked += live[:index]
+        self._pending = live[index + 1 :]
+        return slot
 
     async def _wait_for_parked(self) -> Slot | None:
+        """Poll the parked accounts for a free slot (one Redis call per poll); the account that
+        frees up is re-read before it is used and dropped if it may no longer serve."""
         deadline = time.monotonic() + self._wait.timeout_seconds
         pause = self._wait.first_pause
         while self._parked:
-            # Another request may have marked a parked account meanwhile: look again first.
-            self._parked = await account_pool.still_eligible(self._parked, now=timezone.now())
-            for account in list(self._parked):
-                slot = await scheduler.acquire(account, self._settings)
-                if slot is not None:
-                    self._parked.remove(account)
+            slot = await scheduler.acquire_first_free(self._parked, self._settings)
+            if slot is not None:
+                self._parked.remove(slot.account)
+                if await account_pool.still_eligible([slot.account], now=timezone.now()):
                     return slot
+                # Another request marked it meanwhile: give the slot back, look again at once.
+                await scheduler.release(slot)
+                continue
             if time.monotonic() >= deadline:
                 self.timed_out = True
                 return None

@@ -8,11 +8,11 @@ match the request, longest path first.
 from __future__ import annotations
 
 import email.utils
-import uuid
 from datetime import UTC, datetime, timedelta
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
+from proxy.identifiers import new_id
 from proxy.loop_resources import database_pool
 
 CAPTURED_COOKIE_NAMES = frozenset({"cf_clearance"})
@@ -81,7 +81,7 @@ async def store_cookies(account_id: str, cookies: list[dict], *, now: datetime) 
                 " value = excluded.value, expires_at = excluded.expires_at,"
                 " updated_at = excluded.updated_at",
                 [
-                    f"cookie_{uuid.uuid4().hex}",
+                    new_id("cookie"),
                     account_id,
                     cookie["domain"],
                     cookie["name"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -88,13 +89,13 @@ class DispatchRequest:
     stream: bool
     scheduler_settings: SchedulerSettings
     fingerprint: FingerprintHeaders
+    catalog: Catalog  # plan allowlists of the model
+    accounts: list[AccountView]  # the candidates, read together with the client key
     client_identity: ClientIdentity = field(default_factory=ClientIdentity)
     client_api_key_id: str | None = None
     client_ip: str | None = None
     user_agent: str | None = None
     subagent: str | None = None
-    catalog: Catalog | None = None  # plan allowlists of the model (None: no restriction)
-    accounts: list[AccountView] | None = None  # candidates read with the key (None: load them)
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
 
@@ -182,18 +183,14 @@ class Dispatch:
     # ------------------------------------------------------------------------- candidates
 
     async def _ledger(self) -> CandidateLedger:
-        now = timezone.now()
-        accounts = self.request.accounts
-        if accounts is None:
-            accounts = await account_pool.load_accounts(now=now)
-        eligible = await account_pool.refresh_and_filter_eligible(accounts, now=now)
-        catalog = self.request.catalog
-        if catalog is not None:
-            eligible = [
-                account
-                for account in eligible
-                if catalog.allows(self.request.model, account.plan_type)
-            ]
+        eligible = await account_pool.refresh_and_filter_eligible(
+            self.request.accounts, now=timezone.now()
+        )
+        eligible = [
+            account
+            for account in eligible
+            if self.request.catalog.allows(self.request.model, account.plan_type)
+        ]
         # A previous_response_id is bound to the account that produced it: exactly one account
         # is tried, the id untouched (spec §5.3 "external unknown"), never fanned out.
         limit = 1 if self.request.previous_response_id else None
@@ -371,14 +368,25 @@ class Dispatch:
         )
 
     async def _read_all(
-        self, slot: Slot, attempt_index: int, response: aiohttp.ClientResponse
+        self,
+        slot: Slot,
+        attempt_index: int,
+        response: aiohttp.ClientResponse,
+        *,
+        keep_frames: bool,
     ) -> tuple[Committed, dict] | AttemptFailure:
-        """For non-stream clients: read to the end (nothing was sent, so any failure rotates)."""
+        """For non-stream clients: read to the end (nothing was sent, so any failure rotates).
+        ``keep_frames``: keep every event too, for callers that build their answer from the
+        stream rather than from the terminal ``response`` object."""
         scanner = SSEScanner()
         progress = StreamProgress()
+        kept: list[Frame] = []
         try:
             async for chunk in response.content.iter_any():
-                self._observe(scanner.feed(chunk), progress)
+                frames = scanner.feed(chunk)
+                if keep_frames:
+                    kept += frames
+                self._observe(frames, progress)
         except codex.TRANSPORT_ERRORS as error:
             response.close()
             return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=type(error).__name__)
@@ -412,6 +420,7 @@ class Dispatch:
             buffered=[],
             scanner=scanner,
             progress=progress,
+            buffered_frames=kept,
         )
         return committed, response_object
 
@@ -476,9 +485,12 @@ class Dispatch:
         """Walk the candidates until one stream commits; else the client's error."""
         return await self._walk(self._open_stream)
 
-    async def run_to_completion(self) -> tuple[Committed, dict] | ClientError:
-        """For non-stream clients: the committed attempt and the terminal ``response`` object."""
-        outcome = await self._walk(self._read_all)
+    async def run_to_completion(
+        self, *, keep_frames: bool = False
+    ) -> tuple[Committed, dict] | ClientError:
+        """For non-stream clients: the committed attempt (with all its events in
+        ``buffered_frames`` when ``keep_frames``) and the terminal ``response`` object."""
+        outcome = await self._walk(functools.partial(self._read_all, keep_frames=keep_frames))
         if isinstance(outcome, tuple):
             await scheduler.release(outcome[0].slot, succeeded=True)
         return outcome

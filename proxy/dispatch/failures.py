@@ -21,7 +21,6 @@ class FailureKind(enum.StrEnum):
     QUOTA_EXHAUSTED = "quota_exhausted"
     EXPIRED = "expired"
     BANNED = "banned"
-    DISABLED = "disabled"
     CLOUDFLARE_CHALLENGE = "cloudflare_challenge"
     CLOUDFLARE_PATH_BLOCKED = "cloudflare_path_blocked"
     MODEL_UNSUPPORTED = "model_unsupported"
@@ -31,7 +30,6 @@ class FailureKind(enum.StrEnum):
     CLIENT_ERROR = "upstream"
     RESPONSE_FAILED = "response_failed"
     INVALID_SSE = "invalid_sse"
-    MISSING_COMPLETED = "missing_completed"
 
 
 ROTATING_KINDS = frozenset(
@@ -40,7 +38,6 @@ ROTATING_KINDS = frozenset(
         FailureKind.QUOTA_EXHAUSTED,
         FailureKind.EXPIRED,
         FailureKind.BANNED,
-        FailureKind.DISABLED,
         FailureKind.CLOUDFLARE_CHALLENGE,
         FailureKind.CLOUDFLARE_PATH_BLOCKED,
         FailureKind.MODEL_UNSUPPORTED,
@@ -54,7 +51,6 @@ _EXHAUSTED_LABELS = {
     FailureKind.RATE_LIMITED: "rate-limited",
     FailureKind.QUOTA_EXHAUSTED: "quota-exhausted",
     FailureKind.EXPIRED: "expired",
-    FailureKind.DISABLED: "disabled",
     FailureKind.BANNED: "banned",
     FailureKind.CLOUDFLARE_CHALLENGE: "cloudflare-challenge",
     FailureKind.CLOUDFLARE_PATH_BLOCKED: "cloudflare-path-block",
@@ -312,7 +308,7 @@ def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
             return ClientError(429, "rate_limit_error", "rate_limit_exceeded", message)
         if kind == FailureKind.QUOTA_EXHAUSTED:
             return ClientError(429, "insufficient_quota", "insufficient_quota", message)
-        if kind in (FailureKind.EXPIRED, FailureKind.DISABLED):
+        if kind == FailureKind.EXPIRED:
             return ClientError(401, "invalid_request_error", "invalid_api_key", message)
         if kind == FailureKind.BANNED:
             return ClientError(
@@ -332,7 +328,7 @@ def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
         return ClientError(
             status, error_type, code, failure.detail or "Upstream Codex response failed"
         )
-    if kind in (FailureKind.INVALID_SSE, FailureKind.MISSING_COMPLETED):
+    if kind == FailureKind.INVALID_SSE:
         return INVALID_UPSTREAM
     # An upstream error returned to the client: a JSON 4xx passes through verbatim.
     status = failure.upstream_status or 502

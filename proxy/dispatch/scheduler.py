@@ -15,11 +15,12 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.conf import settings
+from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.dispatch.accounts import AccountView
@@ -96,15 +97,21 @@ end
 return result
 """
 
-# KEYS[1] slot key; ARGV: now_ms, stale_before_ms, max_slots, slot_id, slot_ttl_ms
-_ACQUIRE_ONE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {0, '-1'} end
-local latest = redis.call('ZREVRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[4])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]))
-if #latest > 0 then return {1, latest[2]} end
-return {1, '-1'}
+# KEYS: slot keys of the candidates in order; ARGV: now_ms, stale_before_ms, max_slots, slot_id,
+# slot_ttl_ms. Takes a slot on the first account with one free: {position (1-based), latest
+# other start or -1}, or {0, -1} when all are full.
+_ACQUIRE_FIRST_FREE = """
+for position, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[2])
+  if redis.call('ZCARD', key) < tonumber(ARGV[3]) then
+    local latest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', key, tonumber(ARGV[1]), ARGV[4])
+    redis.call('PEXPIRE', key, tonumber(ARGV[5]))
+    if #latest > 0 then return {position, latest[2]} end
+    return {position, '-1'}
+  end
+end
+return {0, '-1'}
 """
 
 # KEYS[1] slot key, KEYS[2..3] Cloudflare counters; ARGV: slot_id, reset_cloudflare (1/0)
@@ -201,12 +208,8 @@ class Ranking:
     rotate_ties: bool
 
 
-def rank(
-    accounts: list[AccountView],
-    strategy: str,
-    tier_rank: Callable[[AccountView], int] | None = None,
-) -> Ranking:
-    """Order candidates by ``strategy`` (spec §3.4), then stably by tier rank."""
+def rank(accounts: list[AccountView], strategy: str) -> Ranking:
+    """Order candidates by ``strategy`` (spec §3.4)."""
     if strategy == "sticky":
         # Most recently used first; never-used last; equal times keep their order (stable).
         ordered = sorted(
@@ -214,33 +217,19 @@ def rank(
             key=lambda account: (account.last_used_at is not None, account.last_used_at or _EPOCH),
             reverse=True,
         )
-        ranking = Ranking(ordered, [-float(index) for index in range(len(ordered))], 0.0, False)
-    elif strategy == "quota_reset_priority":
+        return Ranking(ordered, [-float(index) for index in range(len(ordered))], 0.0, False)
+    if strategy == "quota_reset_priority":
         ordered = sorted(accounts, key=functools.cmp_to_key(_quota_reset_compare))
         scores, group = [], 0
         for index, account in enumerate(ordered):
             if index and _quota_reset_compare(ordered[index - 1], account) != 0:
                 group += 1
             scores.append(-float(group))
-        ranking = Ranking(ordered, scores, 0.0, True)
-    elif strategy == "round_robin":
-        ranking = Ranking(list(accounts), [0.0] * len(accounts), 0.0, True)
-    else:  # smart (the default)
-        ranking = Ranking(list(accounts), smart_base_scores(accounts), SMART_WEIGHTS["load"], True)
-    if tier_rank is None:
-        return ranking
-    # Tier priority: a stable sort by tier, expressed as a dominant score term.
-    combined = sorted(
-        zip(ranking.accounts, ranking.base_scores, strict=True),
-        key=lambda pair: tier_rank(pair[0]),
-    )
-    offset = 10_000.0
-    return Ranking(
-        [account for account, _ in combined],
-        [score - offset * tier_rank(account) for account, score in combined],
-        ranking.load_weight,
-        ranking.rotate_ties,
-    )
+        return Ranking(ordered, scores, 0.0, True)
+    if strategy == "round_robin":
+        return Ranking(list(accounts), [0.0] * len(accounts), 0.0, True)
+    # smart (the default)
+    return Ranking(list(accounts), smart_base_scores(accounts), SMART_WEIGHTS["load"], True)
 
 
 # ----------------------------------------------------------------------------- Redis calls
@@ -250,15 +239,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@functools.cache
-def _script_sources() -> dict[str, str]:
-    return {"order": _ORDER_AND_ACQUIRE, "one": _ACQUIRE_ONE, "release": _RELEASE}
+# Built once: each script's SHA is computed here, and every call is one EVALSHA (a server that
+# does not know the script yet gets it loaded once).
+_SCRIPTS = {
+    name: AsyncScript(None, source.encode())
+    for name, source in (
+        ("order", _ORDER_AND_ACQUIRE),
+        ("first_free", _ACQUIRE_FIRST_FREE),
+        ("release", _RELEASE),
+    )
+}
 
 
 async def _run_script(name: str, keys: list[str], args: list) -> list:
     redis = await async_redis.get()
-    script = redis.register_script(_script_sources()[name])
-    return await script(keys=keys, args=args)
+    return await _SCRIPTS[name](keys=keys, args=args, client=redis)
 
 
 def _decode(value) -> str:
@@ -302,13 +297,18 @@ async def order_and_acquire(
     return order, Slot(by_id[acquired_id], slot_id, previous if previous >= 0 else None)
 
 
-async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | None:
-    """Take a slot on ``account``; None when it is at its concurrency limit."""
+async def acquire_first_free(
+    accounts: Sequence[AccountView], scheduler: SchedulerSettings
+) -> Slot | None:
+    """A slot on the first of ``accounts`` (in order) below its concurrency limit: one Redis
+    call. None when every one of them is full."""
+    if not accounts:
+        return None
     now = _now_ms()
     slot_id = os.urandom(12).hex()
-    acquired, previous = await _run_script(
-        "one",
-        [redis_keys.account_slots(account.id)],
+    position, previous = await _run_script(
+        "first_free",
+        [redis_keys.account_slots(account.id) for account in accounts],
         [
             now,
             now - scheduler.slot_ttl_ms,
@@ -317,10 +317,15 @@ async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | 
             scheduler.slot_ttl_ms,
         ],
     )
-    if not int(acquired):
+    if not int(position):
         return None
     previous_ms = int(float(_decode(previous)))
-    return Slot(account, slot_id, previous_ms if previous_ms >= 0 else None)
+    return Slot(accounts[int(position) - 1], slot_id, previous_ms if previous_ms >= 0 else None)
+
+
+async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | None:
+    """Take a slot on ``account``; None when it is at its concurrency limit."""
+    return await acquire_first_free([account], scheduler)
 
 
 async def release(slot: Slot, *, succeeded: bool = False) -> None:

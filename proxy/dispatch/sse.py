@@ -103,10 +103,6 @@ class SSEScanner:
                 frames.append(frame)
         return frames
 
-    @property
-    def pending_bytes(self) -> int:
-        return len(self._buffer)
-
 
 def sse_event(event_type: str, payload: dict) -> bytes:
     return f"event: {event_type}\ndata: {json.dumps(payload)}\n\n".encode()

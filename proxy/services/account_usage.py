@@ -38,22 +38,21 @@ class AccountUsageIncrement:
                 raise ValueError(f"{field.name} must not be negative")
 
 
-_COUNTERS = ACCOUNT_USAGE_COUNTERS
-
-# Built once from the constant column list above (no outside input reaches it).
+# Built once from the constant column list (no outside input reaches it).
 _UPSERT_HEAD = (
     "insert into account_usage as usage (account_id, "  # noqa: S608
-    + ", ".join(_COUNTERS)
+    + ", ".join(ACCOUNT_USAGE_COUNTERS)
     + ", window_started_at, last_used_at) values "
 )
-_UPSERT_ROW = "(" + ", ".join(["%s"] * (len(_COUNTERS) + 3)) + ")"
+_UPSERT_ROW = "(" + ", ".join(["%s"] * (len(ACCOUNT_USAGE_COUNTERS) + 3)) + ")"
 _UPSERT_CONFLICT = (
     " on conflict (account_id) do update set "
-    + ", ".join(f"{column} = usage.{column} + excluded.{column}" for column in _COUNTERS)
+    + ", ".join(
+        f"{column} = usage.{column} + excluded.{column}" for column in ACCOUNT_USAGE_COUNTERS
+    )
     + ", window_started_at = coalesce(usage.window_started_at, excluded.window_started_at)"
     + ", last_used_at = greatest(usage.last_used_at, excluded.last_used_at)"
 )
-_UPSERT_SQL = _UPSERT_HEAD + _UPSERT_ROW + _UPSERT_CONFLICT
 
 
 def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now: datetime) -> None:
@@ -62,13 +61,7 @@ def account_usage_add(*, account_id: str, increment: AccountUsageIncrement, now:
     A counted request also stamps ``last_used_at`` and starts the window if none is open.
     Raises IntegrityError if the account does not exist (the foreign key).
     """
-    values = _values(increment)
-    stamp = now if increment.counted_request else None
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _UPSERT_SQL,
-            [account_id, *(values[column] for column in _COUNTERS), stamp, stamp],
-        )
+    account_usage_add_many(increments=[(account_id, increment)], now=now)
 
 
 def _values(increment: AccountUsageIncrement) -> dict[str, int]:
@@ -104,15 +97,6 @@ def _values(increment: AccountUsageIncrement) -> dict[str, int]:
     }
 
 
-def merge_account_usage(
-    increments: list[tuple[str, AccountUsageIncrement]],
-) -> dict[str, list[AccountUsageIncrement]]:
-    grouped: dict[str, list[AccountUsageIncrement]] = {}
-    for account_id, increment in increments:
-        grouped.setdefault(account_id, []).append(increment)
-    return grouped
-
-
 def account_usage_add_many(
     *, increments: list[tuple[str, AccountUsageIncrement]], now: datetime
 ) -> None:
@@ -121,16 +105,21 @@ def account_usage_add_many(
     Raises IntegrityError when an account no longer exists (the caller may then fall back to
     one statement per account).
     """
+    # One row per account: a statement may not update the same row twice.
+    totals_by_account: dict[str, dict[str, int]] = {}
+    counted_accounts: set[str] = set()
+    for account_id, increment in increments:
+        totals = totals_by_account.setdefault(account_id, dict.fromkeys(ACCOUNT_USAGE_COUNTERS, 0))
+        for column, value in _values(increment).items():
+            totals[column] += value
+        if increment.counted_request:
+            counted_accounts.add(account_id)
     rows = []
-    for account_id, items in merge_account_usage(increments).items():
-        totals = dict.fromkeys(_COUNTERS, 0)
-        counted = False
-        for increment in items:
-            for column, value in _values(increment).items():
-                totals[column] += value
-            counted = counted or increment.counted_request
-        stamp = now if counted else None
-        rows.append([account_id, *(totals[column] for column in _COUNTERS), stamp, stamp])
+    for account_id, totals in totals_by_account.items():
+        stamp = now if account_id in counted_accounts else None
+        rows.append(
+            [account_id, *(totals[column] for column in ACCOUNT_USAGE_COUNTERS), stamp, stamp]
+        )
     if not rows:
         return
     with connection.cursor() as cursor:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Case, Value, When
+from django.db import IntegrityError, transaction
+from django.db.models import Case, TextField, Value, When
+from django.db.models.functions import Coalesce
 
+from proxy.dispatch.accounts import jwt_expiry
+from proxy.identifiers import new_id
 from proxy.models import Account, AccountStatus
+from proxy.runtime_state.affinity import affinity_purge_account
 
 ADMIN_SETTABLE_STATUSES = (AccountStatus.ACTIVE, AccountStatus.DISABLED)
 
@@ -16,30 +21,57 @@ class AccountStatusRejected(ValueError):
 
 
 def account_update_by_admin(
-    *, account: Account, label: str | None, status: str, now: datetime
+    *, account: Account, label: str | None, status: str | None, now: datetime
 ) -> Account:
-    """Change label and status as an operator.
+    """Change the label, and the status unless ``status`` is None, as an operator.
 
-    Setting ``active`` on an account whose quota limit is reached stores ``quota_exhausted``
-    (spec §3.1): the quota, not the operator, decides when it may serve again.
-    Raises AccountStatusRejected for any other status.
+    None leaves the status as the scheduler last set it: renaming a banned or expired account
+    must not put it back into service. Setting ``active`` on an account whose quota limit is
+    reached stores ``quota_exhausted`` (spec §3.1): the quota, not the operator, decides when it
+    may serve again. Raises AccountStatusRejected for any status but active or disabled.
     """
-    if status not in ADMIN_SETTABLE_STATUSES:
-        raise AccountStatusRejected(f"operators may set only active or disabled, not {status!r}")
-    new_status: str | Case = status
-    if status == AccountStatus.ACTIVE:
-        # Decided inside the one UPDATE, so a concurrent quota change cannot be overwritten.
-        new_status = Case(
-            When(quota_limit_reached=True, then=Value(AccountStatus.QUOTA_EXHAUSTED.value)),
-            default=Value(AccountStatus.ACTIVE.value),
-        )
-    Account.objects.filter(pk=account.pk).update(label=label, status=new_status, updated_at=now)
+    changes: dict[str, object] = {"label": label, "updated_at": now}
+    if status is not None:
+        if status not in ADMIN_SETTABLE_STATUSES:
+            raise AccountStatusRejected(
+                f"operators may set only active or disabled, not {status!r}"
+            )
+        changes["status"] = status
+        if status == AccountStatus.ACTIVE:
+            # Decided inside the one UPDATE, so a concurrent quota change cannot be overwritten.
+            changes["status"] = Case(
+                When(quota_limit_reached=True, then=Value(AccountStatus.QUOTA_EXHAUSTED.value)),
+                default=Value(AccountStatus.ACTIVE.value),
+            )
+    Account.objects.filter(pk=account.pk).update(**changes)
     account.refresh_from_db()
     return account
 
 
 class AccountIdentityTaken(ValueError):
     """Another account already has this ChatGPT account and user id."""
+
+    message = "An account with this ChatGPT account and user id is already in the pool."
+
+    def __init__(self) -> None:
+        super().__init__(self.message)
+
+
+def account_identity_taken(*, chatgpt_account_id: str | None, chatgpt_user_id: str | None) -> bool:
+    """Return whether ``ux_accounts_chatgpt_identity`` already holds this identity.
+
+    A courtesy check so a form can show the problem next to its fields; ``account_create``
+    (the index itself) is what decides when two adds race.
+    """
+    if not chatgpt_account_id:
+        return False  # the index covers only accounts with a ChatGPT account id
+    return (
+        Account.objects.annotate(
+            user_key=Coalesce("chatgpt_user_id", Value(""), output_field=TextField())
+        )
+        .filter(chatgpt_account_id=chatgpt_account_id, user_key=chatgpt_user_id or "")
+        .exists()
+    )
 
 
 def account_create(
@@ -56,18 +88,13 @@ def account_create(
     """Add an upstream account to the pool (id ``acct_<uuid hex>``, status active).
 
     The token's expiry is read from its JWT ``exp`` when it has one. Raises
-    AccountIdentityTaken when the ChatGPT identity is already in the pool.
+    AccountIdentityTaken when the ChatGPT identity is already in the pool (the unique index
+    ``ux_accounts_chatgpt_identity`` decides, so two concurrent adds cannot both succeed).
     """
-    import uuid
-
-    from django.db import IntegrityError, transaction
-
-    from proxy.dispatch.accounts import jwt_expiry
-
     try:
         with transaction.atomic():
             return Account.objects.create(
-                id=f"acct_{uuid.uuid4().hex}",
+                id=new_id("acct"),
                 access_token=access_token.strip(),
                 refresh_token=(refresh_token or "").strip() or None,
                 access_token_expires_at=jwt_expiry(access_token.strip()),
@@ -82,9 +109,7 @@ def account_create(
             )
     except IntegrityError as error:
         if "ux_accounts_chatgpt_identity" in str(error):
-            raise AccountIdentityTaken(
-                "an account with this ChatGPT identity is already in the pool"
-            ) from None
+            raise AccountIdentityTaken from None
         raise
 
 
@@ -95,8 +120,6 @@ def account_delete(*, account: Account) -> int:
     Facts in usage_records / ops_error_logs stay (no foreign key, by design). Returns how many
     affinity records were removed.
     """
-    from proxy.runtime_state.affinity import affinity_purge_account
-
     account_id = account.pk
     Account.objects.filter(pk=account_id).delete()
     return affinity_purge_account(account_id)

@@ -6,7 +6,6 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from proxy.identifiers import new_admin_user_id
 from proxy.models import AdminUser
 
 MINIMUM_PASSWORD_LENGTH = 12
@@ -42,34 +41,47 @@ def admin_user_create_default(*, password: str, now: datetime) -> AdminUser | No
     transaction, released at commit) makes exactly one of them insert.
     Raises AdminPasswordRejected when the password is not acceptable.
     """
-    problem = admin_password_problem(password)
-    if problem is not None:
-        raise AdminPasswordRejected(f"the admin password {problem}")
+    _reject_unacceptable(password)
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("lock table admin_users in share row exclusive mode")
+        _lock_admin_users()
         if AdminUser.objects.exists():
             return None
-        admin = AdminUser(id=new_admin_user_id(), created_at=now, updated_at=now)
-        admin.set_password(password)
-        admin.save(force_insert=True)
-    return admin
+        return _insert_admin(password=password, now=now)
 
 
 def admin_user_set_password(*, password: str, now: datetime) -> AdminUser:
     """Set the password of the (single) admin, creating the row if the table is empty.
 
+    Under the same table lock as the first-start insert, so it cannot add a second admin.
     Raises AdminPasswordRejected when the password is not acceptable.
     """
-    problem = admin_password_problem(password)
-    if problem is not None:
-        raise AdminPasswordRejected(f"the admin password {problem}")
-    created = admin_user_create_default(password=password, now=now)
-    if created is not None:
-        return created
+    _reject_unacceptable(password)
     with transaction.atomic():
-        admin = AdminUser.objects.select_for_update().order_by("created_at", "id").first()
+        _lock_admin_users()
+        admin = AdminUser.objects.order_by("created_at", "id").first()
+        if admin is None:
+            return _insert_admin(password=password, now=now)
         admin.set_password(password)
         admin.updated_at = now
         admin.save(update_fields=["password", "updated_at"])
+    return admin
+
+
+def _reject_unacceptable(password: str) -> None:
+    problem = admin_password_problem(password)
+    if problem is not None:
+        raise AdminPasswordRejected(f"the admin password {problem}")
+
+
+def _lock_admin_users() -> None:
+    """Serialise writers of ``admin_users`` until the transaction ends (the mode conflicts with
+    itself, while plain reads such as log-ins go on)."""
+    with connection.cursor() as cursor:
+        cursor.execute("lock table admin_users in share row exclusive mode")
+
+
+def _insert_admin(*, password: str, now: datetime) -> AdminUser:
+    admin = AdminUser(created_at=now, updated_at=now)  # the id is the model's default
+    admin.set_password(password)
+    admin.save(force_insert=True)
     return admin

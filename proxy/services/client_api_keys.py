@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import secrets
-import uuid
 from datetime import datetime
 
+from proxy.identifiers import new_id
 from proxy.models import ClientApiKey
 
 KEY_PREFIX_LENGTH = 12
@@ -22,7 +22,7 @@ def client_api_key_create(
     """Issue a new key. ``prefix`` (first 12 characters) identifies it in masked lists."""
     key = new_client_key()
     return ClientApiKey.objects.create(
-        id=f"key_{uuid.uuid4().hex}",
+        id=new_id("key"),
         name=name,
         prefix=key[:KEY_PREFIX_LENGTH],
         key=key,

@@ -15,7 +15,9 @@ import requests
 from django.conf import settings
 
 from proxy import identity
-from proxy.dispatch.accounts import jwt_expiry
+from proxy.clients import codex
+from proxy.dispatch.accounts import ineligibility
+from proxy.dispatch.upstream_request import render_fingerprint
 from proxy.models import Account, AccountStatus, Fingerprint
 from proxy.models_catalog import entries_from_models_payload, normalise_upstream_entry
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
@@ -37,44 +39,31 @@ def _fingerprint() -> dict:
 
 
 def _headers(account: Account, fingerprint: dict) -> dict[str, str]:
-    user_agent = (
-        fingerprint["user_agent_template"]
-        .replace("{version}", fingerprint["app_version"])
-        .replace("{platform}", fingerprint["platform"])
-        .replace("{arch}", fingerprint["arch"])
-    )
-    headers = {"authorization": f"Bearer {account.access_token}"}
+    """The account's identity with the fingerprint's headers, in the fingerprint's order (the
+    same rendering the request path uses, spec §2.2)."""
+    rendered = render_fingerprint(fingerprint)
+    values = {"authorization": f"Bearer {account.access_token}"}
     if account.chatgpt_account_id:
-        headers["chatgpt-account-id"] = account.chatgpt_account_id
-    headers.update(
-        {
-            "originator": fingerprint["originator"],
-            "user-agent": user_agent,
-            "sec-ch-ua": f'"Chromium";v="{fingerprint["chromium_version"]}", "Not:A-Brand";v="24"',
-            "accept": "application/json",
-            "accept-encoding": "gzip, deflate",
-            "x-codex-installation-id": identity.installation_id(account.id),
-        }
-    )
-    return headers
-
-
-def _candidate_urls(app_version: str) -> list[tuple[str, dict]]:
-    base = settings.CODEX_UPSTREAM_BASE
-    return [
-        (f"{base}/codex/models", {"client_version": app_version}),
-        (f"{base}/models", {}),
-        (f"{base}/sentinel/chat-requirements", {}),
-    ]
+        values["chatgpt-account-id"] = account.chatgpt_account_id
+    values["originator"] = rendered.originator
+    values["x-codex-installation-id"] = identity.installation_id(account.id)
+    values["user-agent"] = rendered.user_agent
+    values["sec-ch-ua"] = rendered.sec_ch_ua
+    for name, value in rendered.default_headers:
+        values.setdefault(name.lower(), value)
+    values["accept"] = "application/json"
+    # requests decodes these itself; the fingerprint may name more (br, zstd) than it can.
+    values["accept-encoding"] = "gzip, deflate"
+    ordered = {name: values.pop(name) for name in rendered.order if name in values}
+    return ordered | values
 
 
 def fetch_models(account: Account, fingerprint: dict, session: requests.Session) -> list[dict]:
     """The normalised entries offered to ``account``; empty when no endpoint yields any."""
-    for url, params in _candidate_urls(fingerprint["app_version"]):
+    headers = _headers(account, fingerprint)
+    for url, params in codex.models_urls(fingerprint["app_version"]):
         try:
-            response = session.get(
-                url, params=params, headers=_headers(account, fingerprint), timeout=TIMEOUT_SECONDS
-            )
+            response = session.get(url, params=params, headers=headers, timeout=TIMEOUT_SECONDS)
         except requests.RequestException as error:
             logger.warning(
                 "model fetch for plan account %s failed: %s", account.id, type(error).__name__
@@ -94,16 +83,13 @@ def fetch_models(account: Account, fingerprint: dict, session: requests.Session)
 
 
 def _one_account_per_plan(now: datetime) -> dict[str, Account]:
+    """The first account (insertion order) of each plan that may serve right now."""
     picked: dict[str, Account] = {}
     for account in Account.objects.filter(status=AccountStatus.ACTIVE).order_by("added_at", "id"):
         if not account.plan_type or account.plan_type in picked:
             continue
-        expiry = account.access_token_expires_at or jwt_expiry(account.access_token)
-        if expiry is None or expiry <= now:
-            continue
-        if account.cloudflare_cooldown_until and account.cloudflare_cooldown_until > now:
-            continue
-        picked[account.plan_type] = account
+        if ineligibility(account, now=now) is None:
+            picked[account.plan_type] = account
     return picked
 
 
@@ -115,6 +101,7 @@ def models_refresh(*, now: datetime) -> RefreshReport:
     snapshots: dict[str, dict] = {}
     with requests.Session() as session:
         session.trust_env = False
+        session.headers.clear()  # only the fingerprint's headers, in its order
         for plan, account in _one_account_per_plan(now).items():
             entries = fetch_models(account, fingerprint, session)
             if entries:

@@ -32,8 +32,9 @@ def account_cookies_delete_expired(
     while True:
         with connection.cursor() as cursor:
             cursor.execute(
+                # A session cookie (expires_at NULL) never compares true, so it stays.
                 "delete from account_cookies where id in (select id from account_cookies"
-                " where expires_at is not null and expires_at <= %s limit %s)",
+                " where expires_at <= %s limit %s)",
                 [now, batch_size],
             )
             deleted += cursor.rowcount

@@ -60,6 +60,8 @@ def runtime_settings_update(*, changes: dict[str, Any], now: datetime) -> Runtim
     RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID).update(
         **changes, updated_at=now
     )
-    # After commit: a reader that sees the new version must also see the new row.
-    transaction.on_commit(lambda: redis_client().incr(runtime_settings_version()))
+    # After commit: a reader that sees the new version must also see the new row. Robust: the
+    # row is saved by then, and a Redis outage must not turn that success into an error (the
+    # failure is logged; readers see the change with the next write).
+    transaction.on_commit(lambda: redis_client().incr(runtime_settings_version()), robust=True)
     return RuntimeSettings.objects.get(id=RuntimeSettings.SINGLETON_ID)

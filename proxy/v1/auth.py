@@ -1,8 +1,9 @@
 """Client keys on ``/v1`` (spec §1.2): one unique-index lookup per request, no in-process table.
 
-The same statement reads the hot runtime settings, the fingerprint and the candidate accounts,
-so a request costs one PostgreSQL round trip before the first byte. ``last_used_at`` is touched
-in batches after a 1 s debounce.
+For the responses routes the same statement reads the hot runtime settings, the fingerprint
+and the candidate accounts, so a request costs one PostgreSQL round trip before the first byte;
+the models routes read only the key and the aliases. ``last_used_at`` is touched in batches
+after a 1 s debounce.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ left join fingerprints f on f.id = 'current'
 where k.key = %(key)s and k.enabled
 """
 )
+# The models routes need only the key and the aliases (no candidates, no fingerprint).
+_KEY_AND_ALIASES_SQL = """
+select k.id, s.model_aliases_json
+from client_api_keys k
+left join runtime_settings s on s.id = 1
+where k.key = %(key)s and k.enabled
+"""
 _FINGERPRINT_COLUMNS = (
     "originator",
     "app_version",
@@ -54,12 +62,18 @@ _FINGERPRINT_COLUMNS = (
 
 
 @dataclass(frozen=True)
-class AuthenticatedClient:
-    """The verified key plus what the request path needs from runtime_settings and the
-    fingerprint, read in the same round trip."""
+class KeyHolder:
+    """A verified client key and the model aliases it sees (what the models routes need)."""
 
     key_id: str
     aliases: dict[str, str]
+
+
+@dataclass(frozen=True)
+class AuthenticatedClient(KeyHolder):
+    """The verified key plus what the request path needs from runtime_settings and the
+    fingerprint, read in the same round trip."""
+
     scheduler_settings: SchedulerSettings
     fingerprint: FingerprintHeaders
     # The candidate accounts, read in the same statement (spec §3.2 input of the scheduler).
@@ -74,28 +88,44 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if token.startswith(KEY_PREFIX) else None
 
 
-async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
-    """The enabled key's client and the current settings, or None for any failure."""
+async def _key_row(authorization: str | None, sql: str) -> tuple | None:
+    """The row of ``sql`` for the enabled key of ``authorization`` (its use is recorded), or
+    None for any failure: every one is the same 401 (spec §1.2)."""
     token = bearer_token(authorization)
     if token is None:
         return None
     try:
         pool = await database_pool.get()
         async with pool.connection() as connection:
-            cursor = await connection.execute(
-                _KEY_AND_SETTINGS_SQL, {"key": token, "now": timezone.now()}
-            )
+            cursor = await connection.execute(sql, {"key": token, "now": timezone.now()})
             row = await cursor.fetchone()
     except Exception:
         logger.warning("client key lookup failed", exc_info=True)
         return None
+    if row is not None:
+        _touches.get_or_create().touch(row[0])
+    return row
+
+
+async def authenticate_key(authorization: str | None) -> KeyHolder | None:
+    """The enabled key and its aliases, or None for any failure (the models routes)."""
+    row = await _key_row(authorization, _KEY_AND_ALIASES_SQL)
+    if row is None:
+        return None
+    key_id, aliases = row
+    return KeyHolder(key_id=key_id, aliases=clean_aliases(aliases))
+
+
+async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
+    """The enabled key's client, the current settings and the candidate accounts, or None for
+    any failure."""
+    row = await _key_row(authorization, _KEY_AND_SETTINGS_SQL)
     if row is None:
         return None
     key_id, aliases, max_concurrent, interval, strategy = row[:5]
     fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:-1], strict=True))
     if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
         fingerprint = settings.CODEX_FINGERPRINT
-    (await _touches.get()).touch(key_id)
     return AuthenticatedClient(
         key_id=key_id,
         aliases=clean_aliases(aliases),
@@ -141,12 +171,8 @@ class KeyTouches:
             self._pending |= ids
 
 
-async def _new_touches() -> KeyTouches:
-    return KeyTouches()
-
-
-_touches: PerLoop[KeyTouches] = PerLoop(_new_touches)
+_touches: PerLoop[KeyTouches] = PerLoop(KeyTouches)
 
 
 async def flush_key_touches() -> None:
-    await (await _touches.get()).flush()
+    await _touches.get_or_create().flush()

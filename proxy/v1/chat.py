@@ -2,9 +2,11 @@
 
 The request is translated (``proxy.chat``), then dispatched exactly like ``/v1/responses`` —
 same scheduler, failover and ledger (route ``/v1/chat/completions``, the requested model kept).
-The upstream always streams; a non-stream client gets the ``chat.completion`` built from the
-terminal response. Errors use the OpenAI envelope with their HTTP status, also for streams that
-fail before their first chunk (chat clients expect JSON there, not a Responses event).
+The upstream always streams; one ``ChatStreamTranslator`` is fed its events either way, and a
+non-stream client gets the translator's ``chat.completion`` (text from the deltas, the terminal
+output only as the fallback, legacy rule §1.9). Errors use the OpenAI envelope with their HTTP
+status, also for streams that fail before their first chunk (chat clients expect JSON there,
+not a Responses event).
 """
 
 from __future__ import annotations
@@ -12,21 +14,17 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Iterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from proxy.chat import (
-    ChatRequestInvalid,
-    ChatStreamTranslator,
-    chat_request_to_responses,
-    responses_to_chat_completion,
-)
+from proxy.chat import ChatRequestInvalid, ChatStreamTranslator, chat_request_to_responses
 from proxy.dispatch import recording
-from proxy.dispatch.dispatcher import Dispatch
+from proxy.dispatch.dispatcher import Committed, Dispatch
 from proxy.dispatch.failures import ClientError
-from proxy.dispatch.sse import DONE_FRAME
+from proxy.dispatch.sse import DONE_FRAME, Frame
 from proxy.v1.common import (
     dispatch_request,
     event_stream_response,
@@ -45,6 +43,20 @@ def _frame(chunk: dict) -> bytes:
     return (
         b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
     )
+
+
+def _events(frames: list[Frame]) -> Iterator[tuple[str, dict]]:
+    """``(type, event)`` of each upstream frame; ``[DONE]``, keep-alives and non-JSON data are
+    skipped."""
+    for frame in frames:
+        if not frame.data or frame.data == b"[DONE]":
+            continue
+        try:
+            event = frame.json()
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield frame.event or event.get("type", ""), event
 
 
 @csrf_exempt
@@ -80,7 +92,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     translator = ChatStreamTranslator(plan, completion_id, int(time.time()), plan.requested_model)
     if plan.stream:
         return await _stream(dispatch, translator, valid.request_id)
-    return await _complete(dispatch, plan, completion_id, valid.request_id)
+    return await _complete(dispatch, translator, valid.request_id)
 
 
 async def _stream(
@@ -94,14 +106,8 @@ async def _stream(
     async def chunks():
         try:
             async for _, frames in dispatch.upstream_chunks(outcome):
-                for frame in frames:
-                    if not frame.data or frame.data == b"[DONE]":
-                        continue
-                    try:
-                        event = frame.json()
-                    except ValueError:
-                        continue
-                    for chunk in translator.feed(frame.event or event.get("type", ""), event):
+                for event_type, event in _events(frames):
+                    for chunk in translator.feed(event_type, event):
                         yield _frame(chunk)
             if dispatch.synthetic_failure:
                 message = STREAM_CUT_MESSAGE
@@ -119,8 +125,11 @@ async def _stream(
     return event_stream_response(chunks(), request_id, outcome.upstream_headers)
 
 
-async def _complete(dispatch: Dispatch, plan, completion_id: str, request_id: str) -> HttpResponse:
-    outcome = await dispatch.run_to_completion()
+async def _complete(
+    dispatch: Dispatch, translator: ChatStreamTranslator, request_id: str
+) -> HttpResponse:
+    # The answer is built from the streamed events (text deltas first, spec §1.9).
+    outcome = await dispatch.run_to_completion(keep_frames=True)
     if isinstance(outcome, ClientError):
         recording.schedule(recording.build_entry(dispatch))
         return error_response(outcome, request_id)
@@ -128,8 +137,13 @@ async def _complete(dispatch: Dispatch, plan, completion_id: str, request_id: st
     recording.schedule(
         recording.build_entry(dispatch, committed=committed, response_object=response_object)
     )
-    completion = responses_to_chat_completion(
-        plan, completion_id, int(time.time()), plan.requested_model, response_object
-    )
-    response = JsonResponse(completion, json_dumps_params={"ensure_ascii": False})
+    _replay(translator, committed)
+    response = JsonResponse(translator.completion(), json_dumps_params={"ensure_ascii": False})
     return with_upstream_headers(response, request_id, committed.upstream_headers)
+
+
+def _replay(translator: ChatStreamTranslator, committed: Committed) -> None:
+    """Feed ``translator`` every event of the attempt that answered a non-stream request (the
+    dispatcher kept them all, its terminal event included)."""
+    for event_type, event in _events(committed.buffered_frames):
+        translator.feed(event_type, event)

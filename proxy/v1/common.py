@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import re
-import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
@@ -13,19 +13,30 @@ from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS, DispatchRequest
 from proxy.dispatch.upstream_request import read_client_identity
 from proxy.models_catalog import Catalog, resolve_alias
-from proxy.v1.auth import AuthenticatedClient, authenticate
-from proxy.v1.errors import INVALID_REQUEST, MISSING_KEY, MODEL_NOT_FOUND, error_response
+from proxy.v1.auth import AuthenticatedClient, KeyHolder, authenticate
+from proxy.v1.errors import (
+    INVALID_REQUEST,
+    MISSING_KEY,
+    MODEL_NOT_FOUND,
+    error_response,
+    request_id_for,
+)
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 ALLOWED_SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "collab_spawn"})
+Client = TypeVar("Client", bound=KeyHolder)
 
 
-def request_id_for(request: HttpRequest) -> str:
-    """The client's ``x-request-id`` when well-formed (1–128 of ``[A-Za-z0-9_.-]``), else ours."""
-    supplied = request.headers.get("x-request-id")
-    if supplied and _REQUEST_ID.match(supplied):
-        return supplied
-    return f"req_{uuid.uuid4()}"
+async def authenticated(
+    request: HttpRequest,
+    lookup: Callable[[str | None], Awaitable[Client | None]] = authenticate,
+) -> tuple[str, Client] | HttpResponse:
+    """The request id and the client ``lookup`` verifies from ``Authorization``, or the 401
+    to send (spec §1.2, §1.3)."""
+    request_id = request_id_for(request)
+    client = await lookup(request.headers.get("authorization"))
+    if client is None:
+        return error_response(MISSING_KEY, request_id)
+    return request_id, client
 
 
 def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dict[str, str]):
@@ -60,12 +71,14 @@ async def validate(
 
     Returns the parsed request or the error response to send.
     """
-    request_id = request_id_for(request)
-    client = await authenticate(request.headers.get("authorization"))
-    if client is None:
-        return error_response(MISSING_KEY, request_id)
+    checked = await authenticated(request)
+    if isinstance(checked, HttpResponse):
+        return checked
+    request_id, client = checked
     try:
-        body = json.loads(request.body)
+        # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
+        # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
+        body = json.loads(request.read())
     except (ValueError, UnicodeDecodeError):
         return error_response(INVALID_REQUEST, request_id)
     if not isinstance(body, dict):

@@ -1,22 +1,54 @@
-"""The OpenAI error envelope of ``/v1`` (spec §1.7): ``{"error": {"message", "type", "code"}}``."""
+"""The OpenAI error envelope of ``/v1`` (spec §1.7): ``{"error": {"message", "type", "code"}}``,
+and the request id every ``/v1`` answer carries (spec §1.3)."""
 
 from __future__ import annotations
 
-from django.http import HttpResponse, JsonResponse
+import functools
+import logging
+import re
+import uuid
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from proxy.dispatch.failures import ClientError
 from proxy.dispatch.sse import DONE_FRAME, failure_event
+
+logger = logging.getLogger("proxy.v1")
 
 MISSING_KEY = ClientError(401, "invalid_request_error", "invalid_api_key", "Missing client API key")
 INVALID_REQUEST = ClientError(
     400, "invalid_request_error", "invalid_request", "Invalid responses request"
 )
 MODEL_NOT_FOUND = ClientError(404, "invalid_request_error", "model_not_found", "Model not found")
-BODY_TOO_LARGE = ClientError(
-    413, "invalid_request_error", "request_too_large", "Request body is larger than 16 MiB"
+INTERNAL = ClientError(
+    500, "server_error", "internal_error", "The proxy failed to handle the request"
 )
 # Shorter wording used inside a stream (spec §1.7).
 _STREAM_MESSAGES = {"no_available_accounts": "No active upstream account is available"}
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def request_id_from(supplied: str | None) -> str:
+    """``supplied`` (a client's ``x-request-id``) when well-formed: 1–128 of ``[A-Za-z0-9_.-]``;
+    else a fresh ``req_<uuid4>``."""
+    if supplied and _REQUEST_ID.match(supplied):
+        return supplied
+    return f"req_{uuid.uuid4()}"
+
+
+def request_id_for(request: HttpRequest) -> str:
+    """The request id of ``request`` (its ``x-request-id`` when well-formed, else ours)."""
+    return request_id_from(request.headers.get("x-request-id"))
+
+
+def body_too_large(limit_bytes: int) -> ClientError:
+    """413 for a body over ``limit_bytes`` (spec §1.1)."""
+    return ClientError(
+        413,
+        "invalid_request_error",
+        "request_too_large",
+        f"Request body is larger than {limit_bytes // (1024 * 1024)} MiB",
+    )
 
 
 def error_response(error: ClientError, request_id: str) -> HttpResponse:
@@ -36,19 +68,9 @@ def stream_error_body(error: ClientError) -> bytes:
     return failure_event(error_type=error.error_type, code=error.code, message=message) + DONE_FRAME
 
 
-INTERNAL = ClientError(
-    500, "server_error", "internal_error", "The proxy failed to handle the request"
-)
-
-
 def openai_errors(view):
     """Answer an unexpected failure of a ``/v1`` view in the OpenAI envelope (500), logged,
     instead of Django's HTML page — clients parse JSON. No exception text reaches the client."""
-    import functools
-    import logging
-    import uuid
-
-    logger = logging.getLogger("proxy.v1")
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):
@@ -56,7 +78,6 @@ def openai_errors(view):
             return await view(request, *args, **kwargs)
         except Exception:
             logger.exception("unexpected failure in %s", request.path)
-            request_id = request.headers.get("x-request-id") or f"req_{uuid.uuid4()}"
-            return error_response(INTERNAL, request_id[:128])
+            return error_response(INTERNAL, request_id_for(request))
 
     return wrapper

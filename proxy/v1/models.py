@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
 from proxy.catalog_cache import current_catalog
 from proxy.models_catalog import resolve_alias
-from proxy.v1.auth import authenticate
-from proxy.v1.common import request_id_for
-from proxy.v1.errors import MISSING_KEY, MODEL_NOT_FOUND, error_response, openai_errors
+from proxy.v1.auth import KeyHolder, authenticate_key
+from proxy.v1.common import authenticated
+from proxy.v1.errors import MODEL_NOT_FOUND, error_response, openai_errors
 
 CREATED = 1700000000
 
@@ -25,14 +27,26 @@ def _json(payload, request_id: str) -> JsonResponse:
     return response
 
 
-@require_GET
-@openai_errors
-async def list_models(request: HttpRequest) -> HttpResponse:
+def models_route(view):
+    """A GET route of the models API: a JSON 500 on failure, and the view called as
+    ``view(request, *args, request_id=…, client=…)`` once the key checks out (else 401)."""
+
+    @require_GET
+    @openai_errors
+    @functools.wraps(view)
+    async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        checked = await authenticated(request, authenticate_key)
+        if isinstance(checked, HttpResponse):
+            return checked
+        request_id, client = checked
+        return await view(request, *args, request_id=request_id, client=client, **kwargs)
+
+    return wrapper
+
+
+@models_route
+async def list_models(request: HttpRequest, *, request_id: str, client: KeyHolder) -> HttpResponse:
     """Catalog ids (catalog order, no duplicates), then alias names."""
-    request_id = request_id_for(request)
-    client = await authenticate(request.headers.get("authorization"))
-    if client is None:
-        return error_response(MISSING_KEY, request_id)
     catalog = await current_catalog()
     ids = [entry["id"] for entry in catalog.entries]
     ids += [alias for alias in client.aliases if alias not in ids]
@@ -41,37 +55,29 @@ async def list_models(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require_GET
-@openai_errors
-async def model_catalog(request: HttpRequest) -> HttpResponse:
-    request_id = request_id_for(request)
-    if await authenticate(request.headers.get("authorization")) is None:
-        return error_response(MISSING_KEY, request_id)
+@models_route
+async def model_catalog(
+    request: HttpRequest, *, request_id: str, client: KeyHolder
+) -> HttpResponse:
     return _json((await current_catalog()).entries, request_id)
 
 
-@require_GET
-@openai_errors
-async def model_detail(request: HttpRequest, model_id: str) -> HttpResponse:
+@models_route
+async def model_detail(
+    request: HttpRequest, model_id: str, *, request_id: str, client: KeyHolder
+) -> HttpResponse:
     """The OpenAI model object echoing the requested id when recognised (aliases too)."""
-    request_id = request_id_for(request)
-    client = await authenticate(request.headers.get("authorization"))
-    if client is None:
-        return error_response(MISSING_KEY, request_id)
     catalog = await current_catalog()
     if model_id not in client.aliases and model_id not in catalog.ids:
         return error_response(MODEL_NOT_FOUND, request_id)
     return _json(_model_object(model_id), request_id)
 
 
-@require_GET
-@openai_errors
-async def model_info(request: HttpRequest, model_id: str) -> HttpResponse:
+@models_route
+async def model_info(
+    request: HttpRequest, model_id: str, *, request_id: str, client: KeyHolder
+) -> HttpResponse:
     """The catalog entry of the alias-resolved id."""
-    request_id = request_id_for(request)
-    client = await authenticate(request.headers.get("authorization"))
-    if client is None:
-        return error_response(MISSING_KEY, request_id)
     entry = (await current_catalog()).entry(resolve_alias(model_id, client.aliases))
     if entry is None:
         return error_response(MODEL_NOT_FOUND, request_id)

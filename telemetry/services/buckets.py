@@ -11,8 +11,11 @@ retention window reproduces what the live writes produced (seed 004 §2.10, §5.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import connection
 
@@ -33,6 +36,8 @@ def dimension(value: str | None) -> str:
 
 @dataclass(frozen=True)
 class BucketIncrement:
+    """What one or more facts add to one bucket: its key, then its counters."""
+
     bucket_start: datetime
     provider: str
     account_id: str
@@ -51,125 +56,95 @@ class BucketIncrement:
     min_latency_ms: int | None = None
 
 
-_UPSERT_COLUMNS = """
-insert into request_time_buckets as bucket (
-  bucket_start, provider, account_id, model, service_tier,
-  success_count, error_count, input_tokens, output_tokens, cached_tokens,
-  first_token_latency_sum, first_token_latency_count, latency_sum, latency_count,
-  max_latency_ms, min_latency_ms, updated_at
-) values
-"""
-_UPSERT_ROW = "(" + ", ".join(["%s"] * 17) + ")"
-_UPSERT_CONFLICT = """
-on conflict (bucket_start, provider, account_id, model, service_tier) do update set
-  success_count = bucket.success_count + excluded.success_count,
-  error_count = bucket.error_count + excluded.error_count,
-  input_tokens = bucket.input_tokens + excluded.input_tokens,
-  output_tokens = bucket.output_tokens + excluded.output_tokens,
-  cached_tokens = bucket.cached_tokens + excluded.cached_tokens,
-  first_token_latency_sum = bucket.first_token_latency_sum + excluded.first_token_latency_sum,
-  first_token_latency_count =
-    bucket.first_token_latency_count + excluded.first_token_latency_count,
-  latency_sum = bucket.latency_sum + excluded.latency_sum,
-  latency_count = bucket.latency_count + excluded.latency_count,
-  max_latency_ms = greatest(bucket.max_latency_ms, excluded.max_latency_ms),
-  min_latency_ms = least(bucket.min_latency_ms, excluded.min_latency_ms),
-  updated_at = greatest(bucket.updated_at, excluded.updated_at)
-"""
-_UPSERT_SQL = _UPSERT_COLUMNS + _UPSERT_ROW + _UPSERT_CONFLICT
+def _least_ignoring_null(first: int | None, second: int | None) -> int | None:
+    """PostgreSQL's ``least()``: NULL arguments are ignored; NULL only when all are NULL."""
+    present = [value for value in (first, second) if value is not None]
+    return min(present) if present else None
 
 
-def bucket_add(*, increment: BucketIncrement, now: datetime) -> None:
-    """Add ``increment`` to its bucket in one ``INSERT … ON CONFLICT DO UPDATE`` statement.
+@dataclass(frozen=True)
+class _CounterRule:
+    """How two amounts of one counter combine: in the upsert's SQL and when merging a batch."""
 
-    ``least()`` ignores NULL in PostgreSQL, so a bucket without a latency sample keeps a NULL
-    minimum until the first sample arrives. Call inside the fact's transaction.
-    """
-    buckets_add(increments=[increment], now=now)
+    sql_template: str
+    merge: Callable[[Any, Any], Any]
+
+
+_ADD = _CounterRule("{column} = bucket.{column} + excluded.{column}", operator.add)
+_COUNTER_RULES = {  # every other counter is added up
+    "max_latency_ms": _CounterRule("{column} = greatest(bucket.{column}, excluded.{column})", max),
+    "min_latency_ms": _CounterRule(
+        "{column} = least(bucket.{column}, excluded.{column})", _least_ignoring_null
+    ),
+}
+KEY_COLUMNS = ("bucket_start", "provider", "account_id", "model", "service_tier")
+COUNTER_COLUMNS = tuple(
+    field.name for field in fields(BucketIncrement) if field.name not in KEY_COLUMNS
+)
+COLUMNS = (*KEY_COLUMNS, *COUNTER_COLUMNS, "updated_at")
+
+
+def _rule(column: str) -> _CounterRule:
+    return _COUNTER_RULES.get(column, _ADD)
+
+
+# SQL built from the constants above only, never from outside input (hence the S608 noqa).
+_COLUMN_LIST = ", ".join(COLUMNS)
+_UPSERT_HEAD = f"insert into request_time_buckets as bucket ({_COLUMN_LIST}) values "  # noqa: S608
+_UPSERT_ROW = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+_UPSERT_CONFLICT = (
+    f" on conflict ({', '.join(KEY_COLUMNS)}) do update set "
+    + ", ".join(_rule(column).sql_template.format(column=column) for column in COUNTER_COLUMNS)
+    + ", updated_at = greatest(bucket.updated_at, excluded.updated_at)"
+)
+
+
+def _key(increment: BucketIncrement) -> tuple:
+    return tuple(getattr(increment, column) for column in KEY_COLUMNS)
 
 
 def merge_increments(increments: list[BucketIncrement]) -> list[BucketIncrement]:
     """Add up increments of the same bucket (one upsert per bucket, and an INSERT … ON
-    CONFLICT may not touch one row twice)."""
+    CONFLICT may not touch one row twice), combining each counter as the upsert does."""
     merged: dict[tuple, BucketIncrement] = {}
     for increment in increments:
-        key = (
-            increment.bucket_start,
-            increment.provider,
-            increment.account_id,
-            increment.model,
-            increment.service_tier,
-        )
+        key = _key(increment)
         current = merged.get(key)
         if current is None:
             merged[key] = increment
             continue
-        minimums = [
-            value
-            for value in (current.min_latency_ms, increment.min_latency_ms)
-            if value is not None
-        ]
-        merged[key] = BucketIncrement(
-            bucket_start=increment.bucket_start,
-            provider=increment.provider,
-            account_id=increment.account_id,
-            model=increment.model,
-            service_tier=increment.service_tier,
-            success_count=current.success_count + increment.success_count,
-            error_count=current.error_count + increment.error_count,
-            input_tokens=current.input_tokens + increment.input_tokens,
-            output_tokens=current.output_tokens + increment.output_tokens,
-            cached_tokens=current.cached_tokens + increment.cached_tokens,
-            first_token_latency_sum=current.first_token_latency_sum
-            + increment.first_token_latency_sum,
-            first_token_latency_count=current.first_token_latency_count
-            + increment.first_token_latency_count,
-            latency_sum=current.latency_sum + increment.latency_sum,
-            latency_count=current.latency_count + increment.latency_count,
-            max_latency_ms=max(current.max_latency_ms, increment.max_latency_ms),
-            min_latency_ms=min(minimums) if minimums else None,
+        merged[key] = replace(
+            current,
+            **{
+                column: _rule(column).merge(getattr(current, column), getattr(increment, column))
+                for column in COUNTER_COLUMNS
+            },
         )
     return list(merged.values())
 
 
 def buckets_add(*, increments: list[BucketIncrement], now: datetime) -> None:
-    """``bucket_add`` for several distinct buckets, in one multi-row statement."""
+    """Add each increment to its bucket, all in one ``INSERT … ON CONFLICT DO UPDATE``.
+
+    The increments must be of distinct buckets (``merge_increments`` first). ``least()``
+    ignores NULL in PostgreSQL, so a bucket without a latency sample keeps a NULL minimum until
+    the first sample arrives. Call inside the facts' transaction.
+    """
     if not increments:
         return
     parameters = []
     for increment in increments:
-        parameters += [
-            increment.bucket_start,
-            increment.provider,
-            increment.account_id,
-            increment.model,
-            increment.service_tier,
-            increment.success_count,
-            increment.error_count,
-            increment.input_tokens,
-            increment.output_tokens,
-            increment.cached_tokens,
-            increment.first_token_latency_sum,
-            increment.first_token_latency_count,
-            increment.latency_sum,
-            increment.latency_count,
-            increment.max_latency_ms,
-            increment.min_latency_ms,
-            now,
-        ]
+        parameters += [getattr(increment, column) for column in (*KEY_COLUMNS, *COUNTER_COLUMNS)]
+        parameters.append(now)
     with connection.cursor() as cursor:
         rows = ", ".join([_UPSERT_ROW] * len(increments))
-        cursor.execute(_UPSERT_COLUMNS + rows + _UPSERT_CONFLICT, parameters)
+        cursor.execute(_UPSERT_HEAD + rows + _UPSERT_CONFLICT, parameters)
 
 
-# The same dimension and slot rules as the live path, expressed in SQL.
-_REBUILD_SQL = """
-insert into request_time_buckets (
-  bucket_start, provider, account_id, model, service_tier,
-  success_count, error_count, input_tokens, output_tokens, cached_tokens,
-  first_token_latency_sum, first_token_latency_count, latency_sum, latency_count,
-  max_latency_ms, min_latency_ms, updated_at
-)
+# The same dimension and slot rules as the live path, expressed in SQL; the selected values are
+# in the order of COLUMNS. Built from constants only (no outside input).
+_REBUILD_SQL = f"""
+insert into request_time_buckets ({_COLUMN_LIST})
 select
   bucket_start, provider, account_id, model, service_tier,
   sum(success), sum(error), sum(input_tokens), sum(output_tokens), sum(cached_tokens),
@@ -178,11 +153,12 @@ select
   coalesce(max(latency_ms), 0), min(latency_ms), %(now)s
 from (
   select
-    to_timestamp(floor(extract(epoch from created_at) / 900) * 900) as bucket_start,
-    coalesce(nullif(provider, ''), '__unknown__') as provider,
-    coalesce(nullif(account_id, ''), '__unknown__') as account_id,
-    coalesce(nullif(model, ''), '__unknown__') as model,
-    coalesce(nullif(service_tier, ''), '__unknown__') as service_tier,
+    to_timestamp(floor(extract(epoch from created_at) / {BUCKET_SECONDS}) * {BUCKET_SECONDS})
+      as bucket_start,
+    coalesce(nullif(provider, ''), '{UNKNOWN_DIMENSION}') as provider,
+    coalesce(nullif(account_id, ''), '{UNKNOWN_DIMENSION}') as account_id,
+    coalesce(nullif(model, ''), '{UNKNOWN_DIMENSION}') as model,
+    coalesce(nullif(service_tier, ''), '{UNKNOWN_DIMENSION}') as service_tier,
     1 as success, 0 as error,
     coalesce(input_tokens, 0) as input_tokens,
     coalesce(output_tokens, 0) as output_tokens,
@@ -191,16 +167,16 @@ from (
   from usage_records where created_at >= %(cutoff)s
   union all
   select
-    to_timestamp(floor(extract(epoch from created_at) / 900) * 900),
-    coalesce(nullif(provider, ''), '__unknown__'),
-    coalesce(nullif(account_id, ''), '__unknown__'),
-    coalesce(nullif(model, ''), '__unknown__'),
-    '__unknown__',
+    to_timestamp(floor(extract(epoch from created_at) / {BUCKET_SECONDS}) * {BUCKET_SECONDS}),
+    coalesce(nullif(provider, ''), '{UNKNOWN_DIMENSION}'),
+    coalesce(nullif(account_id, ''), '{UNKNOWN_DIMENSION}'),
+    coalesce(nullif(model, ''), '{UNKNOWN_DIMENSION}'),
+    '{UNKNOWN_DIMENSION}',
     0, 1, 0, 0, 0, null::bigint, null::bigint
   from ops_error_logs where created_at >= %(cutoff)s
 ) as facts
 group by bucket_start, provider, account_id, model, service_tier
-"""
+"""  # noqa: S608
 
 
 @dataclass(frozen=True)

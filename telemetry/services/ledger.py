@@ -26,19 +26,18 @@ from telemetry.services.buckets import (
     merge_increments,
 )
 
-# kind is the stable event family; route variants converge on it (seed §4.7: mapping in one place).
-_KINDS_BY_ROUTE = {
-    "/v1/responses": "v1.response",
-    "/v1/responses/review": "v1.response",
-    "/v1/responses/compact": "v1.response",
-    "/v1/chat/completions": "v1.response",
-}
-DEFAULT_KIND = "v1.response"
+V1_RESPONSE_KIND = "v1.response"
+# What a success is when its caller does not say (every /v1 success is one of OpenAI's, 200).
+DEFAULT_PROVIDER = "openai"
+DEFAULT_SUCCESS_STATUS = 200
 
 
 def event_kind(route: str | None) -> str:
-    """The ``kind`` of a fact recorded for ``route``."""
-    return _KINDS_BY_ROUTE.get(route or "", DEFAULT_KIND)
+    """The ``kind`` of a fact recorded for ``route``: the only place routes map to kinds (seed
+    004 §4.7). kind is the stable event family: every /v1 route variant (responses, review,
+    compact, chat completions) converges on ``v1.response`` (codex-proxy spec §7.1), so
+    statistics do not break when a route is added or renamed."""
+    return V1_RESPONSE_KIND
 
 
 def new_usage_record_id() -> str:
@@ -54,17 +53,15 @@ def _sample(value: int | None) -> tuple[int, int]:
     return (0, 0) if value is None else (value, 1)
 
 
-@transaction.atomic
 def usage_record_create(
     *,
     created_at: datetime,
     account_id: str,
     model: str,
     message: str,
-    provider: str = "openai",
-    status_code: int = 200,
+    provider: str = DEFAULT_PROVIDER,
+    status_code: int = DEFAULT_SUCCESS_STATUS,
     route: str | None = None,
-    kind: str | None = None,
     request_id: str | None = None,
     client_api_key_id: str | None = None,
     requested_model: str | None = None,
@@ -82,7 +79,8 @@ def usage_record_create(
     reasoning_tokens: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> UsageRecord:
-    """Record one successful request and add it to its bucket, in one transaction.
+    """Record one successful request and add it to its bucket, in one transaction
+    (``ledger_write_batch`` of one fact). Returns the stored row.
 
     Raises django.db.IntegrityError (and writes nothing) when a CHECK rejects the row, e.g. a
     status outside 200–399 or a negative token count.
@@ -92,12 +90,10 @@ def usage_record_create(
     return UsageRecord.objects.get(pk=record_id)
 
 
-@transaction.atomic
 def ops_error_log_create(
     *,
     created_at: datetime,
     message: str,
-    kind: str | None = None,
     route: str | None = None,
     provider: str | None = None,
     account_id: str | None = None,
@@ -115,7 +111,8 @@ def ops_error_log_create(
     latency_ms: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> OpsErrorLog:
-    """Record one failure and add 1 to its bucket's error_count, in one transaction.
+    """Record one failure and add 1 to its bucket's error_count, in one transaction
+    (``ledger_write_batch`` of one fact). Returns the stored row.
 
     The error path never touches token or latency columns, and its tier is always
     ``__unknown__`` (failures carry no trustworthy service tier; seed §5.2).
@@ -142,30 +139,19 @@ _ERROR_COLUMNS = (
 )  # fmt: skip
 
 
-def _usage_row(fact: dict[str, Any], record_id: str) -> tuple:
-    values = {
-        "id": record_id,
-        "kind": fact.get("kind") or event_kind(fact.get("route")),
-        "provider": fact.get("provider", "openai"),
-        "status_code": fact.get("status_code", 200),
-        "metadata_json": Jsonb(fact.get("metadata") or {}),
-        **{
-            key: value
-            for key, value in fact.items()
-            if key not in ("metadata", "kind", "provider", "status_code")
-        },
-    }
-    return tuple(values.get(column) for column in _USAGE_COLUMNS)
+def _with_usage_defaults(fact: dict[str, Any]) -> dict[str, Any]:
+    return {"provider": DEFAULT_PROVIDER, "status_code": DEFAULT_SUCCESS_STATUS, **fact}
 
 
-def _error_row(fact: dict[str, Any], record_id: str) -> tuple:
+def _row(fact: dict[str, Any], record_id: str, columns: tuple[str, ...]) -> tuple:
+    """The COPY row of one fact (kind derived from its route; metadata as jsonb)."""
     values = {
+        **fact,
         "id": record_id,
-        "kind": fact.get("kind") or event_kind(fact.get("route")),
+        "kind": event_kind(fact.get("route")),
         "metadata_json": Jsonb(fact.get("metadata") or {}),
-        **{key: value for key, value in fact.items() if key not in ("metadata", "kind")},
     }
-    return tuple(values.get(column) for column in _ERROR_COLUMNS)
+    return tuple(values.get(column) for column in columns)
 
 
 def _usage_increment(fact: dict[str, Any]) -> BucketIncrement:
@@ -175,7 +161,7 @@ def _usage_increment(fact: dict[str, Any]) -> BucketIncrement:
     first_token_sum, first_token_count = _sample(first_token)
     return BucketIncrement(
         bucket_start=bucket_start_for(fact["created_at"]),
-        provider=dimension(fact.get("provider", "openai")),
+        provider=dimension(fact["provider"]),
         account_id=dimension(fact.get("account_id")),
         model=dimension(fact.get("model")),
         service_tier=dimension(fact.get("service_tier")),
@@ -215,6 +201,7 @@ def ledger_write_batch(
     Returns the new ids (usage, errors). Raises the database error (and writes nothing) if any
     row is rejected.
     """
+    usage_facts = [_with_usage_defaults(fact) for fact in usage_facts]
     usage_ids = [new_usage_record_id() for _ in usage_facts]
     error_ids = [new_ops_error_log_id() for _ in error_facts]
     increments = [_usage_increment(fact) for fact in usage_facts]
@@ -228,13 +215,13 @@ def ledger_write_batch(
                 f"copy usage_records ({', '.join(_USAGE_COLUMNS)}) from stdin"
             ) as copy:
                 for fact, record_id in zip(usage_facts, usage_ids, strict=True):
-                    copy.write_row(_usage_row(fact, record_id))
+                    copy.write_row(_row(fact, record_id, _USAGE_COLUMNS))
         if error_facts:
             with raw_cursor.copy(
                 f"copy ops_error_logs ({', '.join(_ERROR_COLUMNS)}) from stdin"
             ) as copy:
                 for fact, record_id in zip(error_facts, error_ids, strict=True):
-                    copy.write_row(_error_row(fact, record_id))
+                    copy.write_row(_row(fact, record_id, _ERROR_COLUMNS))
     if increments:
         buckets_add(
             increments=merge_increments(increments),

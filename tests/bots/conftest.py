@@ -4,10 +4,13 @@ a webhook client that posts real HTTP requests through Django's test client."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connections
+from django.test import Client
 from django.utils import timezone
 
 from bots.models import Bot
@@ -18,6 +21,10 @@ SECOND_ADMIN_ID = 222222222
 WEBHOOK_SECRET = "test-webhook-secret-0123456789"
 ADMIN_SECRET = "test-admin-secret-9876543210"
 START = datetime(2026, 10, 1, 12, 0, tzinfo=UTC)
+# The pinned card of the default ``user`` (Bob), verified, first seen at START.
+CARD_BOB = (
+    "昵称：Bob Stone (@bob)\n用户 ID：5001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
+)
 
 
 @pytest.fixture
@@ -92,6 +99,30 @@ class Webhook:
         assert response.json() == {"status": "ok"}
 
 
+def deliver_during_held_call(telegram, method: str, first: dict, second: dict):
+    """Overlap two deliveries: ``first`` runs in a thread until its ``method`` call reaches the
+    fake Telegram and is held there; ``second`` is delivered meanwhile, then the hold is
+    released. Returns both responses (first, second)."""
+    hold = telegram.hold(method)
+    responses = {}
+
+    def deliver_first() -> None:
+        try:
+            responses["first"] = Webhook(Client()).deliver(first)
+        finally:
+            connections.close_all()  # the thread's own database connection
+
+    racer = threading.Thread(target=deliver_first)
+    racer.start()
+    try:
+        assert hold.wait_until_arrived(10), f"{method} of the first delivery never arrived"
+        responses["second"] = Webhook(Client()).deliver(second)
+    finally:
+        hold.release()
+        racer.join(30)
+    return responses["first"], responses["second"]
+
+
 @pytest.fixture
 def webhook(client, bot_settings, bot_row, clock):
     return Webhook(client)
@@ -106,3 +137,10 @@ def admin(telegram) -> FakeUser:
 def member(telegram) -> FakeUser:
     """A member of the support group who is not in ADMIN_IDS."""
     return telegram.user(333333333, "Mallory")
+
+
+@pytest.fixture
+def user(telegram) -> FakeUser:
+    """The user a test follows: Bob, with a last name and a username (modules about other
+    users override this fixture with their own)."""
+    return telegram.user(5001, "Bob", last_name="Stone", username="bob")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from bots.models import BotUser, RelayedMessage, Setting, Topic
 from tests.fakes.telegram import FakeTelegram, FakeUser
+
+# The math challenge's question, as the user reads it: "a + b = ?" or "a - b = ?".
+MATH_QUESTION = re.compile(r"([0-9]) ([+-]) ([0-9]) = \?")
 
 
 def make_user(
@@ -24,6 +28,11 @@ def make_user(
         last_seen_at=now,
         **fields,
     )
+
+
+def user_row(telegram: FakeTelegram, user: FakeUser) -> BotUser:
+    """The user's ``users`` row as stored now."""
+    return BotUser.objects.get(bot_id=telegram.bot.id, user_id=user.id)
 
 
 def set_switches(**values: str) -> None:
@@ -73,3 +82,25 @@ def table_state() -> dict:
         "messages": list(RelayedMessage.objects.order_by("id").values()),
         "settings": dict(Setting.objects.values_list("key", "value")),
     }
+
+
+def solve_challenge(text: str) -> int:
+    """The answer to a math challenge, found the way the user finds it: by reading the question."""
+    first, operator, second = MATH_QUESTION.search(text).groups()
+    return int(first) + int(second) if operator == "+" else int(first) - int(second)
+
+
+def click(
+    webhook, telegram: FakeTelegram, user: FakeUser, message_id: int, data: str
+) -> str | None:
+    """The user presses a button under ``message_id``; returns the toast Telegram showed."""
+    update = telegram.click(user, message_id=message_id, data=data)
+    webhook.deliver_ok(update)
+    return telegram.callback_answer(update["callback_query"]["id"])
+
+
+def answer_rightly(webhook, telegram: FakeTelegram, user: FakeUser, challenge) -> str | None:
+    """The user presses the right answer of the math challenge ``challenge`` (a FakeMessage, as
+    the user saw it); returns the toast."""
+    answer = solve_challenge(challenge.text)
+    return click(webhook, telegram, user, challenge.message_id, f"v:{answer}")

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bots.models import ProcessedUpdate, Topic
 from bots.services.processed_updates import processed_update_trim
-from tests.bots.helpers import make_user
+from tests.bots.helpers import make_user, solve_challenge
 
 BUSINESS_TABLES = (
     "users",
@@ -38,11 +38,6 @@ def _names_the_bot(sql: str) -> bool:
     return len(where) == 2 and bool(_BOT_CONDITION.search(where[1]))
 
 
-def _answer(text: str) -> int:
-    first, operator, second = re.search(r"([0-9]) ([+-]) ([0-9]) = \?", text).groups()
-    return int(first) + int(second) if operator == "+" else int(first) - int(second)
-
-
 def test_every_business_query_of_a_full_journey_filters_by_bot_id(
     webhook, telegram, admin, member, clock
 ):
@@ -54,7 +49,7 @@ def test_every_business_query_of_a_full_journey_filters_by_bot_id(
         challenge = telegram.message(user.id, challenge.message_id)
         webhook.deliver_ok(
             telegram.click(
-                user, message_id=challenge.message_id, data=f"v:{_answer(challenge.text)}"
+                user, message_id=challenge.message_id, data=f"v:{solve_challenge(challenge.text)}"
             )
         )
         webhook.deliver_ok(telegram.private_message(user, text="now relayed"))

@@ -118,6 +118,18 @@ def test_ensure_creates_once_and_reports_name_changes():
         START + timedelta(2),
         "a",
     )
+    # Each call returns the row as it stands after it (no second read needed).
+    assert (first.user.first_name, first.user.first_seen_at, first.user.status) == (
+        "A",
+        START,
+        "active",
+    )
+    assert (same.user.last_seen_at, same.user.username) == (START + timedelta(1), "")
+    assert (renamed.user.last_seen_at, renamed.user.username, renamed.user.is_verified) == (
+        START + timedelta(2),
+        "a",
+        False,
+    )
 
 
 def test_notice_slot_is_one_per_sixty_seconds_boundary_included():
@@ -173,3 +185,5 @@ def test_verification_switches_default_when_missing_or_dirty():
     set_switches(verify_enabled="0", verify_mode="button", verify_generation="12")
     switches = verification_settings_get()
     assert (switches.enabled, switches.mode, switches.generation) == (False, "button", 12)
+    set_switches(verify_generation="9" * 19)  # more than a challenge's bigint column takes
+    assert verification_settings_get().generation == 0

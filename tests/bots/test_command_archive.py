@@ -3,14 +3,13 @@ the user comes back through verification into the reopened (or replaced) topic."
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from bots import copy
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import START
 from tests.bots.helpers import (
+    answer_rightly,
     card_text,
     dm_texts,
     general_texts,
@@ -106,11 +105,6 @@ def test_archive_closes_archives_tells_the_user_and_reports_in_general(
     )
 
 
-def _answer(text: str) -> int:
-    first, operator, second = re.search(r"([0-9]) ([+-]) ([0-9]) = \?", text).groups()
-    return int(first) + int(second) if operator == "+" else int(first) - int(second)
-
-
 def test_the_user_returns_through_verification_into_the_reopened_topic(
     webhook, telegram, admin, user, topic, clock
 ):
@@ -122,9 +116,7 @@ def test_the_user_returns_through_verification_into_the_reopened_topic(
     challenge = telegram.bot_messages(user.id)[-1]
     assert challenge.text.startswith("为了确认你是真人")
     assert Topic.objects.get().status == "closed"  # held at the gate: nothing reopened yet
-    webhook.deliver_ok(
-        telegram.click(user, message_id=challenge.message_id, data=f"v:{_answer(challenge.text)}")
-    )
+    assert answer_rightly(webhook, telegram, user, challenge) == copy.toast_verified()
     assert card_text(telegram, topic) == f"{CARD}\n备注：prefers email"
     webhook.deliver_ok(telegram.private_message(user, text="it's me"))
 

@@ -7,8 +7,6 @@ a voided challenge.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.db import DatabaseError, connection
 
@@ -16,6 +14,8 @@ from bots import copy
 from bots.models import BotUser, ProcessedUpdate, Setting, Topic
 from bots.services.settings import InvalidSwitchValue, verification_setting_change
 from tests.bots.helpers import (
+    answer_rightly,
+    click,
     dm_texts,
     general_texts,
     make_user,
@@ -43,17 +43,6 @@ def _general(webhook, telegram, sender, text: str) -> dict:
 
 def _general_reply(telegram, text: str) -> dict:
     return {"chat_id": telegram.support_chat_id, "text": text}
-
-
-def _answer(text: str) -> int:
-    first, operator, second = re.search(r"([0-9]) ([+-]) ([0-9]) = \?", text).groups()
-    return int(first) + int(second) if operator == "+" else int(first) - int(second)
-
-
-def _click(webhook, telegram, user, message, data: str) -> str | None:
-    update = telegram.click(user, message_id=message.message_id, data=data)
-    webhook.deliver_ok(update)
-    return telegram.callback_answer(update["callback_query"]["id"])
 
 
 def _pending(telegram, user) -> tuple:
@@ -251,14 +240,13 @@ def test_a_mode_switch_voids_the_challenge_and_switching_back_does_not_revive_it
 ):
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
     challenge = telegram.bot_messages(user.id)[-1]
-    right = f"v:{_answer(challenge.text)}"
 
     _general(webhook, telegram, admin, "/verifymode_button")
-    assert _click(webhook, telegram, user, challenge, right) == copy.toast_challenge_expired()
+    assert answer_rightly(webhook, telegram, user, challenge) == copy.toast_challenge_expired()
 
     _general(webhook, telegram, admin, "/verifymode_math")  # back to the mode it was issued in
     assert _settings()["verify_generation"] == "2"
-    assert _click(webhook, telegram, user, challenge, right) == copy.toast_challenge_expired()
+    assert answer_rightly(webhook, telegram, user, challenge) == copy.toast_challenge_expired()
     assert BotUser.objects.get(user_id=user.id).is_verified is False
 
     clock.advance(seconds=61)
@@ -266,7 +254,7 @@ def test_a_mode_switch_voids_the_challenge_and_switching_back_does_not_revive_it
     fresh = telegram.bot_messages(user.id)[-1]
     assert fresh.message_id != challenge.message_id
     assert _pending(telegram, user)[2] == 2
-    toast = _click(webhook, telegram, user, fresh, f"v:{_answer(fresh.text)}")
+    toast = answer_rightly(webhook, telegram, user, fresh)
 
     assert toast == copy.toast_verified()
     assert BotUser.objects.get(user_id=user.id).is_verified is True
@@ -282,7 +270,7 @@ def test_a_same_value_switch_keeps_the_outstanding_challenge(webhook, telegram, 
 
     assert _pending(telegram, user) == pending
     assert "verify_generation" not in _settings()
-    toast = _click(webhook, telegram, user, challenge, f"v:{_answer(challenge.text)}")
+    toast = answer_rightly(webhook, telegram, user, challenge)
     assert toast == copy.toast_verified()
 
 
@@ -293,7 +281,7 @@ def test_a_challenge_behind_the_generation_never_completes(webhook, telegram, ad
     challenge = telegram.bot_messages(user.id)[-1]
     set_switches(verify_generation="1")  # as a change would; the row still says generation 0
 
-    toast = _click(webhook, telegram, user, challenge, f"v:{_answer(challenge.text)}")
+    toast = answer_rightly(webhook, telegram, user, challenge)
 
     assert toast == copy.toast_challenge_expired()
     assert BotUser.objects.get(user_id=user.id).is_verified is False
@@ -306,7 +294,7 @@ def test_after_switching_to_button_new_challenges_are_buttons(webhook, telegram,
 
     challenge = telegram.bot_messages(user.id)[-1]
     assert challenge.text == copy.challenge_button()
-    assert _click(webhook, telegram, user, challenge, "v:0") == copy.toast_verified()
+    assert click(webhook, telegram, user, challenge.message_id, "v:0") == copy.toast_verified()
 
 
 def test_verifyoff_lets_unverified_users_through_and_verifyon_holds_them_again(

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +14,7 @@ from bots.conf import (
     parse_support_chat_id,
     parse_welcome_text,
 )
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import run_project
 
 
 @pytest.mark.parametrize(
@@ -134,13 +130,6 @@ def test_bad_bot_variables_never_block_a_manage_py_command():
         if name in os.environ:
             environment[name] = os.environ[name]
 
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_project("manage.py", "check", environment=environment)
 
     assert result.returncode == 0, result.stderr

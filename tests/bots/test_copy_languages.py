@@ -164,16 +164,33 @@ def test_the_compiled_catalogue_is_the_po_file():
 
 
 def test_the_renderings_reach_every_function_and_every_message(english, monkeypatch):
+    """The other rendering tests judge ``_renderings()``: it must show every message. (The
+    names half only says each function got a branch; the observable check is the next test.)"""
     looked_up = []
     original = translation.gettext
     monkeypatch.setattr(
         translation, "gettext", lambda message: looked_up.append(message) or original(message)
     )
 
-    names = {name for name, _ in _renderings()}
+    renderings = _renderings()
+    names = {name for name, _ in renderings}
 
     assert names == {function.__name__ for function in _copy_functions()}
     assert set(looked_up) == set(_source_messages())
+    assert [name for name, text in renderings if not text.strip()] == []
+
+
+def test_every_english_translation_shows_up_in_some_english_rendering(english):
+    """Every msgstr of the catalogue, its placeholders filled in any way, is part of a text the
+    bot says in English: no translation is dead, and no rendering skips one."""
+    entries, _ = parse_po((CATALOGUE / "django.po").read_text())
+    texts = [text for _, text in _renderings()]
+
+    def shown(translation_text: str) -> bool:
+        fragments = [piece for piece in re.split(r"\{\w*\}", translation_text) if piece]
+        return any(all(piece in text for piece in fragments) for text in texts)
+
+    assert [msgstr for msgstr in entries.values() if not shown(msgstr)] == []
 
 
 def test_chinese_is_the_default_and_renders_every_message(settings):

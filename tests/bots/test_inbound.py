@@ -6,34 +6,17 @@ import pytest
 
 from bots import copy
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
-from tests.bots.conftest import START
-from tests.bots.helpers import dm_texts, make_user, open_conversation, set_switches
-
-CARD_BOB = (
-    "昵称：Bob Stone (@bob)\n用户 ID：5001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
+from tests.bots.conftest import CARD_BOB, START
+from tests.bots.helpers import (
+    answer_rightly,
+    card_text,
+    dm_texts,
+    make_user,
+    open_conversation,
+    set_switches,
+    topic_texts,
+    user_row,
 )
-
-
-@pytest.fixture
-def user(telegram):
-    return telegram.user(5001, "Bob", last_name="Stone", username="bob")
-
-
-def _bot_id(telegram) -> int:
-    return telegram.bot.id
-
-
-def _user_row(telegram, user) -> BotUser:
-    return BotUser.objects.get(bot_id=_bot_id(telegram), user_id=user.id)
-
-
-def _topic_texts(telegram, thread_id: int) -> list[str | None]:
-    return [message.text for message in telegram.topic_messages(thread_id)]
-
-
-def _card(telegram, topic: Topic) -> str:
-    return telegram.message(telegram.support_chat_id, topic.pinned_msg_id).text
-
 
 # ------------------------------------------------------------------ what never gets a user row
 
@@ -70,14 +53,14 @@ def test_a_message_without_sender_finishes_silently(webhook, telegram, user):
 
 
 def test_a_banned_user_gets_one_notice_a_minute_and_nothing_else(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_banned=True)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now, is_banned=True)
 
     webhook.deliver_ok(telegram.private_message(user, text="one"))
     clock.advance(seconds=59)
     webhook.deliver_ok(telegram.private_message(user, text="two"))
 
     assert dm_texts(telegram, user) == [copy.ban_notice()]
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.rate_count, row.rate_window_start, row.last_notice_at) == (0, None, START)
     assert Topic.objects.count() == 0
     assert RelayedMessage.objects.count() == 0
@@ -88,12 +71,12 @@ def test_a_banned_user_gets_one_notice_a_minute_and_nothing_else(webhook, telegr
 
 
 def test_a_banned_unverified_user_gets_no_challenge(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now, verified=False, is_banned=True)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now, verified=False, is_banned=True)
 
     webhook.deliver_ok(telegram.private_message(user, text="/start"))
 
     assert dm_texts(telegram, user) == [copy.ban_notice()]
-    assert _user_row(telegram, user).verify_request_hash is None
+    assert user_row(telegram, user).verify_request_hash is None
 
 
 # ------------------------------------------------------------------ gate 2: verification
@@ -107,7 +90,7 @@ def test_first_contact_gets_welcome_and_challenge_and_is_not_relayed(webhook, te
     assert challenge.text.startswith("为了确认你是真人，请回答下面的问题：\n")
     [buttons] = challenge.reply_markup["inline_keyboard"]
     assert len(buttons) == 4
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.first_name, row.last_name, row.username, row.status) == (
         "Bob",
         "Stone",
@@ -136,7 +119,7 @@ def test_custom_welcome_text(webhook, bot_settings, telegram, user):
 
 def test_an_unverified_user_gets_at_most_one_new_challenge_a_minute(webhook, telegram, user, clock):
     webhook.deliver_ok(telegram.private_message(user, text="one"))
-    first_hash = _user_row(telegram, user).verify_request_hash
+    first_hash = user_row(telegram, user).verify_request_hash
     clock.advance(seconds=30)
     webhook.deliver_ok(telegram.private_message(user, text="two"))
     assert len(telegram.bot_messages(user.id)) == 2  # welcome + the first challenge only
@@ -146,7 +129,7 @@ def test_an_unverified_user_gets_at_most_one_new_challenge_a_minute(webhook, tel
 
     messages = telegram.bot_messages(user.id)
     assert len(messages) == 3
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert row.verify_msg_id == messages[-1].message_id
     assert row.verify_request_hash != first_hash
     assert Topic.objects.count() == 0
@@ -155,12 +138,12 @@ def test_an_unverified_user_gets_at_most_one_new_challenge_a_minute(webhook, tel
 def test_start_from_an_unverified_user_gets_the_welcome_and_no_challenge(
     webhook, telegram, user, clock
 ):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now, verified=False)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now, verified=False)
 
     webhook.deliver_ok(telegram.private_message(user, text="/start"))
 
     assert dm_texts(telegram, user) == [copy.welcome_default()]
-    assert _user_row(telegram, user).verify_request_hash is None
+    assert user_row(telegram, user).verify_request_hash is None
 
 
 def test_verification_off_relays_unverified_users(webhook, telegram, user, clock):
@@ -169,30 +152,30 @@ def test_verification_off_relays_unverified_users(webhook, telegram, user, clock
     webhook.deliver_ok(telegram.private_message(user, text="hello"))
 
     topic = Topic.objects.get()
-    assert _topic_texts(telegram, topic.thread_id) == [
+    assert topic_texts(telegram, topic.thread_id) == [
         CARD_BOB.replace("验证状态：✅ 已验证", "验证状态：未启用"),
         "hello",
     ]
     assert dm_texts(telegram, user) == []
-    assert _user_row(telegram, user).is_verified is False
+    assert user_row(telegram, user).is_verified is False
 
 
 def test_verification_expires_after_the_ttl_boundary_included(
     webhook, bot_settings, telegram, user, clock
 ):
     bot_settings.VERIFY_TTL_HOURS = "24"
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     clock.advance(hours=23, minutes=59)
     webhook.deliver_ok(telegram.private_message(user, text="still fine"))
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "still fine"
+    assert topic_texts(telegram, topic.thread_id)[-1] == "still fine"
 
     clock.advance(minutes=1)  # exactly 24 h after verification
     webhook.deliver_ok(telegram.private_message(user, text="too late"))
 
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at) == (False, None)
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "still fine"
-    assert _card(telegram, topic) == CARD_BOB.replace("✅ 已验证", "❌ 未验证")
+    assert topic_texts(telegram, topic.thread_id)[-1] == "still fine"
+    assert card_text(telegram, topic) == CARD_BOB.replace("✅ 已验证", "❌ 未验证")
     [challenge] = telegram.bot_messages(user.id)
     assert row.verify_msg_id == challenge.message_id
 
@@ -202,23 +185,23 @@ def test_verification_expires_after_the_ttl_boundary_included(
 
 def test_the_rate_limit_relays_n_then_re_verifies(webhook, bot_settings, telegram, user, clock):
     bot_settings.MAX_MESSAGES_PER_MINUTE = "3"
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
 
     for number in range(1, 6):
         webhook.deliver_ok(telegram.private_message(user, text=f"message {number}"))
         clock.advance(seconds=5)
 
     topic = Topic.objects.get()
-    assert _topic_texts(telegram, topic.thread_id)[1:] == ["message 1", "message 2", "message 3"]
+    assert topic_texts(telegram, topic.thread_id)[1:] == ["message 1", "message 2", "message 3"]
     [overflow] = telegram.bot_messages(user.id)  # the 5th message hit gate 2 silently
     assert overflow.text.startswith(
         "发送太快了：每分钟最多 3 条消息，刚才这条没有送达。请重新完成验证后再发送。\n\n"
         "为了确认你是真人，请回答下面的问题：\n"
     )
     assert len(overflow.reply_markup["inline_keyboard"][0]) == 4
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.is_verified, row.verify_msg_id) == (False, overflow.message_id)
-    assert _card(telegram, topic) == CARD_BOB.replace("✅ 已验证", "❌ 未验证")
+    assert card_text(telegram, topic) == CARD_BOB.replace("✅ 已验证", "❌ 未验证")
     assert RelayedMessage.objects.count() == 3
 
     clock.advance(seconds=50)  # 60 s after the overflow notice (sent at +15 s): a new challenge
@@ -228,7 +211,7 @@ def test_the_rate_limit_relays_n_then_re_verifies(webhook, bot_settings, telegra
 
 def test_the_rate_window_restarts_after_sixty_seconds(webhook, bot_settings, telegram, user, clock):
     bot_settings.MAX_MESSAGES_PER_MINUTE = "2"
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
     webhook.deliver_ok(telegram.private_message(user, text="a"))
     webhook.deliver_ok(telegram.private_message(user, text="b"))
 
@@ -237,17 +220,40 @@ def test_the_rate_window_restarts_after_sixty_seconds(webhook, bot_settings, tel
     webhook.deliver_ok(telegram.private_message(user, text="d"))
 
     assert RelayedMessage.objects.count() == 4
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.rate_window_start, row.rate_count) == (clock.now, 2)
 
 
 def test_overflow_in_turnstile_mode_sends_nothing(webhook, bot_settings, telegram, user, clock):
     bot_settings.MAX_MESSAGES_PER_MINUTE = "1"
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
     set_switches(verify_mode="turnstile")
     webhook.deliver_ok(telegram.private_message(user, text="a"))
 
     webhook.deliver_ok(telegram.private_message(user, text="b"))
 
     assert dm_texts(telegram, user) == []
-    assert _user_row(telegram, user).is_verified is False
+    assert user_row(telegram, user).is_verified is False
+
+
+def test_with_verification_off_messages_over_the_limit_leave_card_and_challenge_alone(
+    webhook, bot_settings, telegram, user, clock
+):
+    """Verification off: no gate stops the messages after the overflow, so each one meets the
+    rate limit again. The card says "not enabled" whatever happens, and the challenge of the
+    overflow notice stays answerable."""
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "2"
+    set_switches(verify_enabled="0")
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    card_before = card_text(telegram, topic)
+
+    for number in range(2, 7):  # the 3rd to 6th messages of the minute are over the limit
+        clock.advance(seconds=1)
+        webhook.deliver_ok(telegram.private_message(user, text=f"message {number}"))
+
+    assert topic_texts(telegram, topic.thread_id)[1:] == ["hello", "message 2"]
+    assert telegram.calls("editMessageText") == []
+    assert card_text(telegram, topic) == card_before
+    [overflow] = telegram.bot_messages(user.id)
+    assert overflow.text.startswith("发送太快了：每分钟最多 2 条消息")
+    assert answer_rightly(webhook, telegram, user, overflow) == copy.toast_verified()

@@ -7,7 +7,7 @@ import pytest
 from bots import copy
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import START, Clock, Webhook
-from tests.bots.helpers import dm_texts, open_conversation
+from tests.bots.helpers import dm_texts, open_conversation, topic_texts
 from tests.fakes.telegram import FakeTelegram, FakeUser
 
 
@@ -19,10 +19,6 @@ def user(telegram):
 @pytest.fixture
 def topic(webhook, telegram, user, clock) -> Topic:
     return open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
-
-
-def _group_texts(telegram, thread_id: int) -> list[str | None]:
-    return [message.text for message in telegram.topic_messages(thread_id)]
 
 
 def test_an_admin_message_reaches_the_user_and_the_ledger(webhook, telegram, user, admin, topic):
@@ -83,7 +79,7 @@ def test_a_topic_without_binding_gets_the_notice(webhook, telegram, admin):
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="anyone?"))
 
-    assert _group_texts(telegram, thread_id) == [copy.no_binding()]
+    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
     assert RelayedMessage.objects.count() == 0
 
 
@@ -92,7 +88,7 @@ def test_a_binding_closed_in_the_database_gets_the_notice(webhook, telegram, use
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
 
-    assert _group_texts(telegram, topic.thread_id)[-1] == copy.no_binding()
+    assert topic_texts(telegram, topic.thread_id)[-1] == copy.no_binding()
     assert dm_texts(telegram, user) == []
 
 

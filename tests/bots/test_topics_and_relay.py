@@ -2,48 +2,27 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
-from django.test import Client
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from bots import copy
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
-from tests.bots.conftest import START, Webhook
-from tests.bots.helpers import dm_texts, make_user, open_conversation
-
-CARD_BOB = (
-    "昵称：Bob Stone (@bob)\n用户 ID：5001\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
+from tests.bots.conftest import CARD_BOB, START, deliver_during_held_call
+from tests.bots.helpers import (
+    card_text,
+    dm_texts,
+    make_user,
+    open_conversation,
+    topic_texts,
+    user_row,
 )
-
-
-@pytest.fixture
-def user(telegram):
-    return telegram.user(5001, "Bob", last_name="Stone", username="bob")
-
-
-def _bot_id(telegram) -> int:
-    return telegram.bot.id
-
-
-def _user_row(telegram, user) -> BotUser:
-    return BotUser.objects.get(bot_id=_bot_id(telegram), user_id=user.id)
-
-
-def _topic_texts(telegram, thread_id: int) -> list[str | None]:
-    return [message.text for message in telegram.topic_messages(thread_id)]
-
-
-def _card(telegram, topic: Topic) -> str:
-    return telegram.message(telegram.support_chat_id, topic.pinned_msg_id).text
-
 
 # ------------------------------------------------------------------ topic, card, relay
 
 
 def test_a_verified_user_gets_a_topic_a_pinned_card_and_the_relay(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
     update = telegram.private_message(user, text="hello")
 
     webhook.deliver_ok(update)
@@ -51,7 +30,7 @@ def test_a_verified_user_gets_a_topic_a_pinned_card_and_the_relay(webhook, teleg
     topic = Topic.objects.get()
     assert (topic.title, topic.status, topic.note, topic.created_at) == ("Bob", "open", None, START)
     assert telegram.topic(topic.thread_id).name == "Bob"
-    assert _topic_texts(telegram, topic.thread_id) == [CARD_BOB, "hello"]
+    assert topic_texts(telegram, topic.thread_id) == [CARD_BOB, "hello"]
     assert telegram.pinned() == [topic.pinned_msg_id]
     assert telegram.calls("pinChatMessage")[0].params["disable_notification"] is True
     ledger = RelayedMessage.objects.get()
@@ -66,6 +45,20 @@ def test_a_verified_user_gets_a_topic_a_pinned_card_and_the_relay(webhook, teleg
     assert dm_texts(telegram, user) == []
 
 
+def test_a_returning_user_s_message_costs_eight_statements(webhook, telegram, user, clock):
+    """The hot path: the bot, the claim, the user (one upsert-like refresh), the switches, the
+    rate count, the binding, the ledger row, the claim settled. No write that changes nothing."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    clock.advance(seconds=5)
+
+    with CaptureQueriesContext(connection) as captured:
+        webhook.deliver_ok(telegram.private_message(user, text="again"))
+
+    assert len(captured.captured_queries) == 8
+    assert topic_texts(telegram, topic.thread_id)[1:] == ["hello", "again"]
+    assert user_row(telegram, user).last_seen_at == clock.now
+
+
 @pytest.mark.parametrize(
     ("names", "title"),
     [
@@ -76,7 +69,7 @@ def test_a_verified_user_gets_a_topic_a_pinned_card_and_the_relay(webhook, teleg
 )
 def test_topic_title_rules(webhook, telegram, clock, names, title):
     person = telegram.user(5002, **names)
-    make_user(person, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(person, bot_id=telegram.bot.id, now=clock.now)
 
     webhook.deliver_ok(telegram.private_message(person, text="hi"))
 
@@ -94,17 +87,17 @@ def test_topic_title_rules(webhook, telegram, clock, names, title):
 )
 def test_card_nickname_line(webhook, telegram, clock, names, first_line):
     person = telegram.user(5002, **names)
-    make_user(person, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(person, bot_id=telegram.bot.id, now=clock.now)
 
     webhook.deliver_ok(telegram.private_message(person, text="hi"))
 
-    assert _card(telegram, Topic.objects.get()).split("\n")[0] == first_line
+    assert card_text(telegram, Topic.objects.get()).split("\n")[0] == first_line
 
 
 def test_card_shows_risk_and_note_lines(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_risk=True)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now, is_risk=True)
     Topic.objects.create(
-        bot_id=_bot_id(telegram),
+        bot_id=telegram.bot.id,
         user_id=user.id,
         thread_id=telegram.create_topic_by_hand("Bob"),
         title="Bob",
@@ -114,30 +107,30 @@ def test_card_shows_risk_and_note_lines(webhook, telegram, user, clock):
 
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
 
-    assert _card(telegram, Topic.objects.get()) == f"{CARD_BOB}\n⚠️ 高危用户\n备注：VIP customer"
+    assert card_text(telegram, Topic.objects.get()) == f"{CARD_BOB}\n⚠️ 高危用户\n备注：VIP customer"
 
 
 def test_a_name_change_edits_the_card_but_not_the_title(webhook, telegram, user, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     user.first_name, user.username = "Robert", None
 
     webhook.deliver_ok(telegram.private_message(user, text="new name"))
 
-    assert _card(telegram, topic).split("\n")[0] == "昵称：Robert Stone"
+    assert card_text(telegram, topic).split("\n")[0] == "昵称：Robert Stone"
     assert Topic.objects.get().title == "Bob"
     assert len(telegram.calls("pinChatMessage")) == 1
-    row = _user_row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.first_name, row.username) == ("Robert", "")
 
 
 def test_a_failed_card_edit_does_not_stop_the_relay(webhook, telegram, user, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     user.first_name = "Robert"
     telegram.fail("editMessageText", status=400, description="Bad Request: message can't be edited")
 
     webhook.deliver_ok(telegram.private_message(user, text="still relayed"))
 
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "still relayed"
+    assert topic_texts(telegram, topic.thread_id)[-1] == "still relayed"
 
 
 @pytest.mark.parametrize(
@@ -153,7 +146,7 @@ def test_a_failed_card_edit_does_not_stop_the_relay(webhook, telegram, user, clo
     ],
 )
 def test_media_are_relayed_by_file_id_with_caption(webhook, telegram, user, clock, kind, method):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     content = {kind: f"file-{kind}"}
     if kind != "sticker":
         content["caption"] = "see this"
@@ -177,28 +170,28 @@ def test_media_are_relayed_by_file_id_with_caption(webhook, telegram, user, cloc
 def test_start_from_a_verified_user_opens_the_topic_and_greets_without_relay(
     webhook, telegram, user, clock
 ):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
 
     webhook.deliver_ok(telegram.private_message(user, text="/start campaign-42"))
 
     topic = Topic.objects.get()
-    assert _topic_texts(telegram, topic.thread_id) == [CARD_BOB]
+    assert topic_texts(telegram, topic.thread_id) == [CARD_BOB]
     assert dm_texts(telegram, user) == [copy.welcome_default()]
     assert RelayedMessage.objects.count() == 0
 
 
 def test_startups_is_a_normal_message(webhook, telegram, user, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
 
     webhook.deliver_ok(telegram.private_message(user, text="/startups are fun"))
 
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "/startups are fun"
+    assert topic_texts(telegram, topic.thread_id)[-1] == "/startups are fun"
 
 
 def test_another_permanent_relay_error_drops_the_message_and_keeps_the_binding(
     webhook, telegram, user, clock
 ):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     telegram.rejected_file_ids.add("broken")
 
     webhook.deliver_ok(telegram.private_message(user, photo="broken"))
@@ -208,7 +201,7 @@ def test_another_permanent_relay_error_drops_the_message_and_keeps_the_binding(
 
 
 def test_topic_creation_refused_drops_the_message(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
     telegram.can_manage_topics = False
 
     webhook.deliver_ok(telegram.private_message(user, text="hello"))
@@ -222,7 +215,7 @@ def test_topic_creation_refused_drops_the_message(webhook, telegram, user, clock
 
 
 def test_a_closed_topic_is_reopened_and_reused(webhook, telegram, user, admin, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
     BotUser.objects.filter(user_id=user.id).update(status="deleted")
     telegram.forget_calls()
@@ -238,23 +231,23 @@ def test_a_closed_topic_is_reopened_and_reused(webhook, telegram, user, admin, c
     )
     assert reopened.pinned_msg_id == topic.pinned_msg_id
     assert telegram.topic(topic.thread_id).closed is False
-    assert _user_row(telegram, user).status == "active"
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "back again"
+    assert user_row(telegram, user).status == "active"
+    assert topic_texts(telegram, topic.thread_id)[-1] == "back again"
 
 
 def test_reopening_a_topic_telegram_already_shows_open_is_fine(webhook, telegram, user, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     Topic.objects.update(status="closed", closed_at=clock.now)  # Telegram never saw a close
 
     webhook.deliver_ok(telegram.private_message(user, text="again"))
 
     assert [call.status for call in telegram.calls("reopenForumTopic")] == [400]
     assert Topic.objects.get().status == "open"
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "again"
+    assert topic_texts(telegram, topic.thread_id)[-1] == "again"
 
 
 def test_a_closed_topic_deleted_in_telegram_is_replaced(webhook, telegram, user, admin, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
     telegram.delete_topic_by_hand(topic.thread_id)
     telegram.forget_calls()
@@ -271,7 +264,7 @@ def test_a_closed_topic_deleted_in_telegram_is_replaced(webhook, telegram, user,
     replacement = Topic.objects.get()
     assert replacement.thread_id != topic.thread_id
     assert replacement.status == "open"
-    assert _topic_texts(telegram, replacement.thread_id) == [CARD_BOB, "after deletion"]
+    assert topic_texts(telegram, replacement.thread_id) == [CARD_BOB, "after deletion"]
     assert list(RelayedMessage.objects.values_list("thread_id", flat=True)) == [
         topic.thread_id,
         replacement.thread_id,
@@ -279,7 +272,7 @@ def test_a_closed_topic_deleted_in_telegram_is_replaced(webhook, telegram, user,
 
 
 def test_reopen_refused_for_another_reason_drops_the_message(webhook, telegram, user, admin, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
     telegram.fail(
         "reopenForumTopic",
@@ -297,7 +290,7 @@ def test_reopen_refused_for_another_reason_drops_the_message(webhook, telegram, 
 def test_a_topic_closed_without_our_knowledge_is_reopened_and_the_message_resent(
     webhook, telegram, user, admin, clock
 ):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     telegram.close_topic_by_hand(topic.thread_id, by=admin)  # the event never reaches us
     telegram.forget_calls()
 
@@ -305,13 +298,13 @@ def test_a_topic_closed_without_our_knowledge_is_reopened_and_the_message_resent
 
     assert telegram.methods() == ["sendMessage", "reopenForumTopic", "sendMessage"]
     assert [call.status for call in telegram.calls("sendMessage")] == [400, 200]
-    assert _topic_texts(telegram, topic.thread_id)[-1] == "knock knock"
+    assert topic_texts(telegram, topic.thread_id)[-1] == "knock knock"
     assert Topic.objects.get().status == "open"
     assert RelayedMessage.objects.count() == 2
 
 
 def test_a_topic_deleted_by_hand_heals_itself(webhook, telegram, user, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     Topic.objects.update(note="lost with the topic")
     telegram.delete_topic_by_hand(topic.thread_id)
     telegram.forget_calls()
@@ -328,13 +321,13 @@ def test_a_topic_deleted_by_hand_heals_itself(webhook, telegram, user, clock):
     healed = Topic.objects.get()
     assert healed.thread_id != topic.thread_id
     assert healed.note is None
-    assert _topic_texts(telegram, healed.thread_id) == [CARD_BOB, "are you there?"]
+    assert topic_texts(telegram, healed.thread_id) == [CARD_BOB, "are you there?"]
     assert telegram.pinned() == [healed.pinned_msg_id]
     assert RelayedMessage.objects.filter(thread_id=topic.thread_id).count() == 1  # kept
 
 
 def test_self_heal_does_not_loop_when_the_replacement_is_gone_too(webhook, telegram, user, clock):
-    topic = open_conversation(webhook, telegram, user, bot_id=_bot_id(telegram), now=clock.now)
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     telegram.delete_topic_by_hand(topic.thread_id)
     telegram.forget_calls()
     # the resend into the replacement (5th call) finds it gone as well
@@ -351,28 +344,16 @@ def test_self_heal_does_not_loop_when_the_replacement_is_gone_too(webhook, teleg
 def test_the_loser_of_a_topic_creation_race_deletes_its_topic(
     bot_settings, bot_row, clock, telegram, user
 ):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now)
-    first_update = telegram.private_message(user, text="first")
-    second_update = telegram.private_message(user, text="second")
-    hold = telegram.hold("createForumTopic")
-    responses = {}
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
+    # the first message's createForumTopic is held; the second wins the binding meanwhile
+    first, second = deliver_during_held_call(
+        telegram,
+        "createForumTopic",
+        telegram.private_message(user, text="first"),
+        telegram.private_message(user, text="second"),
+    )
 
-    def deliver_first() -> None:
-        try:
-            responses["first"] = Webhook(Client()).deliver(first_update)
-        finally:
-            connections.close_all()
-
-    racer = threading.Thread(target=deliver_first)
-    racer.start()
-    try:
-        assert hold.wait_until_arrived(10)
-        responses["second"] = Webhook(Client()).deliver(second_update)  # wins the binding
-    finally:
-        hold.release()
-        racer.join(30)
-
-    assert responses["first"].status_code == responses["second"].status_code == 200
+    assert first.status_code == second.status_code == 200
     winner = Topic.objects.get()
     losers = [topic for topic in telegram.topics() if topic.thread_id != winner.thread_id]
     assert len(losers) == 1
@@ -380,32 +361,60 @@ def test_the_loser_of_a_topic_creation_race_deletes_its_topic(
     assert [call.params["message_thread_id"] for call in telegram.calls("deleteForumTopic")] == [
         losers[0].thread_id
     ]
-    assert sorted(_topic_texts(telegram, winner.thread_id)[1:]) == ["first", "second"]
+    assert sorted(topic_texts(telegram, winner.thread_id)[1:]) == ["first", "second"]
     assert set(RelayedMessage.objects.values_list("thread_id", flat=True)) == {winner.thread_id}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_messages_racing_to_post_the_card_leave_one_card(
+    bot_settings, bot_row, clock, telegram, user
+):
+    """A topic without a card (its first card could not be sent): two messages of the user
+    overlap, both send a card, one stores its id; the other deletes the card it sent."""
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
+    thread_id = telegram.create_topic_by_hand("Bob")
+    Topic.objects.create(
+        bot_id=telegram.bot.id, user_id=user.id, thread_id=thread_id, title="Bob", created_at=START
+    )
+    # the first message's card (sendMessage) is held; the second stores its card meanwhile
+    first, second = deliver_during_held_call(
+        telegram,
+        "sendMessage",
+        telegram.private_message(user, text="first"),
+        telegram.private_message(user, text="second"),
+    )
+
+    assert first.status_code == second.status_code == 200
+    topic = Topic.objects.get()
+    assert topic_texts(telegram, thread_id) == [CARD_BOB, "second", "first"]
+    assert telegram.pinned() == [topic.pinned_msg_id]
+    assert card_text(telegram, topic) == CARD_BOB
+    [deleted] = telegram.calls("deleteMessage")
+    assert deleted.params["message_id"] != topic.pinned_msg_id
 
 
 # ------------------------------------------------------------------ high-risk reminder
 
 
 def test_a_risky_user_reminds_admins_once_a_day(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_risk=True)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now, is_risk=True)
     reminder = "⚠️ 高危用户来信，请谨慎处理：Bob Stone (@bob)"
 
     webhook.deliver_ok(telegram.private_message(user, text="one"))
     clock.advance(hours=23)
     webhook.deliver_ok(telegram.private_message(user, text="two"))
     thread_id = Topic.objects.get().thread_id
-    assert _topic_texts(telegram, thread_id)[1:] == ["one", reminder, "two"]
+    assert topic_texts(telegram, thread_id)[1:] == ["one", reminder, "two"]
 
     clock.advance(hours=1)
     webhook.deliver_ok(telegram.private_message(user, text="three"))
 
-    assert _topic_texts(telegram, thread_id)[1:] == ["one", reminder, "two", "three", reminder]
+    assert topic_texts(telegram, thread_id)[1:] == ["one", reminder, "two", "three", reminder]
     assert RelayedMessage.objects.count() == 3  # reminders never enter the ledger
 
 
 def test_a_failed_reminder_changes_nothing_else(webhook, telegram, user, clock):
-    make_user(user, bot_id=_bot_id(telegram), now=clock.now, is_risk=True)
+    make_user(user, bot_id=telegram.bot.id, now=clock.now, is_risk=True)
     telegram.fail_call(5, status=403, description="Forbidden: not enough rights")
 
     webhook.deliver_ok(telegram.private_message(user, text="one"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
 
@@ -14,24 +13,21 @@ from bots.services.challenges import challenge_reserve, challenge_restore, user_
 from bots.services.settings import verification_setting_change
 from bots.verification.challenge import button_challenge, math_challenge, parse_callback_value
 from tests.bots.conftest import Clock
-from tests.bots.helpers import dm_texts, make_user, set_switches
-
-QUESTION = re.compile(r"([0-9]) ([+-]) ([0-9]) = \?")
+from tests.bots.helpers import (
+    MATH_QUESTION,
+    answer_rightly,
+    click,
+    dm_texts,
+    make_user,
+    set_switches,
+    solve_challenge,
+    user_row,
+)
 
 
 @pytest.fixture
 def user(telegram):
     return telegram.user(6001, "Carol", username="carol")
-
-
-def _row(telegram, user) -> BotUser:
-    return BotUser.objects.get(bot_id=telegram.bot.id, user_id=user.id)
-
-
-def _answer_of(text: str) -> int:
-    """Solve the question the way the user does: by reading it."""
-    first, operator, second = QUESTION.search(text).groups()
-    return int(first) + int(second) if operator == "+" else int(first) - int(second)
 
 
 def _values(message) -> list[int]:
@@ -42,13 +38,6 @@ def _values(message) -> list[int]:
 
 def _challenge(telegram, user):
     return telegram.bot_messages(user.id)[-1]
-
-
-def _click(webhook, telegram, user, message_id: int, data: str) -> str | None:
-    """Press a button; return the toast Telegram showed."""
-    update = telegram.click(user, message_id=message_id, data=data)
-    webhook.deliver_ok(update)
-    return telegram.callback_answer(update["callback_query"]["id"])
 
 
 # ------------------------------------------------------------------ generation
@@ -65,11 +54,11 @@ def test_math_challenge_is_deterministic_for_a_given_random_source():
 def test_math_challenge_structure(seed):
     challenge = math_challenge(random.Random(seed))
 
-    first, operator, second = QUESTION.search(challenge.text).groups()
+    first, operator, second = MATH_QUESTION.search(challenge.text).groups()
     assert 1 <= int(first) <= 9 and 1 <= int(second) <= 9
     if operator == "-":
         assert int(first) >= int(second)
-    assert challenge.answer == _answer_of(challenge.text)
+    assert challenge.answer == solve_challenge(challenge.text)
     [buttons] = challenge.reply_markup["inline_keyboard"]
     values = [int(button["callback_data"].removeprefix("v:")) for button in buttons]
     assert len(values) == len(set(values)) == 4
@@ -103,10 +92,10 @@ def test_math_journey_first_message_wrong_right_then_relayed(webhook, telegram, 
     webhook.deliver_ok(telegram.private_message(user, text="hello?"))
     welcome, challenge = telegram.bot_messages(user.id)
     assert welcome.text == copy.welcome_default()
-    first_hash = _row(telegram, user).verify_request_hash
+    first_hash = user_row(telegram, user).verify_request_hash
 
-    wrong = next(value for value in _values(challenge) if value != _answer_of(challenge.text))
-    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{wrong}")
+    wrong = next(value for value in _values(challenge) if value != solve_challenge(challenge.text))
+    toast = click(webhook, telegram, user, challenge.message_id, f"v:{wrong}")
 
     assert toast == "回答错误，请再试一次。"
     reissued = telegram.message(user.id, challenge.message_id)
@@ -114,18 +103,18 @@ def test_math_journey_first_message_wrong_right_then_relayed(webhook, telegram, 
         "回答错误，请再试一次。\n\n为了确认你是真人，请回答下面的问题：\n"
     )
     assert len(telegram.bot_messages(user.id)) == 2  # edited in place, no new push
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert row.verify_request_hash != first_hash
     assert (row.verify_msg_id, row.is_verified) == (challenge.message_id, False)
 
     clock.advance(seconds=20)
-    right = _answer_of(reissued.text)
-    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{right}")
+    right = solve_challenge(reissued.text)
+    toast = click(webhook, telegram, user, challenge.message_id, f"v:{right}")
 
     assert toast == "验证通过！"
     verified = telegram.message(user.id, challenge.message_id)
     assert (verified.text, verified.reply_markup) == ("✅ 验证通过，现在可以发送消息了。", None)
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at) == (True, clock.now)
     assert (row.verify_request_hash, row.verify_msg_id, row.verify_answer) == (None, None, None)
     assert Topic.objects.count() == 0  # the dropped "hello?" is never replayed
@@ -146,13 +135,13 @@ def test_button_journey(webhook, telegram, user, clock):
     assert challenge.text == "请点击下方按钮，确认你不是机器人。"
     assert _values(challenge) == [0]
 
-    forged = _click(webhook, telegram, user, challenge.message_id, "v:1")
+    forged = click(webhook, telegram, user, challenge.message_id, "v:1")
     assert forged == "回答错误，请再试一次。"
 
-    toast = _click(webhook, telegram, user, challenge.message_id, "v:0")
+    toast = click(webhook, telegram, user, challenge.message_id, "v:0")
 
     assert toast == "验证通过！"
-    assert _row(telegram, user).is_verified is True
+    assert user_row(telegram, user).is_verified is True
     webhook.deliver_ok(telegram.private_message(user, text="relayed"))
     assert RelayedMessage.objects.count() == 1
 
@@ -168,7 +157,7 @@ def test_overflow_re_verification_journey(webhook, bot_settings, telegram, user,
     assert "验证状态：❌ 未验证" in card.text
 
     clock.advance(seconds=61)
-    _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+    answer_rightly(webhook, telegram, user, challenge)
 
     assert "验证状态：✅ 已验证" in telegram.message(telegram.support_chat_id, card.message_id).text
     webhook.deliver_ok(telegram.private_message(user, text="three"))
@@ -183,14 +172,14 @@ def test_an_old_challenge_gets_the_expired_toast(webhook, telegram, user, clock)
     old = _challenge(telegram, user)
     clock.advance(seconds=61)
     webhook.deliver_ok(telegram.private_message(user, text="two"))
-    before = _row(telegram, user)
+    before = user_row(telegram, user)
     telegram.forget_calls()
 
-    toast = _click(webhook, telegram, user, old.message_id, f"v:{_answer_of(old.text)}")
+    toast = answer_rightly(webhook, telegram, user, old)
 
     assert toast == "验证已失效，请发送任意消息获取新的验证。"
     assert telegram.methods() == ["answerCallbackQuery"]
-    after = _row(telegram, user)
+    after = user_row(telegram, user)
     assert (after.is_verified, after.verify_request_hash) == (False, before.verify_request_hash)
 
 
@@ -206,17 +195,17 @@ def test_someone_elses_challenge_gets_the_expired_toast(webhook, telegram, user)
     assert (
         telegram.callback_answer(update["callback_query"]["id"]) == copy.toast_challenge_expired()
     )
-    assert _row(telegram, user).is_verified is False
-    assert _row(telegram, intruder).is_verified is False
+    assert user_row(telegram, user).is_verified is False
+    assert user_row(telegram, intruder).is_verified is False
 
 
 def test_a_replayed_right_answer_gets_the_expired_toast(webhook, telegram, user):
     webhook.deliver_ok(telegram.private_message(user, text="one"))
     challenge = _challenge(telegram, user)
-    right = f"v:{_answer_of(challenge.text)}"
-    assert _click(webhook, telegram, user, challenge.message_id, right) == "验证通过！"
+    right = f"v:{solve_challenge(challenge.text)}"
+    assert click(webhook, telegram, user, challenge.message_id, right) == "验证通过！"
 
-    toast = _click(webhook, telegram, user, challenge.message_id, right)
+    toast = click(webhook, telegram, user, challenge.message_id, right)
 
     assert toast == copy.toast_challenge_expired()
 
@@ -227,7 +216,7 @@ def test_malformed_payloads_are_silent(webhook, telegram, user, data):
     challenge = _challenge(telegram, user)
     telegram.forget_calls()
 
-    _click(webhook, telegram, user, challenge.message_id, data)
+    click(webhook, telegram, user, challenge.message_id, data)
 
     assert telegram.calls() == []
 
@@ -240,10 +229,10 @@ def test_a_cleared_challenge_cannot_complete(webhook, telegram, user):
     BotUser.objects.update(verify_request_hash=None, verify_request_generation=None)
     set_switches(verify_mode="math", verify_generation="2")  # switching back revives nothing
 
-    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+    toast = answer_rightly(webhook, telegram, user, challenge)
 
     assert toast == copy.toast_challenge_expired()
-    assert _row(telegram, user).is_verified is False
+    assert user_row(telegram, user).is_verified is False
 
 
 def test_a_banned_user_cannot_complete_a_challenge(webhook, telegram, user):
@@ -251,10 +240,10 @@ def test_a_banned_user_cannot_complete_a_challenge(webhook, telegram, user):
     challenge = _challenge(telegram, user)
     BotUser.objects.update(is_banned=True)
 
-    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+    toast = answer_rightly(webhook, telegram, user, challenge)
 
     assert toast == copy.toast_challenge_expired()
-    assert _row(telegram, user).is_verified is False
+    assert user_row(telegram, user).is_verified is False
 
 
 # ------------------------------------------------------------------ the fence under failures
@@ -266,7 +255,7 @@ def test_a_blocked_user_leaves_no_pending_challenge(webhook, telegram, user):
 
     webhook.deliver_ok(update)
 
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.verify_request_hash, row.verify_msg_id, row.verify_answer) == (None, None, None)
 
 
@@ -275,36 +264,36 @@ def test_a_retryable_challenge_failure_converges_on_redelivery(webhook, telegram
     telegram.fail_call(2, status=500)  # the challenge, after the welcome
 
     assert webhook.deliver(update).status_code == 500
-    assert _row(telegram, user).verify_request_hash is None  # the fence was released
+    assert user_row(telegram, user).verify_request_hash is None  # the fence was released
 
     clock.advance(seconds=61)
     webhook.deliver_ok(update)
 
     assert dm_texts(telegram, user)[0] == copy.welcome_default()  # welcome sent once
     assert len(telegram.bot_messages(user.id)) == 2
-    assert _row(telegram, user).verify_msg_id == _challenge(telegram, user).message_id
+    assert user_row(telegram, user).verify_msg_id == _challenge(telegram, user).message_id
 
 
 def test_a_wrong_answer_whose_edit_fails_leaves_the_message_stale(webhook, telegram, user):
     webhook.deliver_ok(telegram.private_message(user, text="one"))
     challenge = _challenge(telegram, user)
-    wrong = next(value for value in _values(challenge) if value != _answer_of(challenge.text))
+    wrong = next(value for value in _values(challenge) if value != solve_challenge(challenge.text))
     telegram.fail(
         "editMessageText", status=400, description="Bad Request: message to edit not found"
     )
 
-    _click(webhook, telegram, user, challenge.message_id, f"v:{wrong}")
+    click(webhook, telegram, user, challenge.message_id, f"v:{wrong}")
 
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert row.verify_msg_id is None  # the new fence was never attached
-    toast = _click(webhook, telegram, user, challenge.message_id, f"v:{_answer_of(challenge.text)}")
+    toast = answer_rightly(webhook, telegram, user, challenge)
     assert toast == copy.toast_challenge_expired()
 
 
 def test_a_retryable_failure_of_the_wrong_answer_toast_is_retried(webhook, telegram, user, clock):
     webhook.deliver_ok(telegram.private_message(user, text="one"))
     challenge = _challenge(telegram, user)
-    wrong = next(value for value in _values(challenge) if value != _answer_of(challenge.text))
+    wrong = next(value for value in _values(challenge) if value != solve_challenge(challenge.text))
     update = telegram.click(user, message_id=challenge.message_id, data=f"v:{wrong}")
     telegram.fail("answerCallbackQuery", status=500)
 
@@ -390,7 +379,6 @@ def test_verify_needs_the_mode_the_pre_check_saw(clock):
         "message_id": 10,
         "answer": 7,
         "request_hash": "h" * 64,
-        "generation": 0,
         "now": clock.now,
     }
 

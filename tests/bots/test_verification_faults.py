@@ -8,7 +8,6 @@ seeing: one welcome, one live challenge, one card, one relayed copy.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,22 +16,23 @@ import pytest
 from pytest_django.fixtures import Settings
 
 from bots import copy
-from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
+from bots.models import ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import Clock, Webhook
-from tests.bots.helpers import dm_texts, open_conversation, set_switches
+from tests.bots.helpers import (
+    dm_texts,
+    open_conversation,
+    set_switches,
+    solve_challenge,
+    user_row,
+)
 from tests.fakes.telegram import FakeMessage, FakeTelegram, FakeUser
 
-QUESTION = re.compile(r"([0-9]) ([+-]) ([0-9]) = \?")
 STALE_WINDOW_PASSED = 61  # seconds: a processing claim older than 60 s is taken over
 
 
 @pytest.fixture
 def user(telegram: FakeTelegram) -> FakeUser:
     return telegram.user(6101, "Erin", username="erin")
-
-
-def _row(telegram: FakeTelegram, user: FakeUser) -> BotUser:
-    return BotUser.objects.get(bot_id=telegram.bot.id, user_id=user.id)
 
 
 def _claim_status(telegram: FakeTelegram, update: dict) -> str:
@@ -46,10 +46,7 @@ def _challenges(telegram: FakeTelegram, user: FakeUser) -> list[FakeMessage]:
 
 def _right_value(mode: str, challenge: FakeMessage) -> int:
     """The answer a human gives by reading the challenge."""
-    if mode == "button":
-        return 0
-    first, operator, second = QUESTION.search(challenge.text).groups()
-    return int(first) + int(second) if operator == "+" else int(first) - int(second)
+    return 0 if mode == "button" else solve_challenge(challenge.text)
 
 
 def _deliver_twice(webhook: Webhook, clock: Clock, update: dict) -> tuple[int, int]:
@@ -162,7 +159,7 @@ def test_a_retryable_fault_anywhere_in_the_journey_converges(
     assert telegram.bot_messages(user.id)[-1].message_id == journey.challenge_id
     toast = telegram.callback_answer(journey.updates[1]["callback_query"]["id"])
     assert toast == (None if call_number == 3 else copy.toast_verified())
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at, row.status) == (True, journey.verified_at, "active")
     assert (row.verify_request_hash, row.verify_msg_id, row.verify_answer) == (None, None, None)
 
@@ -214,7 +211,7 @@ def test_a_retryable_fault_in_a_wrong_answer_still_leaves_one_live_challenge(
     [reissued] = _challenges(telegram, user)
     assert reissued.message_id == challenge.message_id
     assert reissued.text.startswith(f"{copy.wrong_answer_prefix()}\n\n")
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.verify_msg_id, row.is_verified) == (challenge.message_id, False)
     assert row.verify_answer == _right_value("math", reissued)
 
@@ -224,7 +221,7 @@ def test_a_retryable_fault_in_a_wrong_answer_still_leaves_one_live_challenge(
         )
     )
 
-    assert _row(telegram, user).is_verified is True
+    assert user_row(telegram, user).is_verified is True
 
 
 # ------------------------------------------------------------------ verified users held again
@@ -292,7 +289,7 @@ def test_a_retryable_fault_when_a_verified_user_is_held_again_converges(
     prefix = HELD_AGAIN[name].prefix if card_edit else ""
     assert challenge.text.startswith(f"{prefix}{copy.challenge_math('')}")
     assert dm_texts(telegram, user) == [challenge.text]
-    row = _row(telegram, user)
+    row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at, row.verify_msg_id) == (
         False,
         None,

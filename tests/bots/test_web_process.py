@@ -4,8 +4,6 @@ verification and a relayed message — all over HTTP."""
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 import time
@@ -14,30 +12,28 @@ from pathlib import Path
 import requests
 from django.conf import settings
 
+from config.embedded import free_port
 from tests.bots.conftest import ADMIN_SECRET, WEBHOOK_SECRET
-from tests.conftest import _free_port
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.bots.helpers import solve_challenge
+from tests.conftest import PROJECT_ROOT, project_environment, run_project
 
 
 def _environment(database_url: str, tmp_path: Path, telegram, port: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": settings.REDIS_URL,
-        "REDIS_KEY_PREFIX": f"{settings.REDIS_KEY_PREFIX}bot-web:",
-        "CPR_VAR_DIR": str(tmp_path),
-        "CPR_ADMIN_DEFAULT_PASSWORD": "bot web test passphrase",
-        "PORT": str(port),
-        "WEB_WORKERS": "1",
-        "TRUSTED_PROXIES": "127.0.0.1",
-        "TELEGRAM_API_BASE": telegram.api_base,
-        "TELEGRAM_BOT_TOKEN": telegram.token,
-        "TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "ADMIN_SECRET": ADMIN_SECRET,
-        "SUPPORT_CHAT_ID": str(telegram.support_chat_id),
-        "ADMIN_IDS": "111111111",
-    }
+    return project_environment(
+        database_url,
+        tmp_path,
+        REDIS_KEY_PREFIX=f"{settings.REDIS_KEY_PREFIX}bot-web:",
+        CPR_ADMIN_DEFAULT_PASSWORD="bot web test passphrase",
+        PORT=str(port),
+        WEB_WORKERS="1",
+        TRUSTED_PROXIES="127.0.0.1",
+        TELEGRAM_API_BASE=telegram.api_base,
+        TELEGRAM_BOT_TOKEN=telegram.token,
+        TELEGRAM_WEBHOOK_SECRET=WEBHOOK_SECRET,
+        ADMIN_SECRET=ADMIN_SECRET,
+        SUPPORT_CHAT_ID=str(telegram.support_chat_id),
+        ADMIN_IDS="111111111",
+    )
 
 
 def _wait_for_health(base: str, process: subprocess.Popen) -> None:
@@ -54,16 +50,9 @@ def _wait_for_health(base: str, process: subprocess.Popen) -> None:
 
 
 def test_the_web_process_serves_the_bot_end_to_end(scratch_database, tmp_path, telegram):
-    port = _free_port()
+    port = free_port()
     environment = _environment(scratch_database, tmp_path, telegram, port)
-    prepared = subprocess.run(
-        [sys.executable, "-m", "config.run", "prepare"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    prepared = run_project("-m", "config.run", "prepare", environment=environment, timeout=180)
     assert prepared.returncode == 0, prepared.stderr
     web = subprocess.Popen(
         [sys.executable, "-m", "config.run", "web"],
@@ -102,8 +91,7 @@ def test_the_web_process_serves_the_bot_end_to_end(scratch_database, tmp_path, t
         )
         assert (first.status_code, first.json()) == (200, {"status": "ok"})
         challenge = telegram.bot_messages(user.id)[-1]
-        a, operator, b = re.search(r"([0-9]) ([+-]) ([0-9]) = \?", challenge.text).groups()
-        answer = int(a) + int(b) if operator == "+" else int(a) - int(b)
+        answer = solve_challenge(challenge.text)
         click = telegram.click(user, message_id=challenge.message_id, data=f"v:{answer}")
         assert requests.post(f"{base}/telegram/webhook", json=click, headers=hook, timeout=30).ok
         assert telegram.callback_answer(click["callback_query"]["id"]) == "验证通过！"

@@ -16,23 +16,21 @@ import pytest
 import requests
 from django.conf import settings
 
-from tests.conftest import _free_port
+from config.embedded import free_port
+from tests.conftest import PROJECT_ROOT, migrate_project, project_environment, run_project
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ADMIN_PASSWORD = "e2e admin passphrase"
 
 
 def _environment(database_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": settings.REDIS_URL,
-        "REDIS_KEY_PREFIX": f"{settings.REDIS_KEY_PREFIX}e2e:",
-        "CPR_VAR_DIR": str(tmp_path),
-        "WEB_WORKERS": "1",
-        "CELERY_WORKER_CONCURRENCY": "1",
+    return project_environment(
+        database_url,
+        tmp_path,
+        REDIS_KEY_PREFIX=f"{settings.REDIS_KEY_PREFIX}e2e:",
+        WEB_WORKERS="1",
+        CELERY_WORKER_CONCURRENCY="1",
         **extra,
-    }
+    )
 
 
 def _read_until(process: subprocess.Popen, pattern: str, timeout: float) -> str:
@@ -53,7 +51,7 @@ def _read_until(process: subprocess.Popen, pattern: str, timeout: float) -> str:
 
 
 def test_run_all_serves_health_and_admin_and_stops_on_one_ctrl_c(scratch_database, tmp_path):
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "config.run", "all"],
         cwd=PROJECT_ROOT,
@@ -113,25 +111,9 @@ def test_processes_refuse_to_start_with_a_weak_default_password_but_manage_py_wo
     scratch_database, tmp_path, process_name
 ):
     environment = _environment(scratch_database, tmp_path, CPR_ADMIN_DEFAULT_PASSWORD="admin")
+    migrate_project(environment)
 
-    migrate = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert migrate.returncode == 0, migrate.stderr
-
-    refused = subprocess.run(
-        [sys.executable, "-m", "config.run", process_name],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = run_project("-m", "config.run", process_name, environment=environment)
     assert refused.returncode == 2
     assert f"{process_name}: refusing to start" in refused.stderr
     assert "CPR_ADMIN_DEFAULT_PASSWORD is a well-known weak value" in refused.stderr
@@ -142,14 +124,7 @@ def test_processes_refuse_to_start_on_an_unmigrated_database(scratch_database, t
         scratch_database, tmp_path, CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
     )
 
-    refused = subprocess.run(
-        [sys.executable, "-m", "config.run", "web"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = run_project("-m", "config.run", "web", environment=environment)
 
     assert refused.returncode == 2
     assert "schema_migrations is missing; run `python manage.py migrate`" in refused.stderr

@@ -1,10 +1,12 @@
 """A fake ChatGPT Codex upstream: real HTTP, real SSE framing, programmable faults per token.
 
-Serves ``POST /codex/responses`` (Responses SSE), ``POST /codex/responses/compact`` (JSON) and
-``GET /codex/models``. Each request is answered by the next ``Reply`` programmed for its access
-token (``fake.program(token, Reply(...), ...)``); with nothing programmed, a normal streamed
-success. Every request is recorded with its headers in arrival order, and the fake tracks how
-many requests per token are in flight at once and whether a client went away mid-stream.
+Serves ``POST /codex/responses`` (Responses SSE), ``POST /codex/responses/compact`` (JSON),
+``GET /codex/models`` and the usage endpoint, at the root and under ``/backend-api`` (the
+production base ends in ``/backend-api``, where usage lives at ``/wham/usage``). Each request
+is answered by the next ``Reply`` programmed for its access token (``fake.program(token,
+Reply(...), ...)``); with nothing programmed, a normal streamed success. Every request is
+recorded with its headers in arrival order, and the fake tracks how many requests per token are
+in flight at once and whether a client went away mid-stream.
 
 Used by the tests and by bench/ (``python -m tests.fakes.codex --port N``).
 """
@@ -250,9 +252,14 @@ class FakeCodexUpstream:
         # token -> models payload, when plans differ
         self.models_by_token: dict[str, dict] = {}
         self.models_headers: dict[str, str] = {}
+        # token -> how GET /codex/models fails: an HTTP status (int) or a non-JSON body (str)
+        self.models_failures: dict[str, int | str] = {}
         self.compact_payload: dict | None = None
-        # token -> usage payload (dict) or an HTTP status (int) for GET /codex/usage
+        # token -> usage payload (dict) or an HTTP status (int) for the usage endpoints
         self.usage: dict[str, dict | int] = {}
+        # usage paths answering 404 as if they did not exist (e.g. "/backend-api/wham/usage")
+        self.usage_paths_missing: set[str] = set()
+        self.default_deltas = self.DEFAULT_DELTAS
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -268,8 +275,13 @@ class FakeCodexUpstream:
             self.max_in_flight.clear()
             self.disconnects.clear()
             self.usage.clear()
+            self.usage_paths_missing.clear()
             self.models_by_token.clear()
+            self.models_failures.clear()
             self.models_payload = None
+            self.models_headers = {}
+            self.compact_payload = None
+            self.default_deltas = self.DEFAULT_DELTAS
         self.server.clear()
 
     @property
@@ -298,7 +310,7 @@ class FakeCodexUpstream:
 
     # -- serving (on the server's loop)
 
-    default_deltas = 4
+    DEFAULT_DELTAS = 4
 
     def _next_reply(self, token: str) -> Reply:
         with self._lock:
@@ -307,13 +319,17 @@ class FakeCodexUpstream:
 
     def _application(self, server: LocalHTTPServer) -> web.Application:
         application = web.Application(client_max_size=64 * 1024 * 1024)
-        application.router.add_post("/codex/responses", self._responses)
+        # The Codex paths at the root and under /backend-api, the production layout, so that a
+        # test can point the base at either (spec §2.1: the usage URLs depend on it).
+        for base in ("", "/backend-api"):
+            application.router.add_post(f"{base}/codex/responses", self._responses)
+            application.router.add_post(f"{base}/codex/responses/compact", self._compact)
+            application.router.add_get(f"{base}/codex/models", self._models)
+            application.router.add_get(f"{base}/codex/usage", self._usage)
+        application.router.add_get("/backend-api/wham/usage", self._usage)
         # OpenAI-style paths, so benchmarks can call the fake directly or through other proxies.
         application.router.add_post("/v1/responses", self._responses)
         application.router.add_post("/v1/chat/completions", self._chat_completions)
-        application.router.add_post("/codex/responses/compact", self._compact)
-        application.router.add_get("/codex/models", self._models)
-        application.router.add_get("/codex/usage", self._usage)
         return application
 
     def _token(self, request: web.Request) -> str:
@@ -456,12 +472,19 @@ class FakeCodexUpstream:
         return web.json_response(payload, headers=reply.headers)
 
     async def _usage(self, request: web.Request) -> web.Response:
+        if request.path in self.usage_paths_missing:
+            return web.json_response({"detail": "Not Found"}, status=404)
         answer = self.usage.get(self._token(request), 404)
         if isinstance(answer, int):
             return web.json_response({"detail": "no usage"}, status=answer)
         return web.json_response(answer)
 
     async def _models(self, request: web.Request) -> web.Response:
+        failure = self.models_failures.get(self._token(request))
+        if isinstance(failure, int):
+            return web.json_response({"detail": "models unavailable"}, status=failure)
+        if isinstance(failure, str):
+            return web.Response(text=failure, content_type="text/html")
         payload = (
             self.models_by_token.get(self._token(request)) or self.models_payload or {"models": []}
         )

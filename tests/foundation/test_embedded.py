@@ -99,3 +99,32 @@ def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
     assert result.stdout.split() == ["False", "False", settings.REDIS_URL]
     assert not (tmp_path / "postgres").exists()
     assert not (tmp_path / "redis").exists()
+
+
+def test_stop_embedded_reads_a_blank_url_as_unset_like_the_settings(tmp_path):
+    """``REDIS_URL="  "`` makes the settings start the embedded Redis, so stop-embedded must
+    stop it too."""
+    from django.conf import settings
+
+    from tests.conftest import run_project
+
+    url = embedded.ensure_redis(tmp_path)
+    try:
+        stopped = run_project(
+            "-m",
+            "config.run",
+            "stop-embedded",
+            environment={
+                **os.environ,
+                "CPR_VAR_DIR": str(tmp_path),
+                "REDIS_URL": "  ",
+                "DATABASE_URL": settings.DATABASE_URL,
+            },
+        )
+
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.splitlines() == ["Stopped the embedded Redis."]
+        with pytest.raises(redis.ConnectionError):
+            redis.Redis.from_url(url).ping()
+    finally:
+        embedded.stop_redis(tmp_path)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +16,7 @@ from config.env import (
     env_networks,
     env_str,
 )
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import run_project
 
 
 def test_env_int_reads_value_and_default():
@@ -94,15 +91,7 @@ def test_env_choice():
 
 
 def _manage(*arguments: str, **environment: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **environment}
-    return subprocess.run(
-        [sys.executable, "manage.py", *arguments],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_project("manage.py", *arguments, environment={**os.environ, **environment})
 
 
 @pytest.mark.parametrize(

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import socket
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
+import openai
 import pytest
+import requests
 import uvicorn
+from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from proxy.dispatch import recording
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
+from tests.conftest import _free_port, database_url_for
 from tests.proxy.factories import make_account
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -32,9 +44,7 @@ class LiveServer:
     """uvicorn serving config.asgi in a thread of the test process (same settings/database)."""
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = _free_port()
         from config.asgi import application
 
         self.server = uvicorn.Server(
@@ -77,10 +87,65 @@ def asgi_server(django_db_setup, django_db_blocker):
     server.stop()
 
 
+class UvicornProcess:
+    """``uvicorn config.asgi:application`` in a process of its own, on this run's database
+    and Redis (``environment`` overrides, e.g. another ``REDIS_URL``), answering once its
+    /healthz says both stores are up."""
+
+    def __init__(self, upstream_url: str, **environment: str):
+        self.port = _free_port()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "config.asgi:application",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=PROJECT_ROOT,
+            env={
+                **os.environ,
+                "DATABASE_URL": database_url_for(
+                    settings.DATABASES["default"], connection.settings_dict["NAME"]
+                ),
+                "REDIS_URL": settings.REDIS_URL,
+                "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
+                "CODEX_UPSTREAM_BASE": upstream_url,
+                **environment,
+            },
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 204:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+
 def reset_rotation() -> None:
     """Start the shared rotation cursor (in Redis) from the beginning again."""
     import redis
-    from django.conf import settings
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.delete(f"{settings.REDIS_KEY_PREFIX}scheduler:cursor")
@@ -111,4 +176,26 @@ def make_pool_account(token: str, **fields):
         ),
         chatgpt_account_id=fields.pop("chatgpt_account_id", f"org-{token}"),
         **fields,
+    )
+
+
+@pytest.fixture
+def sdk(proxy, upstream, client_key):
+    """The official ``openai`` client on the proxy, with one pool account (token ``tok-sdk``)."""
+    make_pool_account("tok-sdk")
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=client_key.key, max_retries=0)
+
+
+def post_responses(proxy, key, body, *, timeout: float = 60, **headers) -> requests.Response:
+    """``POST /v1/responses`` with the client key: ``body`` a dict (sent as JSON), or the raw
+    bytes/text (or an iterator of bytes, sent chunked) to send; ``headers`` added."""
+    return requests.post(
+        f"{proxy.url}/v1/responses",
+        data=json.dumps(body) if isinstance(body, dict) else body,
+        headers={
+            "Authorization": f"Bearer {key.key}",
+            "Content-Type": "application/json",
+            **headers,
+        },
+        timeout=timeout,
     )

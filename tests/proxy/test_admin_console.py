@@ -6,10 +6,14 @@ otherwise be read as an escape in ids like ``key_2c…``).
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
+from django import forms
 from django.contrib.admin.utils import quote
+from django.db import connection, transaction
 from django.utils import timezone
 
 from proxy.models import Account, ClientApiKey, RuntimeSettings
@@ -125,6 +129,70 @@ def test_operators_cannot_set_banned_or_expired(operator):
     assert Account.objects.get(pk=account.pk).status == "active"
 
 
+def browser_submission(page, **edits) -> dict:
+    """What a browser posts from the admin change form on ``page``: every field as rendered,
+    with the hidden copies of initial values, and ``edits`` on top. A select none of whose
+    options is selected submits its first option, as browsers do."""
+    form = page.context["adminform"].form
+    data = {}
+    for name, field in form.fields.items():
+        shown = form[name].value()
+        shown = "" if shown is None else str(shown)
+        submitted = shown
+        if isinstance(field, forms.ChoiceField):
+            offered = [str(value) for value, _ in field.choices]
+            submitted = shown if shown in offered else offered[0]
+        data[name] = submitted
+        if field.show_hidden_initial:
+            data[f"initial-{name}"] = shown
+    data.update(edits)
+    return data
+
+
+@pytest.mark.parametrize("status", ["banned", "expired", "quota_exhausted"])
+def test_renaming_an_account_the_proxy_took_out_of_service_keeps_its_status(operator, status):
+    # given
+    account = make_account(status=status, label="old")
+    url = f"/admin/proxy/account/{quote(account.pk)}/change/"
+
+    # when: the operator changes only the label
+    response = operator.post(url, browser_submission(operator.get(url), label="renamed"))
+
+    # then
+    assert response.status_code == 302
+    account.refresh_from_db()
+    assert (account.label, account.status) == ("renamed", status)
+
+
+def test_a_ban_that_arrives_while_the_operator_edits_the_label_is_kept(operator):
+    # given: the page was shown while the account was active, then the proxy banned it
+    account = make_account(status="active", label="old")
+    url = f"/admin/proxy/account/{quote(account.pk)}/change/"
+    page = operator.get(url)
+    Account.objects.filter(pk=account.pk).update(status="banned")
+
+    # when
+    response = operator.post(url, browser_submission(page, label="renamed"))
+
+    # then
+    assert response.status_code == 302
+    account.refresh_from_db()
+    assert (account.label, account.status) == ("renamed", "banned")
+
+
+def test_an_operator_can_still_disable_a_banned_account(operator):
+    # given
+    account = make_account(status="banned")
+    url = f"/admin/proxy/account/{quote(account.pk)}/change/"
+
+    # when
+    response = operator.post(url, browser_submission(operator.get(url), status="disabled"))
+
+    # then
+    assert response.status_code == 302
+    assert Account.objects.get(pk=account.pk).status == "disabled"
+
+
 def test_runtime_settings_are_edited_through_the_service(
     operator, redis_client, settings, django_capture_on_commit_callbacks
 ):
@@ -219,3 +287,49 @@ def test_deleting_an_account_purges_its_affinity(operator, redis_client, setting
         redis_client.zcard(f"{settings.REDIS_KEY_PREFIX}affinity:v2:conv:conv_del_{account.pk}")
         == 0
     )
+
+
+def _hold_identity_until_someone_waits(inserted: threading.Event, chatgpt_account_id: str) -> None:
+    """Insert an account with this identity in an open transaction; commit only once another
+    session is waiting on the unique index for it."""
+    try:
+        with transaction.atomic():
+            make_account(chatgpt_account_id=chatgpt_account_id)
+            inserted.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "select exists(select 1 from pg_stat_activity where wait_event_type ="
+                        " 'Lock' and datname = current_database() and pid <> pg_backend_pid())"
+                    )
+                    if cursor.fetchone()[0]:
+                        break
+                time.sleep(0.02)
+    finally:
+        connection.close()
+
+
+def test_an_add_that_loses_the_race_for_an_identity_shows_the_form_error(
+    operator, transactional_db
+):
+    # given: another session has inserted the same identity, not yet committed, so the form's
+    # own check cannot see it and the insert has to wait for the unique index
+    inserted = threading.Event()
+    rival = threading.Thread(target=_hold_identity_until_someone_waits, args=(inserted, "org-race"))
+    rival.start()
+    assert inserted.wait(10)
+
+    # when
+    response = operator.post(
+        "/admin/proxy/account/add/",
+        {"access_token": "eyJ.race.token", "chatgpt_account_id": "org-race", "chatgpt_user_id": ""},
+    )
+    rival.join(10)
+
+    # then: the form again with the error, and only the rival's account
+    assert response.status_code == 200
+    assert response.context["adminform"].form.non_field_errors() == [
+        "An account with this ChatGPT account and user id is already in the pool."
+    ]
+    assert Account.objects.filter(chatgpt_account_id="org-race").count() == 1

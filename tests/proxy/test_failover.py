@@ -3,11 +3,9 @@ state in PostgreSQL afterwards, which account served, the client's answer and th
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import pytest
-import requests
 from django.utils import timezone
 
 from proxy.models import Account, AccountCookie, AccountUsage
@@ -19,7 +17,7 @@ from tests.fakes.codex import (
     sse_frame,
     text_events,
 )
-from tests.proxy.conftest import make_pool_account, reset_rotation
+from tests.proxy.conftest import make_pool_account, post_responses, reset_rotation
 from tests.proxy.factories import make_cookie
 
 
@@ -30,17 +28,8 @@ def pool(proxy, upstream):
     return make_pool_account("tok-a"), make_pool_account("tok-b")
 
 
-def _post(proxy, key, body):
-    return requests.post(
-        f"{proxy.url}/v1/responses",
-        data=json.dumps(body),
-        headers={"Authorization": f"Bearer {key.key}", "Content-Type": "application/json"},
-        timeout=30,
-    )
-
-
 def _non_stream(proxy, key, **extra):
-    return _post(proxy, key, {"model": "gpt-5.4", "stream": False, "input": [], **extra})
+    return post_responses(proxy, key, {"model": "gpt-5.4", "stream": False, "input": [], **extra})
 
 
 def _account(account) -> Account:
@@ -277,7 +266,7 @@ def test_sse_failure_codes_move_on_with_their_account_effect(
     account_a, _ = pool
     upstream.program("tok-a", Reply(kind="failed", code=code, message=message))
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     assert response.status_code == 200
     assert upstream.tokens_called() == ["tok-a", "tok-b"]
@@ -291,7 +280,7 @@ def test_a_non_rotating_sse_failure_is_forwarded(pool, proxy, upstream, client_k
         "tok-a", Reply(kind="failed", code="context_length_exceeded", message="too long")
     )
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     assert response.status_code == 200
     assert b"event: response.failed" in response.content
@@ -359,7 +348,7 @@ def test_no_account_at_all_is_503_or_a_stream_failure(proxy, upstream, client_ke
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "no_available_accounts"
 
-    streamed = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    streamed = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
     assert streamed.status_code == 200
     assert b'"code": "no_available_accounts"' in streamed.content
     assert streamed.content.endswith(b"data: [DONE]\n\n")
@@ -385,7 +374,7 @@ def test_an_account_with_an_expired_token_is_marked_expired_and_skipped(
 def test_no_rotation_once_bytes_reached_the_client(pool, proxy, upstream, client_key):
     upstream.program("tok-a", Reply(kind="cut", cut_after=6, deltas=5))
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     assert response.status_code == 200
     assert upstream.tokens_called() == ["tok-a"]
@@ -406,7 +395,7 @@ def test_no_rotation_once_bytes_reached_the_client(pool, proxy, upstream, client
 def test_a_stream_cut_before_any_output_moves_on(pool, proxy, upstream, client_key):
     upstream.program("tok-a", Reply(kind="cut", cut_after=2))
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     assert upstream.tokens_called() == ["tok-a", "tok-b"]
     assert b"stream_disconnected" not in response.content
@@ -432,6 +421,6 @@ def test_streaming_is_byte_for_byte(pool, proxy, upstream, client_key):
     )
     upstream.program("tok-a", Reply(events=events))
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     assert response.content == b"".join(sse_frame(event) for event in events) + b"data: [DONE]\n\n"

@@ -1,64 +1,260 @@
 """The request path's budget (issue 9): before the first byte PostgreSQL sees one statement
 (client key, settings, fingerprint and candidates together); Redis sees one call to order and
-acquire a slot and one to release it. The ledger is written later, in batches."""
+acquire a slot and one to release it. The ledger is written later, in batches.
+
+Both are counted where the servers see them, whatever client API sent them (execute, cursors,
+pipelines, COPY, scripts): the request path's connections reach PostgreSQL through a relay that
+notes every statement, and a private Redis reports every command clients send it (MONITOR).
+"""
 
 from __future__ import annotations
 
 import json
+import socket
+import tempfile
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
 
-import psycopg
 import pytest
+import redis
 import requests
-from redis.asyncio.client import Redis
+from django.test import override_settings
+from django.utils import timezone
 
-from tests.proxy.conftest import make_pool_account
+from config.embedded import free_port
+from proxy.services.client_api_keys import client_api_key_create
+from proxy.services.fingerprints import fingerprint_ensure_current
+from proxy.services.runtime_settings import runtime_settings_ensure
+from tests.fakes.codex import Reply
+from tests.proxy.conftest import LiveServer, make_pool_account
+
+# Start-up packets that are answered with one byte before the real start-up packet follows.
+_SSL_REQUEST, _GSSENC_REQUEST = 80877103, 80877104
+
+
+def _receive_exactly(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def _null_terminated(body: bytes, count: int) -> list[str]:
+    return [part.decode() for part in body.split(b"\0", count)[:count]]
+
+
+class PostgresStatementCounter:
+    """A relay on a unix socket in front of the test's PostgreSQL that passes every byte on
+    unchanged and notes each statement the server is asked to run: a simple query ('Q') or an
+    execution ('E') of a parsed statement ('P', bound by 'B')."""
+
+    def __init__(self, server: Mapping[str, str]) -> None:
+        self._server = server
+        self.statements: list[str] = []
+        self.socket_dir = tempfile.mkdtemp(prefix="pgcount")  # short: unix paths are limited
+        self.port = free_port()  # libpq's socket file name carries a port number
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(Path(self.socket_dir) / f".s.PGSQL.{self.port}"))
+        self._listener.listen(16)
+        threading.Thread(target=self._accept, daemon=True, name="pg-counter").start()
+
+    def stop(self) -> None:
+        self._listener.close()
+
+    def _connect_to_server(self) -> socket.socket:
+        host, port = self._server["HOST"], int(self._server["PORT"] or 5432)
+        if host.startswith("/"):
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            connection.connect(str(Path(host) / f".s.PGSQL.{port}"))
+            return connection
+        return socket.create_connection((host or "127.0.0.1", port))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # stopped
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        server = self._connect_to_server()
+        threading.Thread(target=self._copy, args=(server, client), daemon=True).start()
+        try:
+            self._relay_client_messages(client, server)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            server.close()
+
+    @staticmethod
+    def _copy(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+
+    def _relay_client_messages(self, client: socket.socket, server: socket.socket) -> None:
+        while True:  # start-up packets: a length, then a code; no type byte
+            length = _receive_exactly(client, 4)
+            if not length:
+                return
+            body = _receive_exactly(client, int.from_bytes(length, "big") - 4)
+            server.sendall(length + body)
+            if int.from_bytes(body[:4], "big") not in (_SSL_REQUEST, _GSSENC_REQUEST):
+                break
+        parsed: dict[str, str] = {}
+        bound: dict[str, str] = {}
+        while True:
+            header = _receive_exactly(client, 5)
+            if not header:
+                return
+            body = _receive_exactly(client, int.from_bytes(header[1:], "big") - 4)
+            server.sendall(header + body)
+            kind = header[:1]
+            if kind == b"Q":
+                self._note(body.rstrip(b"\0").decode())
+            elif kind == b"P":
+                name, query = _null_terminated(body, 2)
+                parsed[name] = query
+            elif kind == b"B":
+                portal, statement = _null_terminated(body, 2)
+                bound[portal] = parsed.get(statement, "")
+            elif kind == b"E":
+                [portal] = _null_terminated(body, 1)
+                self._note(bound.get(portal, ""))
+            elif kind == b"X":
+                return
+
+    def _note(self, sql: str) -> None:
+        self.statements.append(" ".join(sql.split())[:60])
 
 
 @pytest.fixture
-def counted(monkeypatch):
-    calls = {"postgres": [], "redis": []}
-    original_execute = psycopg.AsyncConnection.execute
-    original_command = Redis.execute_command
+def counted_proxy(private_redis, upstream, transactional_db, settings):
+    """A proxy of its own whose request path reaches PostgreSQL through a statement counter
+    and whose Redis is a private server (so every command on it is this test's)."""
+    default = settings.DATABASES["default"]
+    counter = PostgresStatementCounter(default)
+    # Read when the server's loop opens its pool; Django's own connections keep the settings
+    # they were made with (why Django warns about overriding DATABASES: here it is the point).
+    through_counter = override_settings(
+        DATABASES={
+            **settings.DATABASES,
+            "default": {**default, "HOST": counter.socket_dir, "PORT": str(counter.port)},
+        }
+    )
+    settings.REDIS_URL = private_redis.url
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {**settings.CACHES["default"], "LOCATION": private_redis.url},
+    }
+    runtime_settings_ensure(now=timezone.now())
+    fingerprint_ensure_current(now=timezone.now())
+    with warnings.catch_warnings(action="ignore", category=UserWarning):
+        through_counter.enable()
+    try:
+        server = LiveServer()
+        try:
+            yield server, counter
+            server.drain()
+        finally:
+            server.stop()
+    finally:
+        counter.stop()
+        with warnings.catch_warnings(action="ignore", category=UserWarning):
+            through_counter.disable()
 
-    async def execute(self, query, *args, **kwargs):
-        calls["postgres"].append(" ".join(str(query).split())[:60])
-        return await original_execute(self, query, *args, **kwargs)
 
-    async def command(self, *args, **options):
-        calls["redis"].append(args[0])
-        return await original_command(self, *args, **options)
+class RedisCommandLog:
+    """The commands clients send to a Redis server, as its MONITOR feed reports them (commands
+    a Lua script runs inside the server are not round trips and are left out)."""
 
-    monkeypatch.setattr(psycopg.AsyncConnection, "execute", execute)
-    monkeypatch.setattr(Redis, "execute_command", command)
-    return calls
+    _END = "hot-path-budget:end-of-log"
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._client = redis.Redis.from_url(url)
+        self._monitor = self._client.monitor()
+        self._monitor.__enter__()  # sends MONITOR
+        self._received: list[dict] = []
+        self._thread = threading.Thread(target=self._read, daemon=True, name="redis-monitor")
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for command in self._monitor.listen():
+                self._received.append(command)
+                if command["command"] == f"ECHO {self._END}":
+                    return
+        except (redis.ConnectionError, OSError):
+            pass
+
+    def stop(self) -> list[str]:
+        """End the log; returns the names of the commands clients sent, in order."""
+        marker = redis.Redis.from_url(self._url)
+        marker.echo(self._END)  # the feed is in order: once this shows, all before it has
+        marker.close()
+        self._thread.join(10)
+        self._monitor.__exit__()
+        self._client.close()
+        [marker_port] = {
+            command["client_port"] for command in self._received if self._END in command["command"]
+        }
+        return [
+            command["command"].split(" ", 1)[0].upper()
+            for command in self._received
+            if command["client_type"] != "lua" and command["client_port"] != marker_port
+        ]
 
 
 def test_one_postgres_statement_and_two_redis_calls_per_request(
-    proxy, upstream, client_key, counted
+    counted_proxy, private_redis, upstream
 ):
+    server, postgres = counted_proxy
+    client_key = client_api_key_create(name="tests", now=timezone.now())
     make_pool_account("tok-a")
     make_pool_account("tok-b")
 
-    def call() -> None:
-        response = requests.post(
-            f"{proxy.url}/v1/responses",
+    def call(*, after_first_byte=lambda: None) -> None:
+        with requests.post(
+            f"{server.url}/v1/responses",
             data=json.dumps({"model": "gpt-5.4", "input": []}),
             headers={"Authorization": f"Bearer {client_key.key}"},
             timeout=30,
-        )
-        assert response.status_code == 200 and response.content.endswith(b"data: [DONE]\n\n")
+            stream=True,
+        ) as response:
+            assert response.status_code == 200
+            chunks = response.iter_content(chunk_size=None)
+            body = next(chunks)
+            after_first_byte()
+            body += b"".join(chunks)
+        assert body.endswith(b"data: [DONE]\n\n")
 
-    call()  # warms up: scripts loaded, connections opened
-    proxy.drain()
-    counted["postgres"].clear()
-    counted["redis"].clear()
+    call()  # warms up: scripts loaded, connections opened, catalog cached
+    server.drain()
+    # A stream that stays open after its first byte, so the first byte is a moment of its own.
+    for token in ("tok-a", "tok-b"):
+        upstream.program(token, Reply(deltas=4, delta_delay=0.2))
+    postgres.statements.clear()
+    redis_log = RedisCommandLog(private_redis.url)
+    before_first_byte: list[str] = []
 
-    call()
+    call(after_first_byte=lambda: before_first_byte.extend(postgres.statements))
+    server.drain()
+    redis_commands = redis_log.stop()
 
     hot_path = [
         statement
-        for statement in counted["postgres"]
+        for statement in before_first_byte
         if not statement.startswith("update client_api_keys")
     ]
     assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
-    assert counted["redis"] == ["EVALSHA", "EVALSHA"]
+    assert redis_commands == ["EVALSHA", "EVALSHA"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
 import requests
 from django.conf import settings
+from django.utils import timezone
 
 from proxy.catalog_cache import forget_cached_catalog
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
@@ -71,11 +73,27 @@ def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, ce
         "Bearer tok-pro",
     ]
     assert calls[0].query["client_version"] == "26.519.81530"
+    # The fingerprint's identity, as on the request path (spec §2.2).
+    assert calls[0].header("user-agent") == "Codex Desktop/26.519.81530 (darwin; arm64)"
+    assert calls[0].header("accept-language") == "en-US,en;q=0.9"
+    assert calls[0].header("sec-fetch-mode") == "cors"
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_plan_whose_fetch_fails_keeps_its_previous_snapshot(upstream, celery_worker):
+@pytest.mark.parametrize(
+    "failure",
+    [
+        500,  # the upstream fails
+        "<html>Just a moment...</html>",  # not JSON
+        None,  # answers, but with no models (spec §4.5: "fail/return nothing")
+    ],
+)
+def test_a_plan_whose_fetch_fails_keeps_its_previous_snapshot(upstream, celery_worker, failure):
     make_pool_account("tok-plus", plan_type="plus")
+    if failure is None:
+        upstream.models_by_token["tok-plus"] = {"models": []}
+    else:
+        upstream.models_failures["tok-plus"] = failure
     model_snapshots_replace(
         {"plus": {"models": [{"id": "kept-model", "source": "backend"}], "fetchedAt": "earlier"}}
     )
@@ -84,6 +102,26 @@ def test_a_plan_whose_fetch_fails_keeps_its_previous_snapshot(upstream, celery_w
 
     assert result["kept"] == ["plus"]
     assert model_snapshots_get_all()["plus"]["fetchedAt"] == "earlier"
+    calls = upstream.server.requests_to("/codex/models")
+    assert [call.header("authorization") for call in calls] == ["Bearer tok-plus"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_refresh_asks_an_account_that_may_serve(upstream, celery_worker):
+    make_pool_account(
+        "tok-limited",
+        plan_type="plus",
+        quota_limit_reached=True,
+        quota_cooldown_until=timezone.now() + timedelta(hours=1),
+    )
+    make_pool_account("tok-ready", plan_type="plus")
+    upstream.models_by_token["tok-ready"] = PLUS_MODELS
+
+    result = celery_worker.run(refresh_models_task)
+
+    assert result["refreshed"] == {"plus": 1}
+    [call] = upstream.server.requests_to("/codex/models")
+    assert call.header("authorization") == "Bearer tok-ready"
 
 
 def test_plan_allowlists_steer_the_scheduler_and_the_catalog(proxy, upstream, client_key):

@@ -5,86 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import redis
 import requests
 from django.conf import settings
-from django.db import connection
 
 from proxy.models import RuntimeSettings
-from tests.conftest import database_url_for
 from tests.fakes.codex import Reply
-from tests.proxy.conftest import make_pool_account
+from tests.proxy.conftest import UvicornProcess, make_pool_account
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SLOT_TTL_SECONDS = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class UvicornProcess:
-    def __init__(self, upstream_url: str):
-        self.port = _free_port()
-        environment = {
-            **os.environ,
-            "DATABASE_URL": database_url_for(
-                settings.DATABASES["default"], connection.settings_dict["NAME"]
-            ),
-            "REDIS_URL": settings.REDIS_URL,
-            "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
-            "CODEX_UPSTREAM_BASE": upstream_url,
-            "SCHEDULER_SLOT_TTL_SECONDS": str(SLOT_TTL_SECONDS),
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "config.asgi:application",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=PROJECT_ROOT,
-            env=environment,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 204:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.1)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(20)
 
 
 @pytest.fixture
@@ -96,7 +29,10 @@ def two_processes(upstream, transactional_db):
 
     runtime_settings_ensure(now=timezone.now())
     fingerprint_ensure_current(now=timezone.now())
-    processes = [UvicornProcess(upstream.url), UvicornProcess(upstream.url)]
+    processes = [
+        UvicornProcess(upstream.url, SCHEDULER_SLOT_TTL_SECONDS=str(SLOT_TTL_SECONDS))
+        for _ in range(2)
+    ]
     yield processes
     for process in processes:
         process.stop()

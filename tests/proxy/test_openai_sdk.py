@@ -7,13 +7,6 @@ import pytest
 from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
 
 from telemetry.models import UsageRecord
-from tests.proxy.conftest import make_pool_account
-
-
-@pytest.fixture
-def sdk(proxy, upstream, client_key):
-    make_pool_account("tok-sdk")
-    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=client_key.key, max_retries=0)
 
 
 def test_responses_create_non_streaming(sdk, proxy):

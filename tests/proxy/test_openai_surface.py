@@ -10,16 +10,10 @@ import pytest
 import requests
 from pydantic import BaseModel
 
-from proxy.models import RuntimeSettings
+from proxy.models import Account, RuntimeSettings
 from telemetry.models import OpsErrorLog, UsageRecord
 from tests.fakes.codex import Reply, function_call_events
 from tests.proxy.conftest import make_pool_account
-
-
-@pytest.fixture
-def sdk(proxy, upstream, client_key):
-    make_pool_account("tok-sdk")
-    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=client_key.key, max_retries=0)
 
 
 def test_chat_completion_non_streaming(sdk, proxy, upstream):
@@ -300,6 +294,40 @@ def test_compact_returns_the_upstream_json_verbatim(proxy, upstream, client_key)
         "v1 responses compact completed",
     )
     assert (record.input_tokens, record.output_tokens) == (50, 10)
+
+
+def test_a_compact_success_syncs_the_quota_and_keeps_the_upstream_request_id(
+    proxy, upstream, client_key
+):
+    account = make_pool_account("tok-c")
+    upstream.program(
+        "tok-c",
+        Reply(
+            headers={
+                "x-openai-request-id": "upstream-compact-7",
+                "x-codex-primary-used-percent": "30",
+                "x-codex-primary-window-minutes": "300",
+                "x-codex-plan-type": "plus",
+            }
+        ),
+    )
+
+    response = requests.post(
+        f"{proxy.url}/v1/responses/compact",
+        json={"model": "gpt-5.4", "input": [], "reasoning": {"effort": "low"}},
+        headers={"Authorization": f"Bearer {client_key.key}"},
+        timeout=30,
+    )
+    proxy.drain()
+
+    assert response.status_code == 200
+    record = UsageRecord.objects.get()
+    assert record.upstream_request_id == "upstream-compact-7"
+    assert record.metadata_json["reasoningEffort"] == "low"
+    stored = Account.objects.get(pk=account.pk)
+    assert stored.plan_type == "plus"
+    assert stored.quota_json["snapshots"][0]["primary"]["used_percent"] == 30.0
+    assert (stored.status, stored.quota_limit_reached) == ("active", False)
 
 
 def test_compact_non_json_answer_is_a_502(proxy, upstream, client_key):

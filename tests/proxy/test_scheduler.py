@@ -195,22 +195,42 @@ def test_pacing_waits_for_the_interval_only_after_a_recent_start(fresh):
     async def scenario():
         first = await scheduler.acquire(target, _settings())
         second = await scheduler.acquire(target, _settings())
-        started = time.monotonic()
-        await scheduler.pace(first, 200)  # nothing in flight before the first: no wait
-        no_wait = time.monotonic() - started
+        # Nothing was in flight before the first: even an endless interval is no wait at all
+        # (wait_for would raise TimeoutError otherwise).
+        await asyncio.wait_for(scheduler.pace(first, 10**9), 5)
         started = time.monotonic()
         await scheduler.pace(second, 200)
         waited = time.monotonic() - started
         await scheduler.release(first)
         await scheduler.release(second)
-        return first, second, no_wait, waited
+        return first, second, waited
 
-    first, second, no_wait, waited = run(scenario())
+    first, second, waited = run(scenario())
 
     assert first.previous_start_ms is None
     assert second.previous_start_ms is not None
-    assert no_wait < 0.05
     assert waited >= 0.15
+
+
+def test_a_slot_is_taken_on_the_first_account_with_room_in_one_call(fresh):
+    full, free, later = (account(f"{name}-{fresh}") for name in ("full", "free", "later"))
+    one_slot = _settings(max_slots=1)
+
+    async def scenario():
+        held = await scheduler.acquire(full, one_slot)
+        slot = await scheduler.acquire_first_free([full, free, later], one_slot)
+        none_left = await scheduler.acquire_first_free([full, free], one_slot)
+        for taken in (held, slot):
+            await scheduler.release(taken)
+        return slot, none_left
+
+    slot, none_left = run(scenario())
+
+    assert slot.account is free and slot.previous_start_ms is None
+    assert none_left is None  # both at their limit: nothing taken
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    assert client.exists(f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{later.id}") == 0
+    client.close()
 
 
 def test_a_heartbeat_keeps_a_long_streams_slot_and_key_alive(fresh, settings):

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,8 +11,7 @@ from django.db import connection
 
 from config.schema_history import code_migrations, record_schema_history, verify_schema_history
 from config.startup import StartupRefused, run_startup_checks
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import migrate_project, project_environment, run_project
 
 
 def _recorded() -> list[tuple]:
@@ -82,37 +78,14 @@ def test_history_that_is_not_an_ordered_prefix_of_the_code_is_refused(statement,
 
 
 def test_the_real_web_entry_point_refuses_a_tampered_history(scratch_database, tmp_path):
-    import os
-
-    from django.conf import settings
-
-    environment = {
-        **os.environ,
-        "DATABASE_URL": scratch_database,
-        "REDIS_URL": settings.REDIS_URL,
-        "CPR_VAR_DIR": str(tmp_path),
-        "CPR_ADMIN_DEFAULT_PASSWORD": "a long enough admin password",
-    }
-    migrate = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    environment = project_environment(
+        scratch_database, tmp_path, CPR_ADMIN_DEFAULT_PASSWORD="a long enough admin password"
     )
-    assert migrate.returncode == 0, migrate.stderr
+    migrate_project(environment)
     with psycopg.connect(scratch_database, autocommit=True) as database:
         database.execute("update schema_migrations set checksum = 'tampered' where version = 2")
 
-    refused = subprocess.run(
-        [sys.executable, "-m", "config.run", "web"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    refused = run_project("-m", "config.run", "web", environment=environment)
 
     assert refused.returncode == 2
     assert "web: refusing to start: schema history: migration" in refused.stderr

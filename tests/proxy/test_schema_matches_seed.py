@@ -7,7 +7,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from django.conf import settings
 from django.db import connection
 
 SEED_SQL = Path(__file__).parent / "fixtures" / "seed_004_schema.sql"
@@ -87,4 +86,3 @@ def test_the_seed_fixture_is_the_seed_verbatim():
     text = SEED_SQL.read_text()
     assert text.count("create table") == len(SEED_TABLES)
     assert "on accounts(chatgpt_account_id, coalesce(chatgpt_user_id, ''))" in text
-    assert settings.DATABASES["default"]["ENGINE"] == "config.postgres"

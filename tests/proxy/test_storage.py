@@ -40,6 +40,19 @@ def test_runtime_settings_singleton_is_created_once_with_the_defaults():
     assert {
         name: getattr(first, name) for name in RUNTIME_SETTINGS_DEFAULTS
     } == RUNTIME_SETTINGS_DEFAULTS
+    # The values themselves, as the spec (§3.4, §4.1, §12) and seed 004 §4.4 give them.
+    assert {name: getattr(first, name) for name in RUNTIME_SETTINGS_DEFAULTS} == {
+        "model_aliases_json": {},
+        "refresh_margin_seconds": 3600,
+        "refresh_concurrency": 2,
+        "max_concurrent_per_account": 3,
+        "request_interval_ms": 50,
+        "rotation_strategy": "smart",
+        "admin_api_key_hash": None,
+        "usage_retention_days": 30,
+        "ops_error_retention_days": 30,
+        "bucket_retention_days": 90,
+    }
     assert second.rotation_strategy == "sticky"  # never overwritten
     assert RuntimeSettings.objects.count() == 1
 

@@ -15,29 +15,16 @@ from django.utils import timezone
 
 from proxy.models import Account, AccountCookie, AccountUsage, RuntimeSettings
 from tests.fakes.codex import Reply
-from tests.proxy.conftest import make_pool_account
+from tests.proxy.conftest import make_pool_account, post_responses
 from tests.proxy.factories import make_cookie
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
-def _post(proxy, key, body, **headers):
-    return requests.post(
-        f"{proxy.url}/v1/responses",
-        data=json.dumps(body),
-        headers={
-            "Authorization": f"Bearer {key.key}",
-            "Content-Type": "application/json",
-            **headers,
-        },
-        timeout=60,
-    )
-
-
 def test_headers_follow_the_fingerprint_order_on_the_wire(proxy, upstream, client_key):
     make_pool_account("tok-a", chatgpt_account_id="org-123")
 
-    _post(
+    post_responses(
         proxy,
         client_key,
         {"model": "gpt-5.4", "stream": False, "turnState": "ts-1"},
@@ -93,7 +80,7 @@ def test_pseudonyms_are_stable_per_account_and_differ_across_accounts(proxy, ups
     }
 
     for _ in range(3):
-        assert _post(proxy, client_key, body).status_code == 200
+        assert post_responses(proxy, client_key, body).status_code == 200
 
     sent = upstream.responses_requests()
     by_account: dict[str, list] = {}
@@ -128,7 +115,7 @@ def test_cookies_are_replayed_by_path_longest_first(proxy, upstream, client_key)
         expires_at=timezone.now() - timedelta(seconds=1),
     )
 
-    _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
 
     [sent] = upstream.responses_requests()
     assert sent.header("cookie") == "cf_clearance=codex; cf_clearance=root"
@@ -145,7 +132,7 @@ def test_cf_clearance_is_captured_from_an_answer(proxy, upstream, client_key):
         ),
     )
 
-    _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
     proxy.drain()
 
     cookie = AccountCookie.objects.get(account=account)
@@ -179,7 +166,9 @@ def test_passive_quota_sync_from_rate_limit_headers(proxy, upstream, client_key)
         ),
     )
 
-    assert _post(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 200
+    assert (
+        post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 200
+    )
     proxy.drain()
 
     stored = Account.objects.get(pk=account.pk)
@@ -199,6 +188,108 @@ def test_passive_quota_sync_from_rate_limit_headers(proxy, upstream, client_key)
     usage = AccountUsage.objects.get(account=account)
     assert usage.limit_window_seconds == 18000
     assert usage.window_reset_at == stored.quota_cooldown_until
+
+
+def test_passive_sync_keeps_what_the_headers_do_not_carry(proxy, upstream, client_key):
+    additional = {
+        "source": "additional",
+        "limit_name": "codex_other",
+        "metered_feature": "codex_other",
+        "allowed": True,
+        "limit_reached": False,
+        "blocked": False,
+        "primary": None,
+        "secondary": None,
+    }
+    credits = {"has_credits": True, "balance": "5", "overage_limit_reached": False}
+    account = make_pool_account(
+        "tok-a",
+        plan_type="pro",
+        quota_json={
+            "plan_type": "pro",
+            "snapshots": [{"source": "core", "primary": None}, additional],
+            "monthly_limit": None,
+            "credits": credits,
+            "spend_control": None,
+        },
+    )
+    upstream.program(
+        "tok-a",
+        Reply(
+            headers={
+                "x-codex-primary-used-percent": "25",
+                "x-codex-primary-window-minutes": "300",
+            }
+        ),
+    )
+
+    assert post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).ok
+    proxy.drain()
+
+    stored = Account.objects.get(pk=account.pk)
+    core, kept = stored.quota_json["snapshots"]
+    assert (core["source"], core["primary"]["used_percent"]) == ("core", 25.0)
+    assert kept == additional
+    assert stored.quota_json["credits"] == credits
+    assert (stored.quota_json["plan_type"], stored.plan_type) == ("pro", "pro")
+    assert stored.quota_fetched_at is not None
+
+
+def test_an_unchanged_quota_snapshot_writes_nothing(proxy, upstream, client_key):
+    account = make_pool_account("tok-a")
+    reset_at = int(time.time()) + 3600
+    headers = {
+        "x-codex-primary-used-percent": "40",
+        "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-reset-at": str(reset_at),
+    }
+    upstream.program("tok-a", Reply(headers=headers), Reply(headers=headers))
+
+    assert post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).ok
+    proxy.drain()
+    first = Account.objects.get(pk=account.pk)
+    assert post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).ok
+    proxy.drain()
+    second = Account.objects.get(pk=account.pk)
+
+    assert first.quota_json["snapshots"][0]["primary"]["reset_at"] == reset_at
+    assert (second.quota_fetched_at, second.updated_at) == (
+        first.quota_fetched_at,
+        first.updated_at,
+    )
+    assert second.quota_json == first.quota_json
+
+
+def test_usage_is_read_from_wham_usage_under_a_backend_api_base(
+    proxy, upstream, client_key, settings
+):
+    settings.CODEX_UPSTREAM_BASE = f"{upstream.url}/backend-api"
+    limited = make_pool_account("tok-a", quota_verify_required=True)
+    upstream.usage["tok-a"] = _usage_payload(20)
+
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+
+    assert response.status_code == 200
+    usage_calls = [request.path for request in upstream.requests if "usage" in request.path]
+    assert usage_calls == ["/backend-api/wham/usage"]
+    assert upstream.server.requests_to("/backend-api/codex/responses")
+    stored = Account.objects.get(pk=limited.pk)
+    assert (stored.quota_verify_required, stored.plan_type) == (False, "pro")
+
+
+def test_usage_falls_back_to_codex_usage_when_wham_usage_is_missing(
+    proxy, upstream, client_key, settings
+):
+    settings.CODEX_UPSTREAM_BASE = f"{upstream.url}/backend-api"
+    upstream.usage_paths_missing.add("/backend-api/wham/usage")
+    limited = make_pool_account("tok-a", quota_verify_required=True)
+    upstream.usage["tok-a"] = _usage_payload(20)
+
+    assert post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).ok
+
+    usage_calls = [request.path for request in upstream.requests if "usage" in request.path]
+    assert usage_calls == ["/backend-api/wham/usage", "/backend-api/codex/usage"]
+    assert Account.objects.get(pk=limited.pk).quota_verify_required is False
 
 
 def _usage_payload(used_percent: float) -> dict:
@@ -230,7 +321,7 @@ def test_quota_verification_outcomes(proxy, upstream, client_key, usage, served_
     make_pool_account("tok-b")
     upstream.usage["tok-a"] = usage
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
 
     assert response.status_code == 200
     assert upstream.tokens_called() == [served_by]
@@ -249,14 +340,14 @@ def test_when_every_account_is_busy_the_request_waits_for_a_slot(proxy, upstream
     results = {}
 
     def slow() -> None:
-        results["slow"] = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+        results["slow"] = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     thread = threading.Thread(target=slow)
     thread.start()
     deadline = time.monotonic() + 5
     while not upstream.responses_requests() and time.monotonic() < deadline:
         time.sleep(0.01)
-    waiting = _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    waiting = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
     thread.join()
 
     assert results["slow"].status_code == 200 and waiting.status_code == 200
@@ -272,7 +363,7 @@ def test_same_account_starts_are_paced_by_the_interval(proxy, upstream, client_k
     results = {}
     thread = threading.Thread(
         target=lambda: results.setdefault(
-            "first", _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+            "first", post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
         )
     )
     thread.start()
@@ -280,7 +371,7 @@ def test_same_account_starts_are_paced_by_the_interval(proxy, upstream, client_k
     while not upstream.responses_requests() and time.monotonic() < deadline:
         time.sleep(0.01)
 
-    _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
     thread.join()
 
     first, second = upstream.responses_requests()
@@ -319,12 +410,23 @@ def test_a_401_does_not_expire_a_token_refreshed_meanwhile(proxy, upstream, clie
     import asyncio
 
     from proxy.dispatch.accounts import mark_expired
+    from proxy.loop_resources import close_current_loop_resources
 
     account = make_pool_account("tok-old")
     Account.objects.filter(pk=account.pk).update(access_token="tok-fresh")
 
-    asyncio.run(mark_expired(account.id, token="tok-old", now=timezone.now()))
+    def expire(token: str) -> None:
+        async def on_a_fresh_loop() -> None:
+            try:
+                await mark_expired(account.id, token=token, now=timezone.now())
+            finally:
+                # The loop's pool must not outlive it (asyncio.run would cancel its tasks).
+                await close_current_loop_resources()
+
+        asyncio.run(on_a_fresh_loop())
+
+    expire("tok-old")
 
     assert Account.objects.get(pk=account.pk).status == "active"
-    asyncio.run(mark_expired(account.id, token="tok-fresh", now=timezone.now()))
+    expire("tok-fresh")
     assert Account.objects.get(pk=account.pk).status == "expired"

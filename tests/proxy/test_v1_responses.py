@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import requests
+from django.utils import timezone
 
+from proxy.services.fingerprints import fingerprint_ensure_current
+from proxy.services.runtime_settings import runtime_settings_ensure
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
 from tests.fakes.codex import Reply
-from tests.proxy.conftest import make_pool_account
-
-
-def _post(proxy, key, body, **headers):
-    return requests.post(
-        f"{proxy.url}/v1/responses",
-        data=json.dumps(body) if not isinstance(body, bytes | str) else body,
-        headers={
-            "Authorization": f"Bearer {key.key}",
-            "Content-Type": "application/json",
-            **headers,
-        },
-        timeout=30,
-    )
+from tests.proxy.conftest import UvicornProcess, make_pool_account, post_responses
 
 
 def _events(raw: bytes) -> list[dict]:
@@ -37,7 +28,7 @@ def _events(raw: bytes) -> list[dict]:
 def test_streaming_success_is_forwarded_verbatim_and_recorded(proxy, upstream, client_key):
     make_pool_account("tok-a")
 
-    response = _post(
+    response = post_responses(
         proxy, client_key, {"model": "gpt-5.4", "input": [{"role": "user", "content": "hi"}]}
     )
 
@@ -85,7 +76,7 @@ def test_streaming_success_is_forwarded_verbatim_and_recorded(proxy, upstream, c
 def test_non_stream_returns_the_terminal_response_object(proxy, upstream, client_key):
     make_pool_account("tok-a")
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "stream": False, "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False, "input": []})
 
     assert response.status_code == 200
     body = response.json()
@@ -123,11 +114,15 @@ def test_every_authentication_failure_is_the_same_401(proxy, upstream, client_ke
 
 def test_a_disabled_key_stops_working_at_once(proxy, upstream, client_key):
     make_pool_account("tok-a")
-    assert _post(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 200
+    assert (
+        post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 200
+    )
     client_key.enabled = False
     client_key.save()
 
-    assert _post(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 401
+    assert (
+        post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 401
+    )
 
 
 @pytest.mark.parametrize(
@@ -136,7 +131,7 @@ def test_a_disabled_key_stops_working_at_once(proxy, upstream, client_key):
 def test_invalid_bodies_are_rejected_without_an_upstream_call(proxy, upstream, client_key, body):
     make_pool_account("tok-a")
 
-    response = _post(proxy, client_key, body)
+    response = post_responses(proxy, client_key, body)
 
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_request"
@@ -144,7 +139,7 @@ def test_invalid_bodies_are_rejected_without_an_upstream_call(proxy, upstream, c
 
 
 def test_unknown_model_is_404(proxy, upstream, client_key):
-    response = _post(proxy, client_key, {"model": "gpt-9-imaginary"})
+    response = post_responses(proxy, client_key, {"model": "gpt-9-imaginary"})
 
     assert response.status_code == 404
     assert response.json()["error"] == {
@@ -158,7 +153,7 @@ def test_clean_eof_without_terminal_gets_the_synthetic_failure(proxy, upstream, 
     make_pool_account("tok-a")
     upstream.program("tok-a", Reply(kind="eof", cut_after=7, deltas=5))
 
-    response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
     events = _events(response.content)
     assert events[-1]["type"] == "response.failed"
@@ -199,7 +194,7 @@ def test_a_client_disconnect_closes_the_upstream_stream(proxy, upstream, client_
 
 def test_success_and_failure_rows_are_exact(proxy, upstream, client_key):
     account = make_pool_account("tok-a", email="pool@example.com")
-    response = _post(
+    response = post_responses(
         proxy,
         client_key,
         {
@@ -266,7 +261,7 @@ def test_success_and_failure_rows_are_exact(proxy, upstream, client_key):
 def test_malformed_request_id_is_replaced(proxy, upstream, client_key):
     make_pool_account("tok-a")
 
-    response = _post(
+    response = post_responses(
         proxy,
         client_key,
         {"model": "gpt-5.4", "stream": False},
@@ -307,7 +302,7 @@ def test_aliases_resolve_and_use_websocket_is_removed(proxy, upstream, client_ke
     )
     make_pool_account("tok-a")
 
-    response = _post(
+    response = post_responses(
         proxy,
         client_key,
         {"use_websocket": True, "model": "fast", "useWebSocket": 1, "stream": False},
@@ -329,12 +324,38 @@ def test_body_size_limit_is_16_mib(proxy, upstream, client_key):
     )
     too_big = b'{"model": "gpt-5.4", "input": "' + b"x" * (16 * 1024 * 1024) + b'"}'
 
-    assert _post(proxy, client_key, big_but_allowed).status_code == 200
-    rejected = _post(proxy, client_key, too_big)
+    assert post_responses(proxy, client_key, big_but_allowed).status_code == 200
+    rejected = post_responses(proxy, client_key, too_big)
 
     assert rejected.status_code == 413
     assert rejected.json()["error"]["code"] == "request_too_large"
     assert len(upstream.responses_requests()) == 1
+
+
+def test_a_too_large_body_gets_the_error_envelope_and_the_clients_request_id(
+    proxy, upstream, client_key
+):
+    make_pool_account("tok-a")
+    too_big = b'{"model": "gpt-5.4", "input": "' + b"x" * (16 * 1024 * 1024) + b'"}'
+
+    def chunks():  # no Content-Length: the limit must hold while the body arrives
+        for start in range(0, len(too_big), 1024 * 1024):
+            yield too_big[start : start + 1024 * 1024]
+
+    declared = post_responses(proxy, client_key, too_big, **{"x-request-id": "big-upload.1"})
+    streamed = post_responses(proxy, client_key, chunks(), **{"x-request-id": "big-upload.2"})
+
+    for rejected, request_id in ((declared, "big-upload.1"), (streamed, "big-upload.2")):
+        assert rejected.status_code == 413
+        assert rejected.headers["x-request-id"] == request_id
+        assert rejected.json() == {
+            "error": {
+                "message": "Request body is larger than 16 MiB",
+                "type": "invalid_request_error",
+                "code": "request_too_large",
+            }
+        }
+    assert upstream.responses_requests() == []
 
 
 def test_last_used_at_is_touched_after_the_debounce(proxy, upstream, client_key):
@@ -344,7 +365,7 @@ def test_last_used_at_is_touched_after_the_debounce(proxy, upstream, client_key)
     assert client_key.last_used_at is None
 
     for _ in range(3):
-        _post(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+        post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
     deadline = time.monotonic() + 5
     client_key.refresh_from_db()
     while client_key.last_used_at is None and time.monotonic() < deadline:
@@ -368,7 +389,7 @@ def test_a_telemetry_failure_never_fails_the_client(proxy, upstream, client_key)
             "for each row execute function refuse_usage()"
         )
     try:
-        response = _post(proxy, client_key, {"model": "gpt-5.4", "input": []})
+        response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
         proxy.drain()
     finally:
         with connection.cursor() as cursor:
@@ -388,36 +409,38 @@ def test_unknown_v1_and_api_paths_are_json_404(proxy):
 
 
 def test_an_unreachable_redis_gives_a_json_500_not_a_html_page(
-    proxy, upstream, client_key, monkeypatch
+    upstream, client_key, private_redis, transactional_db
 ):
-    import socket
-
-    import redis.asyncio as redis_asyncio
-
-    from proxy.dispatch import scheduler
-    from proxy.loop_resources import PerLoop
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
-
-    async def unreachable():
-        return redis_asyncio.Redis(host="127.0.0.1", port=closed_port, socket_connect_timeout=1)
-
-    monkeypatch.setattr(scheduler, "async_redis", PerLoop(unreachable))
+    runtime_settings_ensure(now=timezone.now())
+    fingerprint_ensure_current(now=timezone.now())
     make_pool_account("tok-a")
-
-    response = _post(
-        proxy, client_key, {"model": "gpt-5.4", "input": []}, **{"x-request-id": "trace-me"}
-    )
-
-    assert response.status_code == 500
-    assert response.json() == {
-        "error": {
-            "message": "The proxy failed to handle the request",
-            "type": "server_error",
-            "code": "internal_error",
+    server = UvicornProcess(upstream.url, REDIS_URL=private_redis.url)
+    try:
+        private_redis.stop()  # a real outage: the server's Redis is gone
+        responses = {
+            request_id: requests.post(
+                f"{server.url}/v1/responses",
+                data=json.dumps({"model": "gpt-5.4", "input": []}),
+                headers={"Authorization": f"Bearer {client_key.key}", "x-request-id": request_id},
+                timeout=30,
+            )
+            for request_id in ("trace-me", "bad id with spaces")
         }
-    }
-    assert response.headers["x-request-id"] == "trace-me"
+    finally:
+        server.stop()
+
+    for response in responses.values():
+        assert response.status_code == 500
+        assert response.json() == {
+            "error": {
+                "message": "The proxy failed to handle the request",
+                "type": "server_error",
+                "code": "internal_error",
+            }
+        }
+    assert responses["trace-me"].headers["x-request-id"] == "trace-me"
+    # A malformed id is replaced, as on every other answer (spec §1.3).
+    assert re.fullmatch(
+        r"req_[0-9a-f-]{36}", responses["bad id with spaces"].headers["x-request-id"]
+    )
     assert upstream.responses_requests() == []

@@ -304,3 +304,49 @@ def test_a_batch_with_a_bad_fact_writes_nothing():
 
     assert UsageRecord.objects.count() == 0
     assert RequestTimeBucket.objects.count() == 0
+
+
+def test_merging_increments_of_one_bucket_combines_each_counter_like_the_upsert():
+    from telemetry.services.buckets import BucketIncrement, merge_increments
+
+    key = {
+        "bucket_start": bucket_start_for(T0),
+        "provider": "openai",
+        "account_id": "acct_a",
+        "model": "gpt-5.4",
+        "service_tier": "priority",
+    }
+    unmeasured = BucketIncrement(**key, success_count=1, input_tokens=5)
+    fast = BucketIncrement(
+        **key,
+        success_count=1,
+        latency_sum=40,
+        latency_count=1,
+        max_latency_ms=40,
+        min_latency_ms=40,
+    )
+    slow = BucketIncrement(
+        **key,
+        success_count=1,
+        latency_sum=90,
+        latency_count=1,
+        max_latency_ms=90,
+        min_latency_ms=90,
+    )
+    other = BucketIncrement(**{**key, "model": "gpt-5.5"}, error_count=1)
+
+    merged = merge_increments([unmeasured, slow, other, fast])
+
+    assert merged == [
+        BucketIncrement(
+            **key,
+            success_count=3,
+            input_tokens=5,
+            latency_sum=130,
+            latency_count=2,
+            max_latency_ms=90,
+            min_latency_ms=40,  # least() ignores the unmeasured NULL
+        ),
+        other,
+    ]
+    assert merge_increments([unmeasured, unmeasured])[0].min_latency_ms is None

@@ -12,11 +12,9 @@ import json
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from proxy.chat import ChatUpstreamFailed, responses_to_chat_completion
+from proxy.chat import ChatUpstreamFailed
 from tests.proxy.chat.support import (
     ALLOWED_EXTRA_KEYS,
-    COMPLETION_ID,
-    CREATED,
     FIXTURE_NAMES,
     expected_chunks,
     expected_completion,
@@ -165,24 +163,24 @@ def test_non_stream_completion_from_the_events(name):
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_non_stream_completion_from_the_terminal_response_alone_matches(name):
-    # given: only the terminal response object (the fallback when no deltas were kept)
+    # given: only the terminal event (the fallback when no deltas were kept)
     fixture = load_fixture(name)
     model = fixture["request"]["model"]
     plan = plan_for(fixture, stream=False)
-    terminal_response = fixture["events"][-1]["response"]
+    terminal = fixture["events"][-1]
     expectation = fixture["completion"]
 
-    # when / then
+    # when
+    translator, _ = translate_events(plan, [terminal], model)
+
+    # then
     if "raises" in expectation:
         with pytest.raises(ChatUpstreamFailed) as raised:
-            responses_to_chat_completion(plan, COMPLETION_ID, CREATED, model, terminal_response)
+            translator.completion()
         assert raised.value.code == expectation["code"]
-        assert raised.value.error == terminal_response["error"]
+        assert raised.value.error == terminal["response"]["error"]
         return
-    completion = responses_to_chat_completion(
-        plan, COMPLETION_ID, CREATED, model, terminal_response
-    )
-    assert completion == expected_completion(expectation, model)
+    assert translator.completion() == expected_completion(expectation, model)
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)

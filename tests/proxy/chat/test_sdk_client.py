@@ -1,89 +1,76 @@
-"""The official `openai` SDK against a stand-in chat view built on this library.
+"""The official `openai` SDK against the running proxy's `/v1/chat/completions`.
 
-The view is the smallest caller there can be (translate the SDK's body, replay a fixture's
-upstream events through one translator, answer JSON or SSE); transport is an in-process
-`httpx.MockTransport`, so nothing leaves the process. Assertions are on the SDK's objects.
+The fake Codex upstream replays each fixture's Responses events as real SSE, so every request
+goes through the real view, dispatcher and translator. Assertions are on the SDK's objects, on
+what reached the upstream, and on the ledger.
 """
 
 from __future__ import annotations
 
-import json
+import re
 
-import httpx
 import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel
 
-from proxy.chat import ChatRequestInvalid, ChatStreamTranslator, chat_request_to_responses
-from tests.proxy.chat.support import (
-    COMPLETION_ID,
-    CREATED,
-    FIXTURE_NAMES,
-    load_fixture,
-    server_sent_events,
-)
+from telemetry.models import UsageRecord
+from tests.fakes.codex import Reply, text_events
+from tests.proxy.chat.support import FIXTURE_NAMES, load_fixture
+from tests.proxy.conftest import make_pool_account
+
+TOKEN = "tok-chat-sdk"
+COMPLETION_ID = re.compile(r"chatcmpl-[0-9a-f]{24}")
+# "failed" ends in an error, and the proxy answers a non-stream "empty_output" by trying the
+# next account (spec §3.6): both have tests of their own below.
+SUCCESSFUL_FIXTURES = [name for name in FIXTURE_NAMES if name not in ("failed", "empty_output")]
 
 
-class StandInChatView:
-    """Answers `POST /v1/chat/completions` from canned upstream events; records every plan."""
-
-    def __init__(self, *event_sequences: list[dict]) -> None:
-        self._event_sequences = list(event_sequences)
-        self.plans = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/v1/chat/completions"
-        try:
-            plan = chat_request_to_responses(json.loads(request.content))
-        except ChatRequestInvalid as error:
-            return httpx.Response(error.status_code, json=error.envelope())
-        self.plans.append(plan)
-        translator = ChatStreamTranslator(plan, COMPLETION_ID, CREATED, plan.requested_model)
-        chunks = []
-        for event in self._event_sequences.pop(0):
-            chunks.extend(translator.feed(event["type"], event))
-        if plan.stream:
-            body = server_sent_events(chunks + translator.finish())
-            return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
-        return httpx.Response(200, json=translator.completion())
+@pytest.fixture
+def client(proxy, upstream, client_key) -> openai.OpenAI:
+    make_pool_account(TOKEN)
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=client_key.key, max_retries=0)
 
 
-def client_for(view: StandInChatView) -> openai.OpenAI:
-    return openai.OpenAI(
-        api_key="sk_test",
-        base_url="http://proxy.test/v1",
-        max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(view)),
-    )
+def answer_with(upstream, *event_sequences: list[dict]) -> None:
+    """Have the fake upstream answer the next requests with these events, in order."""
+    upstream.program(TOKEN, *(Reply(events=events) for events in event_sequences))
 
 
-SUCCESSFUL_FIXTURES = [name for name in FIXTURE_NAMES if name != "failed"]
+def sent_upstream(upstream) -> list[dict]:
+    """The Responses bodies the proxy sent upstream, in order."""
+    return [request.json() for request in upstream.responses_requests()]
+
+
+def streamed(client: openai.OpenAI, request: dict) -> tuple[list, object]:
+    """Stream `request` with usage; return the chunks and the SDK's accumulated completion."""
+    state = ChatCompletionStreamState()
+    streaming_request = {**request, "stream_options": {"include_usage": True}}
+    chunks = list(client.chat.completions.create(**streaming_request, stream=True))
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    # The snapshot, not get_final_completion(): that one raises on length / content_filter.
+    return chunks, state.current_completion_snapshot
 
 
 @pytest.mark.parametrize("name", SUCCESSFUL_FIXTURES)
-def test_sdk_stream_accumulates_to_the_same_message_as_the_non_stream_call(name):
+def test_sdk_stream_accumulates_to_the_same_message_as_the_non_stream_call(
+    name, client, upstream, proxy
+):
     # given
     fixture = load_fixture(name)
-    view = StandInChatView(fixture["events"], fixture["events"])
-    client = client_for(view)
+    answer_with(upstream, fixture["events"], fixture["events"])
 
     # when
     non_stream = client.chat.completions.create(**fixture["request"])
-    state = ChatCompletionStreamState()
-    streaming_request = {**fixture["request"], "stream_options": {"include_usage": True}}
-    stream_chunks = list(client.chat.completions.create(**streaming_request, stream=True))
-    for chunk in stream_chunks:
-        state.handle_chunk(chunk)
-    # The snapshot, not get_final_completion(): that one raises on length / content_filter.
-    streamed = state.current_completion_snapshot
+    stream_chunks, accumulated = streamed(client, fixture["request"])
 
     # then
     expected = fixture["completion"]
     assert non_stream.choices[0].message.content == expected["message"]["content"]
-    for completion in (non_stream, streamed):
+    for completion in (non_stream, accumulated):
         choice = completion.choices[0]
-        assert completion.id == COMPLETION_ID
+        assert COMPLETION_ID.fullmatch(completion.id)
         assert choice.finish_reason == expected["finish_reason"]
         assert choice.message.content == expected["message"]["content"]
         assert choice.message.refusal == expected["message"]["refusal"]
@@ -100,16 +87,19 @@ def test_sdk_stream_accumulates_to_the_same_message_as_the_non_stream_call(name)
         assert getattr(choice.message, "reasoning_content", None) == expected["message"].get(
             "reasoning_content"
         )
+    assert {chunk.id for chunk in stream_chunks} == {accumulated.id}
     assert non_stream.usage.model_dump(exclude_unset=True) == expected["usage"]
     assert stream_chunks[-1].usage.model_dump(exclude_unset=True) == expected["usage"]
     assert stream_chunks[0].choices[0].delta.role == "assistant"
-    assert [plan.stream for plan in view.plans] == [False, True]
+    proxy.drain()
+    records = UsageRecord.objects.order_by("created_at", "id")
+    assert [record.metadata_json["stream"] for record in records] == [False, True]
 
 
-def test_sdk_stream_raises_api_error_on_an_upstream_failure_after_partial_output():
+def test_sdk_stream_raises_api_error_on_an_upstream_failure_after_partial_output(client, upstream):
     # given
     fixture = load_fixture("failed")
-    client = client_for(StandInChatView(fixture["events"]))
+    answer_with(upstream, fixture["events"])
     received = []
 
     # when
@@ -129,10 +119,27 @@ def test_sdk_stream_raises_api_error_on_an_upstream_failure_after_partial_output
     assert all(chunk.choices[0].finish_reason is None for chunk in received)
 
 
-def test_sdk_sees_a_rejected_request_as_bad_request_error():
-    # given
-    client = client_for(StandInChatView())
+def test_sdk_an_upstream_answer_with_nothing_in_it(client, upstream):
+    # given: the upstream completes with no output and no output tokens, twice
+    fixture = load_fixture("empty_output")
+    answer_with(upstream, fixture["events"], fixture["events"])
 
+    # when
+    stream_chunks, accumulated = streamed(client, fixture["request"])
+    with pytest.raises(openai.APIStatusError) as raised:
+        client.chat.completions.create(**fixture["request"])
+
+    # then: a stream has already started, so it says so in the content; a non-stream request
+    # moves on to the next account and, with none left, fails (spec §3.6)
+    expected = fixture["completion"]
+    assert accumulated.choices[0].message.content == expected["message"]["content"]
+    assert accumulated.choices[0].finish_reason == expected["finish_reason"]
+    assert stream_chunks[-1].usage.model_dump(exclude_unset=True) == expected["usage"]
+    assert raised.value.status_code == 502
+    assert raised.value.body["code"] == "invalid_upstream_response"
+
+
+def test_sdk_sees_a_rejected_request_as_bad_request_error(client, upstream):
     # when
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(
@@ -143,6 +150,7 @@ def test_sdk_sees_a_rejected_request_as_bad_request_error():
     assert raised.value.status_code == 400
     assert raised.value.code == "unsupported_value"
     assert raised.value.param == "n"
+    assert upstream.responses_requests() == []
 
 
 class LocatedLabel(BaseModel):
@@ -150,11 +158,9 @@ class LocatedLabel(BaseModel):
     label: str
 
 
-def test_sdk_parse_with_a_tuple_field_round_trips_through_the_rewritten_schema():
+def test_sdk_parse_with_a_tuple_field_round_trips_through_the_rewritten_schema(client, upstream):
     # given: upstream events answering with the index-keyed object of the rewritten schema
-    fixture = load_fixture("json_schema_tuple")
-    view = StandInChatView(fixture["events"])
-    client = client_for(view)
+    answer_with(upstream, load_fixture("json_schema_tuple")["events"])
 
     # when
     completion = client.chat.completions.parse(
@@ -165,7 +171,7 @@ def test_sdk_parse_with_a_tuple_field_round_trips_through_the_rewritten_schema()
 
     # then
     assert completion.choices[0].message.parsed == LocatedLabel(point=(3, 4), label="north-east")
-    upstream_format = view.plans[0].responses_body["text"]["format"]
+    upstream_format = sent_upstream(upstream)[0]["text"]["format"]
     assert upstream_format["name"] == "LocatedLabel"
     assert upstream_format["strict"] is True
     assert upstream_format["schema"]["properties"]["point"] == {
@@ -177,12 +183,13 @@ def test_sdk_parse_with_a_tuple_field_round_trips_through_the_rewritten_schema()
     }
 
 
-def test_sdk_tool_call_round_trip_sends_the_call_and_its_output_upstream():
+def test_sdk_tool_call_round_trip_sends_the_call_and_its_output_upstream(client, upstream):
     # given: first the model calls get_weather, then it answers from the tool output
-    call_events = load_fixture("function_call_single")["events"]
-    answer_events = load_fixture("tool_round_trip")["events"]
-    view = StandInChatView(call_events, answer_events)
-    client = client_for(view)
+    answer_with(
+        upstream,
+        load_fixture("function_call_single")["events"],
+        load_fixture("tool_round_trip")["events"],
+    )
     tools = load_fixture("tool_round_trip")["request"]["tools"]
     messages = [{"role": "user", "content": "What's the weather in Paris?"}]
 
@@ -199,7 +206,7 @@ def test_sdk_tool_call_round_trip_sends_the_call_and_its_output_upstream():
         "get_weather",
         '{"city":"Paris","unit":"c"}',
     )
-    assert view.plans[1].responses_body["input"][1:] == [
+    assert sent_upstream(upstream)[1]["input"][1:] == [
         {
             "type": "function_call",
             "call_id": call.id,
@@ -210,3 +217,27 @@ def test_sdk_tool_call_round_trip_sends_the_call_and_its_output_upstream():
     ]
     assert second.choices[0].message.content == "It is 18 °C and cloudy in Paris."
     assert second.choices[0].finish_reason == "stop"
+
+
+def test_non_stream_content_is_the_streamed_text_when_the_completed_output_is_empty(
+    client, upstream
+):
+    # given: text deltas, then a response.completed whose output is empty (as the Codex
+    # backend sends it) though it counts the output tokens
+    events = [
+        event
+        for event in text_events(text="Hello", deltas=2, model="gpt-5.4")
+        if not event["type"].endswith(".done")
+    ]
+    events[-1]["response"]["output"] = []
+    assert events[-1]["response"]["usage"]["output_tokens"] > 0
+    answer_with(upstream, events)
+
+    # when
+    completion = client.chat.completions.create(
+        model="gpt-5.4", messages=[{"role": "user", "content": "Hi"}]
+    )
+
+    # then
+    assert completion.choices[0].message.content == "Hello"
+    assert completion.choices[0].finish_reason == "stop"

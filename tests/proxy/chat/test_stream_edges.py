@@ -270,24 +270,50 @@ def test_reasoning_is_hidden_when_the_client_did_not_request_it():
     assert "reasoning_content" not in translator.completion()["choices"][0]["message"]
 
 
-def test_an_upstream_without_deltas_still_delivers_text_and_arguments():
-    # given: items only arrive whole (added with empty arguments, then done)
+@pytest.mark.parametrize(
+    ("events", "text", "arguments"),
+    [
+        pytest.param(
+            [
+                {"type": "response.output_item.added", "output_index": 0, "item": message_item("")},
+                {
+                    "type": "response.output_item.done",
+                    "output_index": 0,
+                    "item": message_item("Sure."),
+                },
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 1,
+                    "item": function_call_item("", "in_progress"),
+                },
+                {
+                    "type": "response.output_item.done",
+                    "output_index": 1,
+                    "item": function_call_item('{"city":"Oslo"}'),
+                },
+                completed([message_item("Sure."), function_call_item('{"city":"Oslo"}')]),
+            ],
+            "Sure.",
+            '{"city":"Oslo"}',
+            id="items-arrive-whole",
+        ),
+        pytest.param(
+            [
+                {
+                    "type": "response.created",
+                    "response": {"id": "resp_edge", "status": "in_progress"},
+                },
+                completed([message_item("Only here."), function_call_item('{"city":"Rome"}')]),
+            ],
+            "Only here.",
+            '{"city":"Rome"}',
+            id="only-the-terminal-response",
+        ),
+    ],
+)
+def test_an_upstream_without_deltas_still_delivers_text_and_arguments(events, text, arguments):
+    # given: no deltas at all; the output comes in whole items or only in the terminal response
     translator = ChatStreamTranslator(streaming_plan(), COMPLETION_ID, CREATED, MODEL)
-    events = [
-        {"type": "response.output_item.added", "output_index": 0, "item": message_item("")},
-        {"type": "response.output_item.done", "output_index": 0, "item": message_item("Sure.")},
-        {
-            "type": "response.output_item.added",
-            "output_index": 1,
-            "item": function_call_item("", "in_progress"),
-        },
-        {
-            "type": "response.output_item.done",
-            "output_index": 1,
-            "item": function_call_item('{"city":"Oslo"}'),
-        },
-        completed([message_item("Sure."), function_call_item('{"city":"Oslo"}')]),
-    ]
 
     # when
     chunks = feed_all(translator, events) + translator.finish()
@@ -302,40 +328,9 @@ def test_an_upstream_without_deltas_still_delivers_text_and_arguments():
     assert chunks == expected_chunks(
         [
             {"delta": {"role": "assistant", "content": ""}},
-            {"delta": {"content": "Sure."}},
+            {"delta": {"content": text}},
             {"delta": {"tool_calls": [start]}},
-            {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":"Oslo"}'}}]}},
-            {"delta": {}, "finish_reason": "tool_calls"},
-        ],
-        MODEL,
-        include_usage=False,
-    )
-
-
-def test_an_upstream_that_only_sends_the_terminal_response_is_still_answered():
-    # given
-    translator = ChatStreamTranslator(streaming_plan(), COMPLETION_ID, CREATED, MODEL)
-    events = [
-        {"type": "response.created", "response": {"id": "resp_edge", "status": "in_progress"}},
-        completed([message_item("Only here."), function_call_item('{"city":"Rome"}')]),
-    ]
-
-    # when
-    chunks = feed_all(translator, events) + translator.finish()
-
-    # then
-    start = {
-        "index": 0,
-        "id": "call_edge",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": ""},
-    }
-    assert chunks == expected_chunks(
-        [
-            {"delta": {"role": "assistant", "content": ""}},
-            {"delta": {"content": "Only here."}},
-            {"delta": {"tool_calls": [start]}},
-            {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":"Rome"}'}}]}},
+            {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}},
             {"delta": {}, "finish_reason": "tool_calls"},
         ],
         MODEL,
@@ -525,18 +520,23 @@ def test_text_parts_of_several_messages_join_and_citations_shift_with_them():
 
 
 def test_a_response_that_is_not_finished_cannot_become_a_completion():
-    # given
-    from proxy.chat import responses_to_chat_completion
-
+    # given: the upstream said it started, and nothing more
     plan = chat_request_to_responses(
         {"model": MODEL, "messages": [{"role": "user", "content": "?"}]}
+    )
+    translator = ChatStreamTranslator(plan, COMPLETION_ID, CREATED, MODEL)
+    started = {"id": "resp_x", "status": "in_progress"}
+    feed_all(
+        translator,
+        [
+            {"type": "response.created", "response": started},
+            {"type": "response.in_progress", "response": started},
+        ],
     )
 
     # when
     with pytest.raises(ChatUpstreamTruncated) as raised:
-        responses_to_chat_completion(
-            plan, COMPLETION_ID, CREATED, MODEL, {"id": "resp_x", "status": "in_progress"}
-        )
+        translator.completion()
 
     # then
-    assert raised.value.message == "Upstream response is not finished (status 'in_progress')"
+    assert (raised.value.message, raised.value.code) == (TRUNCATED["message"], TRUNCATED["code"])

@@ -69,6 +69,37 @@ def test_a_schema_without_tuples_is_reported_unchanged():
     assert rewritten == {"type": "object", "properties": {"a": {"type": "array", "items": {}}}}
 
 
+def test_properties_named_like_keywords_are_still_schemas():
+    # given: properties called "default" and "prefixItems", and a definition called "const"
+    schema = {
+        "type": "object",
+        "$defs": {"const": PAIR},
+        "properties": {
+            "default": PAIR,
+            "prefixItems": {"type": "array", "items": {"type": "string"}},
+            "enum": {"$ref": "#/$defs/const"},
+        },
+        "patternProperties": {"^x-": PAIR},
+    }
+
+    # when
+    rewritten, changed = rewrite_tuple_schemas(schema)
+
+    # then
+    assert changed is True
+    assert rewritten == {
+        "type": "object",
+        "$defs": {"const": PAIR_OBJECT},
+        "properties": {
+            "default": PAIR_OBJECT,
+            "prefixItems": {"type": "array", "items": {"type": "string"}},
+            "enum": {"$ref": "#/$defs/const"},
+        },
+        "patternProperties": {"^x-": PAIR_OBJECT},
+    }
+    assert restore_tuples_in_text('{"default":{"0":"a","1":1}}', schema) == '{"default":["a",1]}'
+
+
 def test_output_objects_are_turned_back_into_arrays_wherever_the_schema_has_tuples():
     # given: what the upstream produced against the rewritten schema
     text = (

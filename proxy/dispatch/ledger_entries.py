@@ -1,0 +1,376 @@
+"""What one finished ``/v1`` request leaves behind (spec §7.1): its ``LedgerEntry``.
+
+Built from the finished ``Dispatch`` once the response has ended; ``proxy.dispatch.recording``
+writes the entries later, in batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from proxy.dispatch.accounts import AccountView
+from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
+from proxy.services.account_usage import AccountUsageIncrement
+
+
+@dataclass
+class LedgerEntry:
+    """Everything one finished request leaves behind."""
+
+    usage: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    account_usage: list[tuple[str, AccountUsageIncrement]] = field(default_factory=list)
+    cookies: list[tuple[str, list[dict]]] = field(default_factory=list)
+    # (account id, upstream headers) of a success whose rate-limit headers update the quota.
+    quota_sync: tuple[str, dict[str, str]] | None = None
+    models_etag: str | None = None
+
+
+def _request_summary(body: dict) -> dict[str, Any]:
+    input_value = body.get("input")
+    tools = body.get("tools")
+    return {
+        "model": body.get("model"),
+        "stream": body.get("stream"),
+        "store": body.get("store"),
+        "inputType": type(input_value).__name__ if input_value is not None else None,
+        "inputItemsCount": len(input_value) if isinstance(input_value, list) else None,
+        "toolsCount": len(tools) if isinstance(tools, list) else 0,
+        "topLevelFields": sorted(body.keys()),
+        "previousResponseIdPresent": bool(body.get("previous_response_id")),
+    }
+
+
+def _base_metadata(dispatch) -> dict[str, Any]:
+    """Metadata every row of ``dispatch`` carries (spec §7.1)."""
+    request = dispatch.request
+    reasoning = request.body.get("reasoning")
+    return {
+        "apiKind": "chat" if request.route == "/v1/chat/completions" else "responses",
+        "stream": request.stream,
+        "compact": request.route.endswith("/compact"),
+        "clientIp": request.client_ip,
+        "userAgent": request.user_agent,
+        "requestedModel": request.requested_model,
+        "reasoningEffort": reasoning.get("effort") if isinstance(reasoning, dict) else None,
+        "attemptCount": len(dispatch.notes),
+        "attempts": [
+            {"index": note.index, "accountId": note.account_id} for note in dispatch.notes
+        ],
+        "requestSummary": _request_summary(request.body),
+    }
+
+
+def _upstream_request_id(headers: dict[str, str]) -> str | None:
+    return (
+        headers.get("x-request-id")
+        or headers.get("x-openai-request-id")
+        or headers.get("openai-request-id")
+        or headers.get("request-id")
+    )
+
+
+def _tokens(usage: dict) -> dict[str, int | None]:
+    """The token columns of a usage object (Responses API shape)."""
+    input_details = usage.get("input_tokens_details") or {}
+    output_details = usage.get("output_tokens_details") or {}
+    return {
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cached_tokens": input_details.get("cached_tokens"),
+        "reasoning_tokens": output_details.get("reasoning_tokens"),
+    }
+
+
+def _counted_usage(usage: dict) -> AccountUsageIncrement:
+    """What an answered attempt adds to its account's counters."""
+    tokens = _tokens(usage)
+    return AccountUsageIncrement(
+        counted_request=True,
+        input_tokens=tokens["input_tokens"] or 0,
+        output_tokens=tokens["output_tokens"] or 0,
+        cached_tokens=tokens["cached_tokens"] or 0,
+        reasoning_tokens=tokens["reasoning_tokens"] or 0,
+        total_tokens=usage.get("total_tokens"),
+    )
+
+
+@dataclass(frozen=True)
+class _Moment:
+    """When the entry is built: every row of one request shares it."""
+
+    now: datetime
+    latency_ms: int
+
+
+@dataclass
+class _Served:
+    """The attempt that answered: its account, headers, position and usage."""
+
+    account: AccountView
+    upstream_headers: dict[str, str]
+    attempt_index: int
+    response_id: str | None
+    usage: dict
+
+
+def _served_fact(dispatch, served: _Served, base_metadata: dict, moment: _Moment):
+    """The columns and metadata shared by the success row and the failed-stream row."""
+    request = dispatch.request
+    headers = served.upstream_headers
+    effective_model = headers.get("openai-model") or request.model
+    fact = {
+        "request_id": request.request_id,
+        "client_api_key_id": request.client_api_key_id,
+        "route": request.route,
+        "created_at": moment.now,
+        "provider": "openai",
+        "account_id": served.account.id,
+        "model": effective_model,
+        "transport": dispatch.transport,
+        "attempt_index": served.attempt_index,
+        "response_id": served.response_id,
+        "upstream_request_id": _upstream_request_id(headers),
+        "latency_ms": moment.latency_ms,
+    }
+    # Columns of usage_records are not repeated in its metadata (seed §2.7).
+    metadata = {
+        **{key: value for key, value in base_metadata.items() if key != "requestedModel"},
+        "modelsEtag": headers.get("x-models-etag"),
+        "reasoningIncluded": headers.get("x-reasoning-included"),
+        "cfRay": headers.get("cf-ray"),
+        "accountEmail": served.account.email,
+    }
+    return fact, metadata
+
+
+def _record_success(
+    entry: LedgerEntry,
+    dispatch,
+    served: _Served,
+    base_metadata: dict,
+    moment: _Moment,
+    *,
+    message: str,
+    incomplete: bool = False,
+    first_token_ms: int | None = None,
+) -> None:
+    """The usage row of a successful attempt, and what every success triggers: the passive
+    quota sync from its rate-limit headers and the models etag check (spec §4.3, §4.5)."""
+    request = dispatch.request
+    fact, metadata = _served_fact(dispatch, served, base_metadata, moment)
+    service_tier = request.body.get("service_tier")
+    entry.quota_sync = (served.account.id, served.upstream_headers)
+    entry.models_etag = served.upstream_headers.get("x-models-etag")
+    entry.usage = {
+        **fact,
+        **_tokens(served.usage),
+        "message": message,
+        "status_code": 200,
+        "requested_model": request.requested_model,
+        "upstream_model": fact["model"],
+        "service_tier": service_tier if isinstance(service_tier, str) else None,
+        "first_token_ms": first_token_ms,
+        "metadata": {**metadata, "completed": not incomplete, "incomplete": incomplete},
+    }
+
+
+def _record_attempt_failures(
+    entry: LedgerEntry, dispatch, base_metadata: dict, moment: _Moment
+) -> None:
+    """Counters of the attempts that failed, and a row per transient failure that moved the
+    request on (spec §7.1); the other rotations (429, 401, ...) show up as account state."""
+    request = dispatch.request
+    for note in dispatch.notes:
+        failure = note.failure
+        if failure is None:
+            continue
+        if failure.answered:
+            entry.account_usage.append(
+                (note.account_id, AccountUsageIncrement(counted_request=True))
+            )
+        if failure.kind == FailureKind.EMPTY_RESPONSE:
+            entry.account_usage.append(
+                (note.account_id, AccountUsageIncrement(empty_response=True))
+            )
+        is_final = failure is dispatch.final_failure
+        if failure.kind == FailureKind.UPSTREAM_UNAVAILABLE and not is_final:
+            entry.errors.append(
+                {
+                    "request_id": request.request_id,
+                    "client_api_key_id": request.client_api_key_id,
+                    "route": request.route,
+                    "created_at": moment.now,
+                    "message": "v1 responses upstream request failed",
+                    "provider": "openai",
+                    "account_id": note.account_id,
+                    "model": request.model,
+                    "status_code": failure.upstream_status or 502,
+                    "upstream_status_code": failure.upstream_status,
+                    "transport": dispatch.transport,
+                    "attempt_index": note.index,
+                    "failure_class": failure.kind.value,
+                    "latency_ms": moment.latency_ms,
+                    "metadata": {
+                        **base_metadata,
+                        "errorKind": failure.kind.value,
+                        "error": failure.short_text(),
+                        "failureSource": "upstream",
+                    },
+                }
+            )
+
+
+def _record_dispatch_failure(
+    entry: LedgerEntry, dispatch, base_metadata: dict, moment: _Moment
+) -> None:
+    """The row of a request no account could serve (the client got ``dispatch.client_error``)."""
+    request = dispatch.request
+    failure = dispatch.final_failure
+    failure_class = failure.kind.value if failure else "no_available_accounts"
+    error = dispatch.client_error
+    last_account = dispatch.notes[-1].account_id if dispatch.notes else None
+    entry.errors.append(
+        {
+            "request_id": request.request_id,
+            "client_api_key_id": request.client_api_key_id,
+            "route": request.route,
+            "created_at": moment.now,
+            "message": "v1 responses dispatch failed",
+            "provider": "openai",
+            "account_id": last_account,
+            "model": request.model,
+            "status_code": error.status,
+            "client_status_code": error.status,
+            "upstream_status_code": failure.upstream_status if failure else None,
+            "transport": dispatch.transport if dispatch.notes else None,
+            "attempt_index": dispatch.notes[-1].index if dispatch.notes else None,
+            "failure_class": failure_class,
+            "response_id": failure.response_id if failure else None,
+            "latency_ms": moment.latency_ms,
+            "metadata": {
+                **base_metadata,
+                "failed": True,
+                "errorKind": failure_class,
+                "error": (failure.short_text() if failure else error.message),
+                "upstreamCode": failure.code if failure else None,
+                "exhaustedCount": dispatch.exhausted_count
+                if failure and failure.kind in ROTATING_KINDS
+                else None,
+                "failureSource": "upstream" if failure else "proxy",
+            },
+        }
+    )
+
+
+def build_entry(dispatch, *, committed=None, response_object: dict | None = None) -> LedgerEntry:
+    """Translate what ``dispatch`` (a finished Dispatch) saw into facts and counters."""
+    request = dispatch.request
+    moment = _Moment(timezone.now(), request.elapsed_ms())
+    base_metadata = _base_metadata(dispatch)
+    entry = LedgerEntry(cookies=list(dispatch.captured_cookies))
+    _record_attempt_failures(entry, dispatch, base_metadata, moment)
+    if dispatch.client_error is not None:
+        _record_dispatch_failure(entry, dispatch, base_metadata, moment)
+        return entry
+    if committed is None:
+        return entry
+
+    progress = committed.progress
+    terminal = progress.terminal if isinstance(progress.terminal, dict) else {}
+    response = response_object or terminal.get("response")
+    response = response if isinstance(response, dict) else {}
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    served = _Served(
+        account=committed.account,
+        upstream_headers=committed.upstream_headers,
+        attempt_index=committed.attempt_index,
+        response_id=progress.response_id or response.get("id"),
+        usage=usage,
+    )
+    entry.account_usage.append((served.account.id, _counted_usage(usage)))
+    failed_badly = dispatch.stream_error or dispatch.synthetic_failure or dispatch.client_cancelled
+    terminal_event = progress.terminal_event
+    if not failed_badly and terminal_event in ("response.completed", "response.incomplete"):
+        incomplete = terminal_event == "response.incomplete"
+        kind_word = "incomplete" if incomplete else "completed"
+        _record_success(
+            entry,
+            dispatch,
+            served,
+            base_metadata,
+            moment,
+            message=f"v1 responses stream {kind_word}"
+            if request.stream
+            else f"v1 responses {kind_word}",
+            incomplete=incomplete,
+            first_token_ms=progress.first_token_ms,
+        )
+        return entry
+
+    # The stream was committed but did not end well: cancelled, cut, or a terminal failure.
+    if dispatch.client_cancelled:
+        status, failure_class, source = 499, "client_cancelled", "client"
+        detail = "the client closed the connection before the response ended"
+    elif terminal_event in ("response.failed", "error"):
+        error = response.get("error") or terminal.get("error") or {}
+        code = str(error.get("code") or "") if isinstance(error, dict) else ""
+        status, failure_class, source = failed_event_status(code), "response_failed", "upstream"
+        detail = str(error.get("message") or "") if isinstance(error, dict) else ""
+    else:
+        status, source = 502, "proxy"
+        failure_class = (
+            "invalid_sse"
+            if dispatch.stream_error and "SSE" in dispatch.stream_error
+            else "missing_completed"
+        )
+        detail = dispatch.stream_error or "ended without response.completed"
+    fact, metadata = _served_fact(dispatch, served, base_metadata, moment)
+    entry.errors.append(
+        {
+            **fact,
+            "message": "v1 responses stream failed",
+            "status_code": status,
+            "client_status_code": 200,
+            "failure_class": failure_class,
+            "metadata": {
+                **metadata,
+                "failed": True,
+                "errorKind": failure_class,
+                "failureSource": source,
+                "synthetic": dispatch.synthetic_failure,
+                "failureDetail": detail[:200],
+                "firstTokenMs": progress.first_token_ms,
+            },
+        }
+    )
+    return entry
+
+
+def build_compact_entry(dispatch, result) -> LedgerEntry:
+    """The ledger of a successful ``/v1/responses/compact`` call (transport ``http``): a
+    success like any other (spec §1.5, §4.3), its usage from the JSON answer."""
+    entry = build_entry(dispatch)  # transient failures of earlier attempts, if any
+    payload = result.payload if isinstance(result.payload, dict) else {}
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    served = _Served(
+        account=result.account,
+        upstream_headers=result.upstream_headers,
+        attempt_index=result.attempt_index,
+        response_id=payload.get("id") if isinstance(payload.get("id"), str) else None,
+        usage=usage,
+    )
+    entry.account_usage.append((served.account.id, _counted_usage(usage)))
+    _record_success(
+        entry,
+        dispatch,
+        served,
+        _base_metadata(dispatch),
+        _Moment(timezone.now(), dispatch.request.elapsed_ms()),
+        message="v1 responses compact completed",
+    )
+    return entry
