@@ -86,6 +86,9 @@ DATABASES = {
         # the seeds list every index the schema has (config/postgres/base.py).
         "ENGINE": "config.postgres",
         "CONN_MAX_AGE": 0,
+        # The pool checks a connection before handing it out and replaces a dead one (after a
+        # failover, a restart or an idle timeout) instead of failing the next request with it.
+        "CONN_HEALTH_CHECKS": True,
         "OPTIONS": {**_database_options, "pool": _POOL_OPTIONS, "connect_timeout": 5},
         # Test runs may name their own database so that several can run side by side.
         "TEST": {"NAME": env_str("TEST_DATABASE_NAME", f"test_{_database['NAME']}")},

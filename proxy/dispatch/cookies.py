@@ -13,7 +13,7 @@ from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
 from proxy.identifiers import new_id
-from proxy.loop_resources import database_pool
+from proxy.loop_resources import database_connection
 
 CAPTURED_COOKIE_NAMES = frozenset({"cf_clearance"})
 
@@ -70,8 +70,7 @@ async def store_cookies(account_id: str, cookies: list[dict], *, now: datetime) 
     """Upsert by (account, domain, name, path): a newer value replaces the old one."""
     if not cookies:
         return
-    pool = await database_pool.get()
-    async with pool.connection() as connection:
+    async with database_connection() as connection:
         for cookie in cookies:
             await connection.execute(
                 "insert into account_cookies"

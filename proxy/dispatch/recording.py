@@ -3,16 +3,31 @@
 Nothing here runs before the last byte reached the client: a finished request hands its
 ``LedgerEntry`` (``proxy.dispatch.ledger_entries``) to the loop's ``LedgerWriter``, which
 writes batches from a worker thread. A telemetry failure is logged and never reaches the client.
+
+A completed request's rows survive a database that goes away (seed 004 §4.7: every success is
+exactly one usage_records row; §2.10: account_usage cannot be rebuilt):
+
+* a batch is one transaction — facts, their buckets and the account counters together — so
+  it lands whole or not at all, and a counter is never added twice by a retry;
+* when the connection fails, the batch is retried on a fresh connection with bounded backoff
+  and kept in memory (up to ``MAX_BACKLOG`` entries) while the database is down; when the
+  failure may have hit the COMMIT itself, the retry first asks PostgreSQL whether that
+  transaction committed (``txid_status``) instead of guessing;
+* only when the database rejects the batch as invalid are its entries written one by one
+  (text made storable first), so a bad row costs only itself; what is finally given up is
+  logged loudly and counted (``ledger_stats()``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
+from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from proxy import redis_keys
@@ -24,37 +39,102 @@ from proxy.dispatch.ledger_entries import (  # noqa: F401 - the views build entr
 )
 from proxy.loop_resources import PerLoop, async_redis
 from proxy.quota import passive_quota_sync
-from proxy.services.account_usage import account_usage_add, account_usage_add_many
-from telemetry.services.ledger import ledger_write_batch, ops_error_log_create, usage_record_create
+from proxy.services.account_usage import account_usage_add_many
+from telemetry.services.ledger import ledger_write_batch, storable
 
 logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_SECONDS = 0.05
 MAX_BATCH = 500
+# Finished requests held in memory while the database is down; past this the oldest are given
+# up (logged and counted) so that an outage cannot exhaust the worker's memory.
+MAX_BACKLOG = 20_000
+# Waits between attempts at one batch while the database fails (the last one repeats).
+RETRY_DELAYS_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass
+class LedgerStats:
+    """What the writers of this process did (read by ``ledger_stats``)."""
+
+    entries_written: int = 0
+    entries_given_up: int = 0
+    batch_retries: int = 0
+
+
+_stats = LedgerStats()
+
+
+def ledger_stats() -> LedgerStats:
+    """This process's ledger counters; ``entries_given_up`` above 0 means rows were lost."""
+    return _stats
+
+
+@dataclass
+class _Unit:
+    """Entries to write in one transaction."""
+
+    entries: list[LedgerEntry]
+    # The transaction of an earlier attempt whose COMMIT may have reached the server before
+    # the connection died: its fate is asked before the entries are written again.
+    in_doubt_transaction: int | None = None
+
+
+@dataclass
+class _Attempt:
+    transaction_id: int | None = None
+    written: list[LedgerEntry] = field(default_factory=list)
 
 
 class LedgerWriter:
     """Collects finished requests and writes them in batches from one worker thread.
 
-    Every ``FLUSH_INTERVAL_SECONDS`` the pending entries go to the database in one transaction
-    (each fact still commits together with its bucket change, seed §5.2) and the account
-    counters in one statement of their own. If the batch is rejected (a CHECK, a deleted
-    account) its rows are written one by one, so a bad row costs only itself.
+    Every ``FLUSH_INTERVAL_SECONDS`` up to ``MAX_BATCH`` pending entries go to the database in
+    one transaction. While a batch cannot be written because the database is unreachable, it
+    is retried (``RETRY_DELAYS_SECONDS``) and new entries wait behind it.
     """
 
     def __init__(self) -> None:
-        self._pending: list[LedgerEntry] = []
+        self._pending: deque[LedgerEntry] = deque()
         self._task: asyncio.Task | None = None
+
+    @property
+    def backlog(self) -> int:
+        return len(self._pending)
 
     def submit(self, entry: LedgerEntry) -> None:
         self._pending.append(entry)
+        if len(self._pending) > MAX_BACKLOG:
+            _give_up([self._pending.popleft()], "the in-memory backlog is full")
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        while self._pending:
-            await asyncio.sleep(FLUSH_INTERVAL_SECONDS)
-            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            await write_batch(batch)
+        failures = 0
+        unit: _Unit | None = None
+        while unit is not None or self._pending:
+            if unit is None:
+                await asyncio.sleep(FLUSH_INTERVAL_SECONDS)
+                count = min(MAX_BATCH, len(self._pending))
+                unit = _Unit([self._pending.popleft() for _ in range(count)])
+            entries = unit.entries
+            unit = await write_unit(unit)
+            if unit is None:
+                if failures:
+                    logger.warning(
+                        "telemetry database reachable again after %d failed attempts", failures
+                    )
+                    failures = 0
+                await _write_extras(entries)
+                continue
+            failures += 1
+            _stats.batch_retries += 1
+            if failures == 1:
+                logger.warning(
+                    "telemetry database unavailable; holding %d finished requests in memory"
+                    " and retrying",
+                    len(unit.entries) + len(self._pending),
+                )
+            await asyncio.sleep(RETRY_DELAYS_SECONDS[min(failures, len(RETRY_DELAYS_SECONDS)) - 1])
 
     async def flush(self) -> None:
         while self._task is not None and not self._task.done():
@@ -75,50 +155,134 @@ async def await_pending_writes() -> None:
     await _writers.get_or_create().flush()
 
 
-async def write_batch(batch: list[LedgerEntry]) -> None:
+async def write_unit(unit: _Unit) -> _Unit | None:
+    """Write ``unit`` from a worker thread; returns what is left to retry (None: done)."""
     try:
-        await sync_to_async(_write_batch_in_thread, thread_sensitive=False)(batch)
-    except Exception:
-        logger.exception("telemetry write failed; the client responses were not affected")
-    await _write_extras(batch)
+        return await sync_to_async(_write_unit_in_thread, thread_sensitive=False)(unit)
+    except Exception:  # a bug, not the database: never let it stop the writer
+        logger.exception("telemetry write failed unexpectedly")
+        _give_up(unit.entries, "an unexpected error")
+        return None
 
 
-def _write_batch_in_thread(batch: list[LedgerEntry]) -> None:
-    now = timezone.now()
-    usage_facts = [entry.usage for entry in batch if entry.usage is not None]
-    if not settings.TELEMETRY_ENABLED:
-        usage_facts = []
-    error_facts = [error for entry in batch for error in entry.errors]
-    counters = [item for entry in batch for item in entry.account_usage]
+def _write_unit_in_thread(unit: _Unit) -> _Unit | None:
     try:
-        try:
-            if usage_facts or error_facts:
-                ledger_write_batch(usage_facts=usage_facts, error_facts=error_facts)
-        except Exception:
-            logger.warning("ledger batch rejected; writing its rows one by one", exc_info=True)
-            for fact in error_facts:
-                _logged(ops_error_log_create, fact)
-            for fact in usage_facts:
-                _logged(usage_record_create, fact)
-        try:
-            account_usage_add_many(increments=counters, now=now)
-        except Exception:
-            # An account may have been deleted meanwhile (foreign key): keep the others.
-            for account_id, increment in counters:
-                _logged(
-                    account_usage_add,
-                    {"account_id": account_id, "increment": increment, "now": now},
-                )
+        if unit.in_doubt_transaction is not None:
+            state = _transaction_state(unit.in_doubt_transaction)
+            if state == "committed":
+                _stats.entries_written += len(unit.entries)
+                return None
+            if state == "in progress":  # the old backend is still finishing: ask again later
+                return unit
+        return _write_entries(unit.entries)
+    except (OperationalError, InterfaceError):
+        return unit  # still unreachable (asking about the transaction failed)
     finally:
-        # Return this thread's connection to the pool (no request cycle will do it).
+        # Return this thread's connection to the pool (no request cycle will do it); a dead
+        # one is discarded there and the pool's health check keeps the next one good.
         connection.close()
 
 
-def _logged(write, arguments: dict) -> None:
+def _transaction_state(transaction_id: int) -> str | None:
+    """'committed', 'aborted' or 'in progress' (None: too old to know)."""
+    with connection.cursor() as cursor:
+        cursor.execute("select txid_status(%s)", [transaction_id])
+        return cursor.fetchone()[0]
+
+
+def _write_entries(entries: list[LedgerEntry]) -> _Unit | None:
+    """Write ``entries`` in one transaction; when the database rejects them, again with their
+    text made storable, then one by one. Returns what is left when the connection fails."""
+    for sanitize in (False, True):
+        attempt = _Attempt()
+        try:
+            _write_atomically(entries, attempt, sanitize=sanitize)
+            _stats.entries_written += len(entries)
+            return None
+        except Exception as error:
+            if _is_connection_failure(error):
+                return _Unit(entries, attempt.transaction_id)
+            if len(entries) == 1 and sanitize:
+                _give_up(entries, type(error).__name__, exc_info=True)
+                return None
+            logger.warning("ledger batch rejected (%s)", type(error).__name__)
+    for index, entry in enumerate(entries):
+        attempt = _Attempt()
+        try:
+            _write_atomically([entry], attempt, sanitize=True)
+            _stats.entries_written += 1
+        except Exception as error:
+            if _is_connection_failure(error):
+                return _Unit(entries[index:], attempt.transaction_id)
+            _give_up([entry], type(error).__name__, exc_info=True)
+    return None
+
+
+def _is_connection_failure(error: Exception) -> bool:
+    """Whether ``error`` says the database could not be talked to (retry), as opposed to it
+    refusing what was sent (a CHECK, bad text: never retried as is)."""
+    if isinstance(error, OperationalError | InterfaceError):
+        return True
+    raw = connection.connection
+    return raw is not None and (raw.closed or raw.broken)
+
+
+def _write_atomically(entries: list[LedgerEntry], attempt: _Attempt, *, sanitize: bool) -> None:
+    """Facts, buckets and account counters of ``entries`` in ONE transaction (seed §5.2 per
+    fact; the counters share it so that a retried batch cannot count twice)."""
+    usage_facts = [entry.usage for entry in entries if entry.usage is not None]
+    if not settings.TELEMETRY_ENABLED:
+        usage_facts = []
+    error_facts = [error for entry in entries for error in entry.errors]
+    if sanitize:
+        usage_facts = [storable(fact) for fact in usage_facts]
+        error_facts = [storable(fact) for fact in error_facts]
+    counters = [item for entry in entries for item in entry.account_usage]
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("select txid_current()")
+            attempt.transaction_id = cursor.fetchone()[0]
+        if usage_facts or error_facts:
+            ledger_write_batch(usage_facts=usage_facts, error_facts=error_facts)
+        _add_counters(counters)
+
+
+def _add_counters(counters: list) -> None:
+    """The account counters of a batch; an account deleted meanwhile (its foreign key) loses
+    only its own increments, inside savepoints, so the batch's facts still commit."""
+    if not counters:
+        return
+    now = timezone.now()
     try:
-        write(**arguments)
-    except Exception:
-        logger.warning("telemetry row not written by %s", write.__name__, exc_info=True)
+        with transaction.atomic():
+            account_usage_add_many(increments=counters, now=now)
+        return
+    except IntegrityError:
+        pass
+    for account_id in dict.fromkeys(account_id for account_id, _ in counters):
+        own = [item for item in counters if item[0] == account_id]
+        try:
+            with transaction.atomic():
+                account_usage_add_many(increments=own, now=now)
+        except IntegrityError:
+            logger.info("counters of a deleted account dropped (%d increments)", len(own))
+
+
+def _give_up(entries: list[LedgerEntry], reason: str, *, exc_info: bool = False) -> None:
+    """The loud end of rows that will never be written."""
+    _stats.entries_given_up += len(entries)
+    request_ids = [
+        fact.get("request_id")
+        for entry in entries
+        for fact in ([entry.usage] if entry.usage else []) + entry.errors
+    ]
+    logger.error(
+        "telemetry rows GIVEN UP (%s): %d finished request(s), request ids %s",
+        reason,
+        len(entries),
+        request_ids[:20],
+        exc_info=exc_info,
+    )
 
 
 async def _write_extras(batch: list[LedgerEntry]) -> None:

@@ -12,13 +12,15 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+import psycopg
 from django.conf import settings
 from django.utils import timezone
+from psycopg_pool import PoolTimeout
 
 from proxy.dispatch.accounts import CANDIDATES_JSON_SQL, AccountView, accounts_from_json
 from proxy.dispatch.scheduler import SchedulerSettings
 from proxy.dispatch.upstream_request import FingerprintHeaders, render_fingerprint
-from proxy.loop_resources import PerLoop, database_pool
+from proxy.loop_resources import PerLoop, database_connection, discard_dead_connections
 from proxy.models_catalog import clean_aliases
 
 logger = logging.getLogger(__name__)
@@ -88,27 +90,48 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if token.startswith(KEY_PREFIX) else None
 
 
+class KeyLookupUnavailable(Exception):
+    """The key could not be checked because the database did not answer (not a bad key)."""
+
+
 async def _key_row(authorization: str | None, sql: str) -> tuple | None:
     """The row of ``sql`` for the enabled key of ``authorization`` (its use is recorded), or
-    None for any failure: every one is the same 401 (spec §1.2)."""
+    None when the header carries no enabled key (every such case is the same 401, spec §1.2).
+
+    Raises KeyLookupUnavailable when the database fails: a connection that died while idle is
+    retried once on a fresh one; after that the client is told the truth (503), not that its
+    key is wrong.
+    """
     token = bearer_token(authorization)
     if token is None:
         return None
-    try:
-        pool = await database_pool.get()
-        async with pool.connection() as connection:
-            cursor = await connection.execute(sql, {"key": token, "now": timezone.now()})
-            row = await cursor.fetchone()
-    except Exception:
-        logger.warning("client key lookup failed", exc_info=True)
-        return None
+    parameters = {"key": token, "now": timezone.now()}
+    for attempt in (1, 2):
+        try:
+            async with database_connection() as connection:
+                cursor = await connection.execute(sql, parameters)
+                row = await cursor.fetchone()
+            break
+        except PoolTimeout as error:  # no connection within the acquire timeout: no retry
+            logger.warning("client key lookup: no database connection (%s)", type(error).__name__)
+            raise KeyLookupUnavailable from error
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            if attempt == 2:
+                logger.warning("client key lookup failed twice: %s", type(error).__name__)
+                raise KeyLookupUnavailable from error
+            logger.info("client key lookup hit a dead connection; retrying on a fresh one")
+            await discard_dead_connections()
+        except psycopg.Error as error:
+            logger.warning("client key lookup failed: %s", type(error).__name__)
+            raise KeyLookupUnavailable from error
     if row is not None:
         _touches.get_or_create().touch(row[0])
     return row
 
 
 async def authenticate_key(authorization: str | None) -> KeyHolder | None:
-    """The enabled key and its aliases, or None for any failure (the models routes)."""
+    """The enabled key and its aliases, or None when there is none (the models routes).
+    Raises KeyLookupUnavailable when the database fails."""
     row = await _key_row(authorization, _KEY_AND_ALIASES_SQL)
     if row is None:
         return None
@@ -117,8 +140,8 @@ async def authenticate_key(authorization: str | None) -> KeyHolder | None:
 
 
 async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
-    """The enabled key's client, the current settings and the candidate accounts, or None for
-    any failure."""
+    """The enabled key's client, the current settings and the candidate accounts, or None when
+    the header carries no enabled key. Raises KeyLookupUnavailable when the database fails."""
     row = await _key_row(authorization, _KEY_AND_SETTINGS_SQL)
     if row is None:
         return None
@@ -160,8 +183,7 @@ class KeyTouches:
         if not ids:
             return
         try:
-            pool = await database_pool.get()
-            async with pool.connection() as connection:
+            async with database_connection() as connection:
                 await connection.execute(
                     "update client_api_keys set last_used_at = %s where id = any(%s)",
                     [timezone.now(), list(ids)],

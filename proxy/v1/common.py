@@ -8,13 +8,17 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.utils import timezone
 
 from proxy.catalog_cache import recognised_catalog
+from proxy.dispatch import recording
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS, DispatchRequest
 from proxy.dispatch.upstream_request import read_client_identity
 from proxy.models_catalog import Catalog, resolve_alias
-from proxy.v1.auth import AuthenticatedClient, KeyHolder, authenticate
+from proxy.v1.auth import AuthenticatedClient, KeyHolder, KeyLookupUnavailable, authenticate
 from proxy.v1.errors import (
+    DATABASE_RETRY_AFTER_SECONDS,
+    DATABASE_UNAVAILABLE,
     INVALID_REQUEST,
     MISSING_KEY,
     MODEL_NOT_FOUND,
@@ -30,13 +34,45 @@ async def authenticated(
     request: HttpRequest,
     lookup: Callable[[str | None], Awaitable[Client | None]] = authenticate,
 ) -> tuple[str, Client] | HttpResponse:
-    """The request id and the client ``lookup`` verifies from ``Authorization``, or the 401
-    to send (spec §1.2, §1.3)."""
+    """The request id and the client ``lookup`` verifies from ``Authorization``, or the answer
+    to send: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with ``Retry-After`` when
+    the database could not say."""
     request_id = request_id_for(request)
-    client = await lookup(request.headers.get("authorization"))
+    try:
+        client = await lookup(request.headers.get("authorization"))
+    except KeyLookupUnavailable:
+        recording.schedule(_key_lookup_failure_entry(request, request_id))
+        response = error_response(DATABASE_UNAVAILABLE, request_id)
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+        return response
     if client is None:
         return error_response(MISSING_KEY, request_id)
     return request_id, client
+
+
+def _key_lookup_failure_entry(request: HttpRequest, request_id: str) -> recording.LedgerEntry:
+    """The ops_error_logs row of a request refused because its key could not be checked; the
+    ledger writer keeps it until the database is back."""
+    return recording.LedgerEntry(
+        errors=[
+            {
+                "request_id": request_id,
+                "route": request.path[:200],
+                "created_at": timezone.now(),
+                "message": "v1 client key lookup failed",
+                "status_code": DATABASE_UNAVAILABLE.status,
+                "client_status_code": DATABASE_UNAVAILABLE.status,
+                "failure_class": DATABASE_UNAVAILABLE.code,
+                "metadata": {
+                    "failed": True,
+                    "errorKind": DATABASE_UNAVAILABLE.code,
+                    "failureSource": "proxy",
+                    "clientIp": request.META.get("REMOTE_ADDR"),
+                    "userAgent": request.headers.get("user-agent"),
+                },
+            }
+        ]
+    )
 
 
 def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dict[str, str]):

@@ -20,6 +20,15 @@ INVALID_REQUEST = ClientError(
     400, "invalid_request_error", "invalid_request", "Invalid responses request"
 )
 MODEL_NOT_FOUND = ClientError(404, "invalid_request_error", "model_not_found", "Model not found")
+# The client key could not be checked because the database did not answer: the truth, so the
+# client retries (a departure from the original's 401 for every failure, spec §1.2; README).
+DATABASE_UNAVAILABLE = ClientError(
+    503,
+    "server_error",
+    "database_unavailable",
+    "The proxy could not reach its database. Retry the request shortly.",
+)
+DATABASE_RETRY_AFTER_SECONDS = 1
 INTERNAL = ClientError(
     500, "server_error", "internal_error", "The proxy failed to handle the request"
 )

@@ -10,6 +10,7 @@ Either the fact and its bucket change are both committed or neither is.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,23 @@ def event_kind(route: str | None) -> str:
     compact, chat completions) converges on ``v1.response`` (codex-proxy spec §7.1), so
     statistics do not break when a route is added or renamed."""
     return V1_RESPONSE_KIND
+
+
+# Neither a NUL character nor half of a surrogate pair can be stored in PostgreSQL text or jsonb.
+_UNSTORABLE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every string (dict keys included) made storable in PostgreSQL: NUL and
+    lone surrogates become U+FFFD. Dicts and lists are copied; other values are returned as
+    they are. The ledger uses it when the database has refused a batch."""
+    if isinstance(value, str):
+        return _UNSTORABLE_CHARACTERS.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable(item) for item in value]
+    return value
 
 
 def new_usage_record_id() -> str:

@@ -260,7 +260,7 @@ def test_cookie_identity_is_unique_per_account_domain_name_path():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_ledger_writer_keeps_good_rows_when_a_batch_is_rejected():
-    from proxy.dispatch.recording import LedgerEntry, _write_batch_in_thread
+    from proxy.dispatch.recording import LedgerEntry, _Unit, _write_unit_in_thread
 
     account = make_account()
     now = timezone.now()
@@ -275,7 +275,7 @@ def test_the_ledger_writer_keeps_good_rows_when_a_batch_is_rejected():
         ),
     ]
 
-    _write_batch_in_thread(entries)
+    assert _write_unit_in_thread(_Unit(entries)) is None  # nothing left to retry
 
     assert UsageRecord.objects.count() == 1
     assert AccountUsage.objects.get(account=account).request_count == 1
