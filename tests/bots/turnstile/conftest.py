@@ -37,3 +37,21 @@ def send(client, telegram, turnstile, user, clock, pending):
         return submit(client, **fields)
 
     return send_submit
+
+
+@pytest.fixture
+def telegram_webapp():
+    """The fake telegram-web-app.js (what telegram.org serves)."""
+    from tests.fakes.telegram_webapp import FakeTelegramWebApp
+
+    with FakeTelegramWebApp() as fake:
+        yield fake
+
+
+@pytest.fixture
+def live_page_settings(turnstile_settings, https_live_server, telegram_webapp):
+    """The bot served by the https live server, which is its public origin, with the page's
+    scripts from the fakes."""
+    turnstile_settings.PUBLIC_BASE_URL = https_live_server.url
+    turnstile_settings.TELEGRAM_WEBAPP_SCRIPT_URL = telegram_webapp.script_url
+    return turnstile_settings
