@@ -61,5 +61,17 @@ def submit(
     return client.post(SUBMIT_PATH, data=body, content_type=content_type, headers=headers)
 
 
+def pending_columns(row) -> tuple:
+    """The six pending-challenge columns of a ``users`` row (all None: no challenge)."""
+    return (
+        row.verify_answer,
+        row.verify_msg_id,
+        row.verify_request_hash,
+        row.verify_request_expires_at,
+        row.verify_request_generation,
+        row.verify_submit_not_before,
+    )
+
+
 def error_body(code: str, message: str) -> dict:
     return {"status": "error", "code": code, "message": message}

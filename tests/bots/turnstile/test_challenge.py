@@ -11,23 +11,11 @@ from datetime import timedelta
 import pytest
 
 from bots import copy
-from bots.models import BotUser
 from tests.bots.conftest import WEBHOOK_SECRET
 from tests.bots.helpers import click, dm_texts, make_user, set_switches, user_row
-from tests.bots.turnstile.helpers import challenge_link, latest_link
+from tests.bots.turnstile.helpers import challenge_link, latest_link, pending_columns
 
 REQUEST_LIFETIME = timedelta(seconds=600)
-
-
-def _pending(row: BotUser) -> tuple:
-    return (
-        row.verify_answer,
-        row.verify_msg_id,
-        row.verify_request_hash,
-        row.verify_request_expires_at,
-        row.verify_request_generation,
-        row.verify_submit_not_before,
-    )
 
 
 def test_a_new_user_gets_welcome_and_the_mini_app_button(
@@ -47,7 +35,7 @@ def test_a_new_user_gets_welcome_and_the_mini_app_button(
     assert link.url == f"https://support.example.com/telegram/verify?r={link.request_id}"
     assert re.fullmatch(r"[0-9a-f]{64}", link.request_id)
     row = user_row(telegram, user)
-    assert _pending(row) == (
+    assert pending_columns(row) == (
         None,  # no answer: the page decides
         challenge.message_id,
         hashlib.sha256(bytes.fromhex(link.request_id)).hexdigest(),
@@ -55,7 +43,7 @@ def test_a_new_user_gets_welcome_and_the_mini_app_button(
         3,
         None,
     )
-    assert link.request_id not in str(_pending(row))  # only its hash is stored
+    assert link.request_id not in str(pending_columns(row))  # only its hash is stored
 
 
 def test_without_public_base_url_the_button_uses_the_https_origin_of_the_delivery(
@@ -128,7 +116,7 @@ def test_with_verification_off_the_overflow_sends_nothing(
     webhook.deliver_ok(telegram.private_message(user, text="b"))
 
     assert dm_texts(telegram, user) == []
-    assert _pending(user_row(telegram, user)) == (None,) * 6
+    assert pending_columns(user_row(telegram, user)) == (None,) * 6
 
 
 @pytest.mark.parametrize(
@@ -145,7 +133,7 @@ def test_never_downgraded_the_user_is_told_verification_is_unavailable(
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
 
     assert dm_texts(telegram, user) == [copy.welcome_default(), copy.verification_unavailable()]
-    assert _pending(user_row(telegram, user)) == (None,) * 6
+    assert pending_columns(user_row(telegram, user)) == (None,) * 6
     assert "turnstile challenge for user 8101 not issued" in caplog.text
 
 
@@ -174,7 +162,7 @@ def test_a_challenge_whose_send_fails_leaves_no_request(
 
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
 
-    assert _pending(user_row(telegram, user)) == (None,) * 6
+    assert pending_columns(user_row(telegram, user)) == (None,) * 6
 
 
 def test_an_old_math_button_after_the_switch_to_turnstile_is_expired(

@@ -21,20 +21,10 @@ from tests.bots.turnstile.helpers import (
     error_body,
     init_data_for,
     latest_link,
+    pending_columns,
     submit,
 )
 from tests.fakes.telegram_webapp import sign_init_data
-
-
-def _pending_columns(row: BotUser) -> tuple:
-    return (
-        row.verify_answer,
-        row.verify_msg_id,
-        row.verify_request_hash,
-        row.verify_request_expires_at,
-        row.verify_request_generation,
-        row.verify_submit_not_before,
-    )
 
 
 def _assert_refused(response, status: int, code: str, message: str) -> None:
@@ -58,7 +48,7 @@ def test_a_valid_submit_verifies_the_user_and_tells_them(
     assert response["X-Content-Type-Options"] == "nosniff"
     row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at) == (True, clock.now)
-    assert _pending_columns(row) == (None,) * 6
+    assert pending_columns(row) == (None,) * 6
     [verify] = turnstile.siteverify_requests()
     sent = verify.json()
     assert set(sent) == {"secret", "response", "idempotency_key"}

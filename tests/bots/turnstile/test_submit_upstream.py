@@ -179,8 +179,19 @@ def _submit_in_thread(results: dict, name: str, **fields) -> threading.Thread:
     return thread
 
 
-def _in_flight(turnstile, pending, telegram, user, clock, *, during) -> object:
-    """Submit while Siteverify is held; run ``during()`` meanwhile; the submit's response."""
+def _fresh_submit(turnstile, pending, telegram, user, clock):
+    """Tess's page submitting now (fresh initData, a new token), from the test's thread."""
+    return submit(
+        Client(),
+        request_id=pending.request_id,
+        init_data=init_data_for(telegram, user, clock.now),
+        token=_token(turnstile, pending),
+    )
+
+
+def _in_flight(turnstile, pending, telegram, user, clock, *, during) -> tuple:
+    """Submit while Siteverify is held; run ``during()`` meanwhile. (The submit's response,
+    what ``during`` returned.)"""
     hold = turnstile.hold_siteverify()
     results: dict = {}
     thread = _submit_in_thread(
@@ -192,18 +203,18 @@ def _in_flight(turnstile, pending, telegram, user, clock, *, during) -> object:
     )
     try:
         assert hold.wait_until_arrived(10), "the submit never reached Siteverify"
-        during()
+        meanwhile = during()
     finally:
         hold.release()
         thread.join(30)
-    return results["submit"]
+    return results["submit"], meanwhile
 
 
 @pytest.mark.django_db(transaction=True)
 def test_init_data_gone_stale_during_siteverify_is_unauthorized(
     pending, turnstile, telegram, user, clock
 ):
-    response = _in_flight(
+    response, _ = _in_flight(
         turnstile, pending, telegram, user, clock, during=lambda: clock.advance(seconds=301)
     )
 
@@ -215,7 +226,7 @@ def test_init_data_gone_stale_during_siteverify_is_unauthorized(
 def test_a_request_expiring_during_siteverify_is_gone(pending, turnstile, telegram, user, clock):
     clock.advance(seconds=590)
 
-    response = _in_flight(
+    response, _ = _in_flight(
         turnstile, pending, telegram, user, clock, during=lambda: clock.advance(seconds=15)
     )
 
@@ -234,7 +245,7 @@ def test_a_ban_or_switch_during_siteverify_loses_the_final_update(
         else:
             verification_setting_change(bot_id=telegram.bot.id, key="verify_mode", value="math")
 
-    response = _in_flight(turnstile, pending, telegram, user, clock, during=meanwhile)
+    response, _ = _in_flight(turnstile, pending, telegram, user, clock, during=meanwhile)
 
     assert response.json() == error_body("conflict", copy.verify_error_link_superseded())
     assert user_row(telegram, user).is_verified is False
@@ -247,28 +258,16 @@ def test_a_ban_or_switch_during_siteverify_loses_the_final_update(
 def test_a_second_submit_while_the_first_is_in_siteverify_is_throttled(
     pending, turnstile, telegram, user, clock
 ):
-    hold = turnstile.hold_siteverify()
-    results: dict = {}
-    first = _submit_in_thread(
-        results,
-        "first",
-        request_id=pending.request_id,
-        init_data=init_data_for(telegram, user, clock.now),
-        token=_token(turnstile, pending),
+    first, second = _in_flight(
+        turnstile,
+        pending,
+        telegram,
+        user,
+        clock,
+        during=lambda: _fresh_submit(turnstile, pending, telegram, user, clock),
     )
-    try:
-        assert hold.wait_until_arrived(10)
-        second = submit(
-            Client(),
-            request_id=pending.request_id,
-            init_data=init_data_for(telegram, user, clock.now),
-            token=_token(turnstile, pending),
-        )
-    finally:
-        hold.release()
-        first.join(30)
 
-    assert (results["first"].status_code, second.status_code) == (200, 429)
+    assert (first.status_code, second.status_code) == (200, 429)
     assert second["Retry-After"] == "15"
     assert len(turnstile.siteverify_requests()) == 1
     assert user_row(telegram, user).is_verified is True
@@ -280,29 +279,14 @@ def test_a_submit_of_a_later_window_wins_over_one_still_in_siteverify(
 ):
     """The first submit hangs in Siteverify past its window; a second claims a new window and
     verifies; the first's final UPDATE then finds the window it claimed gone: 409."""
-    hold = turnstile.hold_siteverify()
-    results: dict = {}
-    first = _submit_in_thread(
-        results,
-        "first",
-        request_id=pending.request_id,
-        init_data=init_data_for(telegram, user, clock.now),
-        token=_token(turnstile, pending),
-    )
-    try:
-        assert hold.wait_until_arrived(10)
-        clock.advance(seconds=15)
-        second = submit(
-            Client(),
-            request_id=pending.request_id,
-            init_data=init_data_for(telegram, user, clock.now),
-            token=_token(turnstile, pending),
-        )
-    finally:
-        hold.release()
-        first.join(30)
 
-    assert (second.status_code, results["first"].status_code) == (200, 409)
+    def later_submit():
+        clock.advance(seconds=15)
+        return _fresh_submit(turnstile, pending, telegram, user, clock)
+
+    first, second = _in_flight(turnstile, pending, telegram, user, clock, during=later_submit)
+
+    assert (second.status_code, first.status_code) == (200, 409)
     assert user_row(telegram, user).verified_at == clock.now
 
 
