@@ -26,6 +26,11 @@ DEFAULT_MAX_MESSAGES_PER_MINUTE = 20
 DEFAULT_VERIFY_TTL_HOURS = 0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
+# The Turnstile web verification's outside parts (spec §5.5, §8.4). Settings, so that tests (and
+# the page in a browser) run against local fakes.
+DEFAULT_TURNSTILE_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"
+DEFAULT_TURNSTILE_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0/api.js"
+DEFAULT_TELEGRAM_WEBAPP_SCRIPT_URL = "https://telegram.org/js/telegram-web-app.js"
 # The language of everything the bot says (bots.copy): Chinese, the original's language and the
 # source text of the catalogue, or English.
 DEFAULT_BOT_LANGUAGE = "zh"
@@ -66,6 +71,9 @@ class BotConfig:
     turnstile_secret_key: str | None
     public_base_url: str | None  # a validated https origin, or None
     telegram_api_base: str
+    turnstile_verify_url: str
+    turnstile_script_url: str
+    telegram_webapp_script_url: str
 
     def is_admin(self, user_id: int) -> bool:
         return user_id in self.admin_ids
@@ -204,4 +212,9 @@ def load_config() -> BotConfig:
         turnstile_secret_key=raw_setting("TURNSTILE_SECRET_KEY"),
         public_base_url=parse_public_base_url(raw_setting("PUBLIC_BASE_URL")),
         telegram_api_base=api_base,
+        turnstile_verify_url=raw_setting("TURNSTILE_VERIFY_URL") or DEFAULT_TURNSTILE_VERIFY_URL,
+        turnstile_script_url=raw_setting("TURNSTILE_SCRIPT_URL") or DEFAULT_TURNSTILE_SCRIPT_URL,
+        telegram_webapp_script_url=(
+            raw_setting("TELEGRAM_WEBAPP_SCRIPT_URL") or DEFAULT_TELEGRAM_WEBAPP_SCRIPT_URL
+        ),
     )

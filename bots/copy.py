@@ -257,10 +257,6 @@ def verification_mode_set_button() -> str:
     )
 
 
-def turnstile_not_available() -> str:
-    return _("Turnstile 网页验证暂不可用（此版本尚未提供），验证方式未改变。")
-
-
 def help_text(*, verification_enabled: bool, mode: str) -> str:
     """/help (spec §4.1): the commands, the verification section reflecting the switches."""
     lines = [
@@ -417,3 +413,155 @@ def check_webhook_points_elsewhere(url: str) -> str:
 
 def check_webhook_last_error(message: str) -> str:
     return _("Telegram 最近一次投递失败：{message}").format(message=message)
+
+
+# ------------------------------------------------------------------ Turnstile web verification
+
+
+def challenge_turnstile() -> str:
+    return _(
+        "请点击下方按钮打开验证页面完成人机验证。链接 10 分钟内有效；"
+        "过期后发送任意消息即可获取新的链接。"
+    )
+
+
+def challenge_turnstile_button() -> str:
+    return _("打开验证页面")
+
+
+def verification_unavailable() -> str:
+    """Turnstile mode, but no challenge can be issued (keys or https origin missing)."""
+    return _("人机验证暂时不可用，刚才的消息没有送达客服，请稍后再试。")
+
+
+def turnstile_missing_keys(names: list[str]) -> str:
+    return _("无法切换为 Turnstile 网页验证：缺少 {names}。验证方式未改变。").format(
+        names=", ".join(names)
+    )
+
+
+def verification_mode_set_turnstile() -> str:
+    return _(
+        "验证方式已设为：Turnstile 网页验证。用户会收到一个打开验证页面的按钮"
+        "（链接 10 分钟内有效），在页面中通过 Cloudflare Turnstile 后即可发送消息。"
+        "切换方式会使之前发出的题目失效，用户下次发消息时会收到新的验证。"
+    )
+
+
+def check_turnstile_no_https_origin() -> str:
+    return _(
+        "验证方式为 turnstile，但验证页面没有可用的 https 地址：请设置 PUBLIC_BASE_URL"
+        "（本次请求不是通过 https 到达的）"
+    )
+
+
+# The submit API's error messages (spec §5.5); the page shows them as they come.
+
+
+def verify_error_origin() -> str:
+    return _("请求来源不正确，请从机器人对话中打开验证页面。")
+
+
+def verify_error_invalid_request() -> str:
+    return _("请求格式不正确，请从机器人对话中重新打开验证页面。")
+
+
+def verify_error_too_large() -> str:
+    return _("请求内容过大。")
+
+
+def verify_error_unavailable() -> str:
+    return _("验证服务暂时不可用，请稍后再试。")
+
+
+def verify_error_mode_changed() -> str:
+    return _("当前没有使用网页验证，请回到机器人对话发送任意消息。")
+
+
+def verify_error_identity() -> str:
+    return _("身份校验失败或已过期，请回到机器人对话重新打开验证页面。")
+
+
+def verify_error_no_user() -> str:
+    return _("找不到你的记录，请先给机器人发送一条消息。")
+
+
+def verify_error_banned() -> str:
+    return _("你已被禁言，无法完成验证。")
+
+
+def verify_error_already_verified() -> str:
+    return _("你已经通过验证，可以直接回到对话发送消息。")
+
+
+def verify_error_other_account() -> str:
+    return _("这个验证链接属于其他账号，请从你自己的机器人对话中打开。")
+
+
+def verify_error_link_superseded() -> str:
+    return _("这个验证链接已失效，请回到机器人对话发送任意消息获取新的链接。")
+
+
+def verify_error_link_expired() -> str:
+    return _("验证链接已过期（10 分钟），请回到机器人对话发送任意消息获取新的链接。")
+
+
+def verify_error_too_many_requests(seconds: int) -> str:
+    return _("提交太频繁，请 {seconds} 秒后再试。").format(seconds=seconds)
+
+
+def verify_error_token_rejected() -> str:
+    return _("人机验证没有通过，请重试。")
+
+
+def verify_page_bad_link() -> str:
+    """The plain-text 400 of a malformed ``r``."""
+    return _("验证链接无效，请从机器人对话中的按钮打开。")
+
+
+# The page's own texts (client-side states).
+
+
+def verify_page_title() -> str:
+    return _("人机验证")
+
+
+def verify_page_outside_telegram() -> str:
+    return _("请从 Telegram 机器人对话中的按钮打开此页面。")
+
+
+def verify_page_loading() -> str:
+    return _("正在加载验证…")
+
+
+def verify_page_challenge() -> str:
+    return _("请完成下方的验证，完成后会自动提交。")
+
+
+def verify_page_submitting() -> str:
+    return _("正在提交…")
+
+
+def verify_page_verified() -> str:
+    return _("✅ 验证通过！现在可以回到对话发送消息了。")
+
+
+def verify_page_waiting() -> str:
+    """``{seconds}`` is filled in by the page's script while it counts down."""
+    return _("提交太频繁，{seconds} 秒后自动重试…")
+
+
+def verify_page_network_error() -> str:
+    return _("网络连接失败，请检查网络后从机器人对话重新打开验证页面。")
+
+
+def verify_page_widget_failed() -> str:
+    return _("验证组件加载失败，请点击重试。")
+
+
+def verify_page_retry() -> str:
+    return _("重试")
+
+
+def verify_page_close() -> str:
+    return _("返回对话")

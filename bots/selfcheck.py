@@ -27,6 +27,7 @@ from bots.conf import (
 from bots.registration import webhook_url
 from bots.results import EndpointResult
 from bots.selectors import MODE_TURNSTILE, bot_tables_missing, verification_settings_get
+from bots.verification.turnstile import button_origin
 from bots.version import app_version
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,9 @@ def environment_problems() -> list[str]:
     return problems
 
 
-def verification_problems() -> list[str]:
+def verification_problems(origin: str | None = None) -> list[str]:
+    """``origin``: where this selfcheck request arrived (the Turnstile page's origin when
+    PUBLIC_BASE_URL is not set)."""
     problems = []
     site_key = raw_setting("TURNSTILE_SITE_KEY")
     secret_key = raw_setting("TURNSTILE_SECRET_KEY")
@@ -109,6 +112,8 @@ def verification_problems() -> list[str]:
     else:
         if mode == MODE_TURNSTILE and (site_key is None or secret_key is None):
             problems.append(copy.check_turnstile_mode_without_keys())
+        if mode == MODE_TURNSTILE and button_origin(load_config(), origin) is None:
+            problems.append(copy.check_turnstile_no_https_origin())
     if site_key in TURNSTILE_TEST_SITE_KEYS:
         problems.append(copy.check_turnstile_test_key("TURNSTILE_SITE_KEY"))
     if secret_key in TURNSTILE_TEST_SECRET_KEYS:
@@ -155,7 +160,7 @@ def selfcheck_run(*, origin: str) -> EndpointResult:
     """200 ``{"status":"ok","version"}`` or 503 with the ``failed`` items, in section order."""
     failed = [
         *environment_problems(),
-        *verification_problems(),
+        *verification_problems(origin),
         *table_problems(),
         *webhook_problems(origin),
     ]

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from bots import views
+from bots import verify_views, views
 
 app_name = "bots"
 
@@ -16,5 +16,11 @@ urlpatterns = [
     ),
     path("health", views.HealthView.as_view(), name="health"),
     path("selfcheck", views.SelfcheckView.as_view(), name="selfcheck"),
+    path("verify", verify_views.verify_page, name="verify_page"),
+    path(
+        "api/verify/turnstile",
+        verify_views.turnstile_submit_view,
+        name="verify_turnstile",
+    ),
     re_path(r"", views.not_found),
 ]

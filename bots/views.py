@@ -62,6 +62,7 @@ class TelegramWebhookView(BotEndpoint):
             body=request.body,
             secret_header=request.headers.get(SECRET_HEADER),
             now=timezone.now(),
+            origin=_origin(request),
         )
         return Response(result.body, status=result.status)
 

@@ -325,6 +325,16 @@ TURNSTILE_SITE_KEY = env_str("TURNSTILE_SITE_KEY")
 TURNSTILE_SECRET_KEY = env_str("TURNSTILE_SECRET_KEY")
 PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL")
 TELEGRAM_API_BASE = env_str("TELEGRAM_API_BASE", "https://api.telegram.org")
+# The Turnstile verification page's outside parts (tests point them at local fakes).
+TURNSTILE_VERIFY_URL = env_str(
+    "TURNSTILE_VERIFY_URL", "https://challenges.cloudflare.com/turnstile/v0/siteverify"
+)
+TURNSTILE_SCRIPT_URL = env_str(
+    "TURNSTILE_SCRIPT_URL", "https://challenges.cloudflare.com/turnstile/v0/api.js"
+)
+TELEGRAM_WEBAPP_SCRIPT_URL = env_str(
+    "TELEGRAM_WEBAPP_SCRIPT_URL", "https://telegram.org/js/telegram-web-app.js"
+)
 BOT_LANGUAGE = env_str("BOT_LANGUAGE", "zh")
 # urllib3 logs every request line (which holds /bot<token>/) at DEBUG: keep it out of the log
 # even with LOG_LEVEL=debug, so the bot token never reaches a log line.

@@ -218,3 +218,38 @@ def close_database_pools_before_teardown(django_db_setup, django_db_blocker):
                 " where datname = current_database() and pid <> pg_backend_pid()"
             )
         connections["default"].close()
+
+
+# ------------------------------------------------------------------ browser checks
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium (tests/browser.py); skipped loudly without it, an error with
+    REQUIRE_BROWSER=1."""
+    from tests.browser import Browser, require_chromium
+
+    chromium, chromedriver = require_chromium()
+    instance = Browser(chromium, chromedriver)
+    yield instance
+    instance.quit()
+
+
+@pytest.fixture(scope="session")
+def https_live_server(django_db_setup, django_db_blocker, tmp_path_factory):
+    """The project over https on 127.0.0.1 (a certificate minted for the run), for pages a
+    browser opens; tests using it need committed data (``transactional_db``)."""
+    from tests.live_server import LiveASGIServer
+
+    server = LiveASGIServer(certificate_dir=tmp_path_factory.mktemp("tls"))
+    yield server
+    server.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    from tests.browser import SAVED_SCREENSHOTS
+
+    if SAVED_SCREENSHOTS:
+        terminalreporter.section("browser screenshots")
+        for path in SAVED_SCREENSHOTS:
+            terminalreporter.write_line(str(path))

@@ -8,18 +8,21 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import URLPattern, path, reverse
 
 from bots.admin.common import ReadOnlyAdmin
+from bots.conf import load_config
 from bots.models import Setting
 from bots.selectors import (
     DISABLED,
     ENABLED,
     MODE_BUTTON,
     MODE_MATH,
+    MODE_TURNSTILE,
     VERIFY_ENABLED,
     VERIFY_MODE,
     bot_current_id,
     verification_settings_get,
 )
 from bots.services.settings import verification_setting_change
+from bots.verification.turnstile import missing_keys
 
 
 class VerificationSwitchesForm(forms.Form):
@@ -28,9 +31,21 @@ class VerificationSwitchesForm(forms.Form):
     )
     verify_mode = forms.ChoiceField(
         label="Mode",
-        choices=[(MODE_MATH, "math question"), (MODE_BUTTON, "button only (weak)")],
-        help_text="The Turnstile web-page mode is not available yet.",
+        choices=[
+            (MODE_MATH, "math question"),
+            (MODE_BUTTON, "button only (weak)"),
+            (MODE_TURNSTILE, "Turnstile web page"),
+        ],
+        help_text="Turnstile needs TURNSTILE_SITE_KEY and TURNSTILE_SECRET_KEY.",
     )
+
+    def clean_verify_mode(self) -> str:
+        mode = self.cleaned_data["verify_mode"]
+        missing = missing_keys(load_config()) if mode == MODE_TURNSTILE else []
+        if missing:
+            # As /verifymode_turnstile (spec §4.6): never a mode that cannot verify anybody.
+            raise forms.ValidationError(f"Turnstile needs {', '.join(missing)}.")
+        return mode
 
 
 @admin.register(Setting)

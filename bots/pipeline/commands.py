@@ -40,6 +40,7 @@ from bots.selectors import (
 )
 from bots.services.settings import verification_setting_change
 from bots.services.users import user_ban, user_unban
+from bots.verification.turnstile import missing_keys
 
 
 @dataclass(frozen=True)
@@ -194,16 +195,20 @@ def _switch_mode(issued: Issued, mode: str) -> None:
     """Set the mode; a same-value switch bumps nothing but is confirmed all the same (so a
     redelivered switch shows the same confirmation)."""
     if mode == MODE_TURNSTILE:
-        # The Turnstile web page is not built yet: refuse rather than strand users on a mode
-        # whose challenge cannot be sent.
-        issued.reply(copy.turnstile_not_available())
-        return
+        # Spec §4.6: both keys, or users would be stranded on a mode that cannot verify them.
+        missing = missing_keys(issued.ctx.config)
+        if missing:
+            issued.reply(copy.turnstile_missing_keys(missing))
+            return
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_MODE, value=mode)
-    issued.reply(
-        copy.verification_mode_set_button()
-        if mode == MODE_BUTTON
-        else copy.verification_mode_set_math()
-    )
+    issued.reply(MODE_SET_REPLIES[mode]())
+
+
+MODE_SET_REPLIES: dict[str, Callable[[], str]] = {
+    MODE_MATH: copy.verification_mode_set_math,
+    MODE_BUTTON: copy.verification_mode_set_button,
+    MODE_TURNSTILE: copy.verification_mode_set_turnstile,
+}
 
 
 # ------------------------------------------------------------------ routing

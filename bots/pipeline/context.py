@@ -32,6 +32,9 @@ class BotContext:
 class UpdateContext(BotContext):
     update_id: int
     attempts: int  # 0 on the first delivery; a redelivery takes over a failed attempt
+    # The origin Telegram delivered the update to (scheme and host through trusted proxies):
+    # the Turnstile button's origin when PUBLIC_BASE_URL is not set. None: not known.
+    request_origin: str | None = None
 
     @property
     def is_redelivery(self) -> bool:

@@ -78,8 +78,13 @@ class Ownership:
     attempts: int
 
 
-def webhook_handle(*, body: bytes, secret_header: str | None, now: datetime) -> EndpointResult:
-    """Authenticate, claim and process one delivery; return the answer for Telegram."""
+def webhook_handle(
+    *, body: bytes, secret_header: str | None, now: datetime, origin: str | None = None
+) -> EndpointResult:
+    """Authenticate, claim and process one delivery; return the answer for Telegram.
+
+    ``origin``: where the delivery arrived (the Turnstile button's origin without
+    PUBLIC_BASE_URL)."""
     config = load_config()
     if not secret_matches(secret_header, config.webhook_secret):
         return UNAUTHORIZED
@@ -106,6 +111,7 @@ def webhook_handle(*, body: bytes, secret_header: str | None, now: datetime) -> 
         client=config.telegram_client(),
         attempts=claimed.attempts,
         now=now,
+        request_origin=origin,
     )
     try:
         dispatch(context, update)

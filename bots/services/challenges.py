@@ -1,4 +1,4 @@
-"""Writes of the challenge fence on ``users`` (spec §5.3, §5.4).
+"""Writes of the challenge fence on ``users`` (spec §5.3, §5.4, §5.5).
 
 The fence is ``verify_request_hash`` + ``verify_request_generation``: a challenge is issued by
 reserving a fresh hash, attached to its Telegram message once sent, and completed or voided only
@@ -8,9 +8,9 @@ by statements that still find that same hash and generation.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db.models import Exists, QuerySet
+from django.db.models import Exists, Q, QuerySet
 
 from bots.models import BotUser, Setting
 from bots.selectors import VERIFICATION_KEYS, VerificationSettings
@@ -156,6 +156,71 @@ def user_verify(
             *_switches_unchanged(snapshot, VERIFICATION_KEYS),
             verify_msg_id=message_id,
             verify_answer=answer,
+            is_banned=False,
+            is_verified=False,
+        ).update(is_verified=True, verified_at=now, **PENDING_CHALLENGE_CLEARED)
+        == 1
+    )
+
+
+# ------------------------------------------------------------------ Turnstile submits (spec §5.5)
+
+# One Siteverify call per request per 15 s, across every web process (seed: the throttle is
+# claimed by one conditional UPDATE).
+SUBMIT_INTERVAL = timedelta(seconds=15)
+
+
+def turnstile_submit_claim(
+    *, bot_id: int, user_id: int, request_hash: str, generation: int, now: datetime
+) -> datetime | None:
+    """Claim the 15 s submit window of the user's Turnstile request; the claimed
+    ``verify_submit_not_before`` (now + 15 s), or None when the window is still running or the
+    request is no longer live (another hash or generation, expired, banned, verified).
+
+    A failed submit keeps its window (it never ends a cool-down early), and a new challenge
+    clears it (its reserve resets the column).
+    """
+    not_before = now + SUBMIT_INTERVAL
+    fenced = _fenced(
+        bot_id=bot_id, user_id=user_id, request_hash=request_hash, generation=generation
+    )
+    claimed = (
+        fenced.filter(
+            Q(verify_submit_not_before__isnull=True) | Q(verify_submit_not_before__lte=now),
+            verify_request_expires_at__gt=now,
+            is_banned=False,
+            is_verified=False,
+        ).update(verify_submit_not_before=not_before)
+        == 1
+    )
+    return not_before if claimed else None
+
+
+def turnstile_user_verify(
+    *,
+    bot_id: int,
+    user_id: int,
+    request_hash: str,
+    snapshot: VerificationSettings,
+    claimed_not_before: datetime,
+    now: datetime,
+) -> bool:
+    """Mark the user verified after Cloudflare accepted the token; True for the one statement
+    that wins.
+
+    Requires the request's fence at the snapshot's generation, unexpired at ``now``, the submit
+    window this request claimed (a later submit of the same request that claimed a new window
+    wins instead), not banned, not verified, and the switches the submit read (Turnstile, on).
+    Clears the pending challenge in the same statement.
+    """
+    fenced = _fenced(
+        bot_id=bot_id, user_id=user_id, request_hash=request_hash, generation=snapshot.generation
+    )
+    return (
+        fenced.filter(
+            *_switches_unchanged(snapshot, VERIFICATION_KEYS),
+            verify_request_expires_at__gt=now,
+            verify_submit_not_before=claimed_not_before,
             is_banned=False,
             is_verified=False,
         ).update(is_verified=True, verified_at=now, **PENDING_CHALLENGE_CLEARED)

@@ -1,9 +1,14 @@
-"""Issuing challenges (spec §5.3) and answering their buttons (spec §5.4)."""
+"""Issuing challenges (spec §5.3) and answering their buttons (spec §5.4).
+
+Turnstile challenges are completed on the web page (``bots.verification.submit``), not here.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 
 from bots import copy
 from bots.clients.telegram import (
@@ -24,6 +29,7 @@ from bots.services.challenges import (
     user_verify,
 )
 from bots.verification.challenge import build_challenge, new_request_hash, parse_callback_value
+from bots.verification.turnstile import build_turnstile_challenge, button_origin, missing_keys
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +51,41 @@ def issue_challenge(
     fence: reserve (abandon when the user is banned, already verified or the switches changed),
     send, then attach the message id — or release the fence when the send failed (retryable ⇒
     raise, permanent such as "bot was blocked by the user" ⇒ log).
+
+    Turnstile is never downgraded to a weaker mode: with verification off nothing is sent (a
+    web request could not complete), and without both keys or an https origin for the page the
+    user is told verification is unavailable instead (selfcheck names the cause).
     """
     if switches.mode == MODE_TURNSTILE:
-        # The web-page challenge is not available yet; never fall back to a weaker mode.
-        logger.info("turnstile challenge for user %s not sent: mode not available", user_id)
-        return False
-    challenge = build_challenge(switches.mode)
-    request_hash = new_request_hash()
+        prepared = _prepare_turnstile(ctx, user_id=user_id, switches=switches)
+        if prepared is None:
+            if switches.enabled:
+                _tell_unavailable(ctx, user_id=user_id, rate_limit=rate_limit)
+            return False
+    else:
+        challenge = build_challenge(switches.mode)
+        prepared = _Prepared(
+            text=challenge.text,
+            reply_markup=challenge.reply_markup,
+            answer=challenge.answer,
+            request_hash=new_request_hash(),
+            expires_at=None,
+        )
+    request_hash = prepared.request_hash
     if not challenge_reserve(
-        bot_id=ctx.bot_id, user_id=user_id, request_hash=request_hash, snapshot=switches
+        bot_id=ctx.bot_id,
+        user_id=user_id,
+        request_hash=request_hash,
+        snapshot=switches,
+        expires_at=prepared.expires_at,
     ):
         return False
-    text = challenge.text
+    text = prepared.text
     if rate_limit is not None:
         text = f"{copy.rate_limited_prefix(rate_limit)}\n\n{text}"
     try:
         sent = ctx.client.send_message(
-            chat_id=user_id, text=text, reply_markup=challenge.reply_markup
+            chat_id=user_id, text=text, reply_markup=prepared.reply_markup
         )
     except TelegramError as error:
         challenge_release(
@@ -80,9 +104,58 @@ def issue_challenge(
         request_hash=request_hash,
         generation=switches.generation,
         message_id=sent["message_id"],
-        answer=challenge.answer,
+        answer=prepared.answer,
     )
     return True
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A challenge ready to be fenced and sent."""
+
+    text: str
+    reply_markup: dict
+    answer: int | None  # None for Turnstile (the web page decides, not a button)
+    request_hash: str
+    expires_at: datetime | None  # Turnstile only
+
+
+def _prepare_turnstile(
+    ctx: UpdateContext, *, user_id: int, switches: VerificationSettings
+) -> _Prepared | None:
+    """A Turnstile challenge, or None (logged) when none can be completed now."""
+    missing = missing_keys(ctx.config)
+    origin = button_origin(ctx.config, ctx.request_origin)
+    if not switches.enabled or missing or origin is None:
+        logger.warning(
+            "turnstile challenge for user %s not issued: %s",
+            user_id,
+            "verification is off"
+            if not switches.enabled
+            else f"{', '.join(missing)} not set"
+            if missing
+            else "no https origin for the page (set PUBLIC_BASE_URL)",
+        )
+        return None
+    challenge = build_turnstile_challenge(origin=origin, now=ctx.now)
+    return _Prepared(
+        text=challenge.text,
+        reply_markup=challenge.reply_markup,
+        answer=None,
+        request_hash=challenge.request_hash,
+        expires_at=challenge.expires_at,
+    )
+
+
+def _tell_unavailable(ctx: UpdateContext, *, user_id: int, rate_limit: int | None) -> None:
+    """The user's message was dropped and no challenge can be had: say so (the caller's notice
+    slot already allows this message)."""
+    text = copy.verification_unavailable()
+    if rate_limit is not None:
+        text = f"{copy.rate_limited_prefix(rate_limit)}\n\n{text}"
+    required(
+        "verification unavailable", lambda: ctx.client.send_message(chat_id=user_id, text=text)
+    )
 
 
 def _toast(ctx: UpdateContext, callback_id: str, text: str) -> None:

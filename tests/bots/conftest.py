@@ -49,6 +49,9 @@ def bot_settings(settings, telegram):
     settings.TURNSTILE_SITE_KEY = None
     settings.TURNSTILE_SECRET_KEY = None
     settings.PUBLIC_BASE_URL = None
+    # Never Cloudflare's real Siteverify from a test: a closed local port unless a test points
+    # it at the fake (``turnstile_settings``).
+    settings.TURNSTILE_VERIFY_URL = "http://127.0.0.1:9/turnstile/v0/siteverify"
     return settings
 
 
@@ -144,3 +147,29 @@ def user(telegram) -> FakeUser:
     """The user a test follows: Bob, with a last name and a username (modules about other
     users override this fixture with their own)."""
     return telegram.user(5001, "Bob", last_name="Stone", username="bob")
+
+
+# ------------------------------------------------------------------ Turnstile verification
+
+PUBLIC_BASE_URL = "https://support.example.com"
+
+
+@pytest.fixture
+def turnstile():
+    """The fake Cloudflare Turnstile (widget script, widget frame, Siteverify)."""
+    from tests.fakes.turnstile import FakeTurnstile
+
+    with FakeTurnstile() as fake:
+        yield fake
+
+
+@pytest.fixture
+def turnstile_settings(bot_settings, turnstile):
+    """The bot in Turnstile mode's configuration: both keys, the fake's URLs, a public origin.
+    (The mode itself is a database switch: ``set_switches(verify_mode="turnstile")``.)"""
+    bot_settings.TURNSTILE_SITE_KEY = turnstile.site_key
+    bot_settings.TURNSTILE_SECRET_KEY = turnstile.secret_key
+    bot_settings.TURNSTILE_VERIFY_URL = turnstile.siteverify_url
+    bot_settings.TURNSTILE_SCRIPT_URL = turnstile.script_url
+    bot_settings.PUBLIC_BASE_URL = PUBLIC_BASE_URL
+    return bot_settings

@@ -195,7 +195,7 @@ def test_the_switches_form_is_the_switch_commands(operator, webhook, telegram, c
 @pytest.mark.parametrize(
     "data",
     [
-        {"verify_enabled": "1", "verify_mode": "turnstile"},  # not available yet
+        {"verify_enabled": "1", "verify_mode": "turnstile"},  # no Turnstile keys configured
         {"verify_enabled": "maybe", "verify_mode": "math"},
         {},
     ],
@@ -204,6 +204,36 @@ def test_the_switches_form_refuses_other_values(data, operator, bot_row):
     response = operator.post(SWITCHES, data, follow=True)
 
     assert _messages(response)[0].startswith("Nothing changed:")
+    assert Setting.objects.count() == 0
+
+
+def test_the_switches_form_sets_turnstile_when_both_keys_are_set(operator, bot_row, settings):
+    settings.TURNSTILE_SITE_KEY = "0x4AAAAAAAreal-site-key"
+    settings.TURNSTILE_SECRET_KEY = "0x4AAAAAAAreal-secret-key"
+
+    response = operator.post(
+        SWITCHES, {"verify_enabled": "1", "verify_mode": "turnstile"}, follow=True
+    )
+
+    assert _messages(response) == ["Switches saved; outstanding challenges were voided."]
+    assert dict(Setting.objects.values_list("key", "value")) == {
+        "verify_enabled": "1",
+        "verify_mode": "turnstile",
+        "verify_generation": "1",
+    }
+
+
+def test_the_switches_form_names_the_missing_turnstile_key(operator, bot_row, settings):
+    settings.TURNSTILE_SITE_KEY = "0x4AAAAAAAreal-site-key"
+    settings.TURNSTILE_SECRET_KEY = None
+
+    response = operator.post(
+        SWITCHES, {"verify_enabled": "1", "verify_mode": "turnstile"}, follow=True
+    )
+
+    assert _messages(response) == [
+        "Nothing changed: * verify_mode\n  * Turnstile needs TURNSTILE_SECRET_KEY."
+    ]
     assert Setting.objects.count() == 0
 
 
@@ -296,7 +326,7 @@ def test_every_screen_renders_and_only_shows_this_bot(
     assert settings_page.context["switches"].mode == "math"
     html = settings_page.content.decode()
     assert f'<form method="post" action="{SWITCHES}">' in html
-    assert 'name="verify_mode"' in html and 'value="turnstile"' not in html
+    assert 'name="verify_mode"' in html and 'value="turnstile"' in html
 
 
 def test_users_are_found_by_id_name_and_username(operator, ann, ben, conversations):

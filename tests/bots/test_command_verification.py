@@ -143,16 +143,45 @@ def test_a_bad_mode_argument_gets_the_usage_and_changes_nothing(text, webhook, t
 
 
 @pytest.mark.parametrize("text", ["/verifymode_turnstile", "/verifymode turnstile"])
-def test_turnstile_is_refused_until_it_exists(text, webhook, bot_settings, telegram, admin, user):
+def test_turnstile_switches_when_both_keys_are_set(
+    text, webhook, bot_settings, telegram, admin, user
+):
     bot_settings.TURNSTILE_SITE_KEY = "0x4AAAAAAAreal-site-key"
     bot_settings.TURNSTILE_SECRET_KEY = "0x4AAAAAAAreal-secret-key"
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
-    before = table_state()
+    assert _pending(telegram, user)[0] is not None  # a math challenge is pending
 
     _general(webhook, telegram, admin, text)
 
+    assert _settings() == {"verify_mode": "turnstile", "verify_generation": "1"}
+    assert _pending(telegram, user) == (None, None, None)  # voided by the real change
+    assert general_texts(telegram) == [copy.verification_mode_set_turnstile()]
+
+
+@pytest.mark.parametrize(
+    ("site_key", "secret_key", "missing"),
+    [
+        (None, None, ["TURNSTILE_SITE_KEY", "TURNSTILE_SECRET_KEY"]),
+        ("0x4AAAAAAAreal-site-key", None, ["TURNSTILE_SECRET_KEY"]),
+        (None, "0x4AAAAAAAreal-secret-key", ["TURNSTILE_SITE_KEY"]),
+        ("   ", "0x4AAAAAAAreal-secret-key", ["TURNSTILE_SITE_KEY"]),  # blank after trim
+    ],
+)
+def test_turnstile_is_refused_without_both_keys(
+    site_key, secret_key, missing, webhook, bot_settings, telegram, admin, user
+):
+    bot_settings.TURNSTILE_SITE_KEY = site_key
+    bot_settings.TURNSTILE_SECRET_KEY = secret_key
+    webhook.deliver_ok(telegram.private_message(user, text="hi"))
+    before = table_state()
+
+    _general(webhook, telegram, admin, "/verifymode_turnstile")
+
     assert table_state() == before
-    assert general_texts(telegram) == [copy.turnstile_not_available()]
+    assert general_texts(telegram) == [copy.turnstile_missing_keys(missing)]
+    assert general_texts(telegram)[0].startswith(
+        f"无法切换为 Turnstile 网页验证：缺少 {', '.join(missing)}。"
+    )
 
 
 SETTINGS_COMMANDS = [

@@ -44,6 +44,7 @@ ARGUMENTS = {
     "url": "https://elsewhere.example/hook",
     "detail": "getWebhookInfo HTTP 500: Internal Server Error",
     "message": "Connection refused",
+    "seconds": 12,
 }
 
 

@@ -43,7 +43,9 @@ def test_health_is_byte_exact_and_touches_no_database(client):
         ("get", "/telegram/setwebhook/"),
         ("get", f"/telegram/setwebhook/{ADMIN_SECRET}/extra"),
         ("post", f"/telegram/setwebhook/{ADMIN_SECRET}"),
-        ("get", "/telegram/verify"),
+        ("post", "/telegram/verify"),
+        ("get", "/telegram/api/verify/turnstile"),
+        ("get", "/telegram/api/verify"),
     ],
 )
 def test_anything_else_is_a_plain_404(client, bot_settings, telegram, method, path):
@@ -321,6 +323,26 @@ def test_selfcheck_verification_section(client, bound):
         "TURNSTILE_SITE_KEY 是 Cloudflare 官方测试密钥，任何人都能通过验证",
         copy.check_public_base_url_invalid(),
     ]
+
+
+@pytest.mark.django_db
+def test_selfcheck_flags_turnstile_mode_without_an_https_origin(client, bound):
+    """No PUBLIC_BASE_URL and the request arrived over plain http (a TLS proxy not listed in
+    TRUSTED_PROXIES, say): the Mini App button would have no https URL."""
+    bound.TURNSTILE_SITE_KEY = "0x4AAAAAAArealsitekey"
+    bound.TURNSTILE_SECRET_KEY = "0x4AAAAAAArealsecretkey"
+    Setting.objects.create(key="verify_mode", value="turnstile")
+
+    over_http = client.get("/telegram/selfcheck").json()["failed"]
+    over_https = _selfcheck(client)
+
+    assert over_http[0] == copy.check_turnstile_no_https_origin()
+    assert over_https.status_code == 200
+    bound.PUBLIC_BASE_URL = "https://support.example.com"
+    assert (
+        copy.check_turnstile_no_https_origin()
+        not in client.get("/telegram/selfcheck").json()["failed"]
+    )
 
 
 @pytest.mark.django_db

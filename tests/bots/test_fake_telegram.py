@@ -130,3 +130,20 @@ def test_unknown_methods_and_wrong_tokens(telegram):
     assert _call(telegram, "noSuchMethod") == _error(404, "Not Found")
     response = requests.post(f"{telegram.api_base}/bot1:wrong/getMe", json={}, timeout=5)
     assert (response.status_code, response.json()) == _error(401, "Unauthorized")
+
+
+def test_a_web_app_button_needs_an_https_url(telegram):
+    """Mini Apps open https pages only: why a Turnstile challenge needs an https origin."""
+    user = telegram.user(4001, "Wes")
+    telegram.private_message(user, text="hi")
+
+    def send(url: str) -> tuple[int, dict]:
+        keyboard = {"inline_keyboard": [[{"text": "open", "web_app": {"url": url}}]]}
+        return _call(telegram, "sendMessage", chat_id=user.id, text="x", reply_markup=keyboard)
+
+    assert send("http://support.example.com/telegram/verify") == _error(
+        400,
+        "Bad Request: inline keyboard button Web App URL 'http://support.example.com/telegram/"
+        "verify' is invalid: Only HTTPS links are allowed",
+    )
+    assert send("https://support.example.com/telegram/verify")[0] == 200

@@ -224,7 +224,11 @@ def test_the_rate_window_restarts_after_sixty_seconds(webhook, bot_settings, tel
     assert (row.rate_window_start, row.rate_count) == (clock.now, 2)
 
 
-def test_overflow_in_turnstile_mode_sends_nothing(webhook, bot_settings, telegram, user, clock):
+def test_overflow_in_turnstile_mode_without_keys_says_verification_is_unavailable(
+    webhook, bot_settings, telegram, user, clock
+):
+    """Turnstile is never downgraded to a challenge of another mode (tests/bots/turnstile/
+    test_challenge.py has the overflow with the keys set)."""
     bot_settings.MAX_MESSAGES_PER_MINUTE = "1"
     make_user(user, bot_id=telegram.bot.id, now=clock.now)
     set_switches(verify_mode="turnstile")
@@ -232,8 +236,11 @@ def test_overflow_in_turnstile_mode_sends_nothing(webhook, bot_settings, telegra
 
     webhook.deliver_ok(telegram.private_message(user, text="b"))
 
-    assert dm_texts(telegram, user) == []
-    assert user_row(telegram, user).is_verified is False
+    assert dm_texts(telegram, user) == [
+        f"{copy.rate_limited_prefix(1)}\n\n{copy.verification_unavailable()}"
+    ]
+    row = user_row(telegram, user)
+    assert (row.is_verified, row.verify_request_hash) == (False, None)
 
 
 def test_with_verification_off_messages_over_the_limit_leave_card_and_challenge_alone(

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +15,6 @@ from pathlib import Path
 import openai
 import pytest
 import requests
-import uvicorn
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -26,6 +24,7 @@ from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
 from tests.conftest import _free_port, database_url_for
+from tests.live_server import LiveASGIServer
 from tests.proxy.factories import make_account
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -40,44 +39,16 @@ def upstream(fake_codex, settings):
     fake_codex.reset()
 
 
-class LiveServer:
+class LiveServer(LiveASGIServer):
     """uvicorn serving config.asgi in a thread of the test process (same settings/database)."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
-        from config.asgi import application
-
-        self.server = uvicorn.Server(
-            uvicorn.Config(
-                application, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
-            )
-        )
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name="live-server")
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("live server did not start")
-            time.sleep(0.02)
-
-    def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve())
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__()
 
     def drain(self) -> None:
         """Wait until the ledger writes the server scheduled have finished."""
         future = asyncio.run_coroutine_threadsafe(recording.await_pending_writes(), self.loop)
         future.result(30)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture(scope="session")

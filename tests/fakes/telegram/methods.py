@@ -82,6 +82,14 @@ class BotApiMethods(ChatState):
                     data is not None and not 1 <= len(data.encode()) <= 64
                 ):
                     raise bad_request("BUTTON_DATA_INVALID")
+                web_app = button.get("web_app")
+                if web_app is not None:
+                    url = web_app.get("url") if isinstance(web_app, dict) else None
+                    if not isinstance(url, str) or not url.startswith("https://"):
+                        raise bad_request(
+                            f"inline keyboard button Web App URL '{url}' is invalid: "
+                            "Only HTTPS links are allowed"
+                        )
 
     def _send(self, params: dict, kind: str) -> dict:
         chat_id = self._chat(params)
