@@ -51,3 +51,31 @@ def refresh_models_task() -> dict:
     report = models_refresh(now=timezone.now())
     logger.info("model refresh: %s", report)
     return {"refreshed": report.refreshed, "kept": report.kept, "removed": report.removed}
+
+
+@shared_task(name="proxy.scan_token_refresh", soft_time_limit=120, time_limit=150)
+def scan_token_refresh_task() -> dict:
+    """Every PROXY_REFRESH_SCAN_INTERVAL_SECONDS: persist each account's next refresh time and
+    enqueue the accounts due now (spec §4.1). Idempotent: a due account enqueued twice is
+    refreshed once (the second run finds the lease held or the refresh time moved)."""
+    from proxy.services.token_refresh import token_refresh_scan
+
+    report = token_refresh_scan(now=timezone.now())
+    for account_id in report.due:
+        refresh_account_token_task.delay(account_id)
+    return {
+        "due": len(report.due),
+        "scheduled": report.scheduled,
+        "cleared": report.cleared,
+        "busy": report.busy,
+    }
+
+
+# 5 attempts, pauses of up to ~260 s in all, each attempt waiting up to 60 s for a permit.
+@shared_task(name="proxy.refresh_account_token", soft_time_limit=900, time_limit=960)
+def refresh_account_token_task(account_id: str, force: bool = False) -> str:
+    """Refresh one account's tokens under its lease (spec §4.2); ``force`` for an operator's
+    "refresh now" (also before its scheduled time). Returns the outcome's name."""
+    from proxy.services.token_refresh import token_refresh_account
+
+    return str(token_refresh_account(account_id=account_id, force=force))

@@ -50,6 +50,7 @@ from proxy.dispatch.sse import (
     SSEScanner,
     stream_disconnected_event,
 )
+from proxy.dispatch.token_retry import refresh_for_retry, wants_token_refresh
 from proxy.dispatch.upstream_request import (
     COMPACT_OMITTED_HEADERS,
     ClientIdentity,
@@ -436,6 +437,13 @@ class Dispatch:
                 break
             try:
                 outcome = await self._attempt(slot, attempt_index, finish)
+                # A 401: one refresh of this account and one retry on it (token_retry).
+                if wants_token_refresh(outcome, slot.account) and await refresh_for_retry(
+                    slot.account
+                ):
+                    self.notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
+                    attempt_index += 1
+                    outcome = await self._attempt(slot, attempt_index, finish)
             except BaseException:
                 # Cancelled (the client left) or failed half-way: the slot must not wait for
                 # its TTL. Shielded so the release itself survives the cancellation.
