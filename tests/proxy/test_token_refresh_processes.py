@@ -65,7 +65,8 @@ def test_two_workers_racing_for_one_account_make_one_token_call(two_workers, oau
     outcomes = sorted(result.get(timeout=60) for result in pending)
 
     # both processes took one task each
-    assert [_received_by(worker) - count for worker, count in zip(two_workers, before)] == [1, 1]
+    after = [_received_by(worker) for worker in two_workers]
+    assert [now - then for now, then in zip(after, before, strict=True)] == [1, 1]
     assert outcomes == ["lease_busy", "refreshed"]
     assert [call["refresh_token"] for call in oauth.token_calls()] == [spent]
     row = Account.objects.get(pk=account.pk)
