@@ -184,13 +184,18 @@ def _store_tokens(
     expires_at = claims.expires_at if claims else None
     if expires_at is None and tokens.expires_in is not None:
         expires_at = now + timedelta(seconds=tokens.expires_in)
+    next_refresh = next_refresh_time(
+        account_id=row.id, expires_at=expires_at, margin_seconds=margin_seconds, now=now
+    )
+    if expires_at is not None and expires_at > now:
+        # A token living shorter than the margin is refreshed at half its life, not again at
+        # once (which would spend a refresh token every scan).
+        next_refresh = max(next_refresh, now + (expires_at - now) / 2)
     changes = {
         "access_token": tokens.access_token,
         "refresh_token": tokens.refresh_token or row.refresh_token,
         "access_token_expires_at": expires_at,
-        "next_refresh_at": next_refresh_time(
-            account_id=row.id, expires_at=expires_at, margin_seconds=margin_seconds, now=now
-        ),
+        "next_refresh_at": next_refresh,
         # A refreshed token serves again; disabled and banned accounts stay as they are
         # (spec §3.1), a reached quota limit keeps the account quota_exhausted.
         "status": Case(

@@ -46,6 +46,7 @@ def _row(account) -> Account:
 
 def test_a_refresh_stores_the_new_tokens_and_schedules_the_next(oauth):
     account = make_oauth_account(oauth, ALICE, expires_in=600)
+    oauth.expires_in = 86400
     spent = account.refresh_token
     sleeps = Sleeps()
 
@@ -68,6 +69,19 @@ def test_a_refresh_stores_the_new_tokens_and_schedules_the_next(oauth):
         "client_id": "app_EMoamEEZ73f0CkXaXp7hrann",
         "refresh_token": spent,
     }
+
+
+def test_a_token_living_shorter_than_the_margin_is_refreshed_at_half_its_life(oauth):
+    account = make_oauth_account(oauth, ALICE, expires_in=600)
+    oauth.expires_in = 1800  # shorter than the 3600 s margin
+    before = timezone.now()
+
+    assert token_refresh_account(account_id=account.pk) == RefreshResult.REFRESHED
+
+    row = _row(account)
+    half_life = (row.access_token_expires_at - before) / 2
+    assert before + half_life - timedelta(seconds=2) <= row.next_refresh_at
+    assert row.next_refresh_at <= timezone.now() + half_life
 
 
 def test_a_refresh_keeps_quota_exhausted_and_revives_an_expired_account(oauth):
