@@ -120,7 +120,7 @@ def next_refresh_time(
     return expires_at - timedelta(seconds=jittered_margin_seconds(account_id, margin_seconds))
 
 
-def _settings_values() -> tuple[int, int]:
+def refresh_settings() -> tuple[int, int]:
     """(refresh_margin_seconds, refresh_concurrency), read fresh: both are hot-updated."""
     row = RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID).values_list(
         "refresh_margin_seconds", "refresh_concurrency"
@@ -135,7 +135,7 @@ def _settings_values() -> tuple[int, int]:
 
 
 def _concurrency() -> int:
-    return _settings_values()[1]
+    return refresh_settings()[1]
 
 
 # ----------------------------------------------------------------------------- the row
@@ -302,7 +302,7 @@ def _refresh_under_lease(
                 if seen[error.outcome] >= CONFIRMATIONS_NEEDED:
                     return _persist_permanent(row, error.outcome, now=clock())
             continue
-        margin, _ = _settings_values()
+        margin, _ = refresh_settings()
         stored, _ = _store_tokens(row, tokens, margin_seconds=margin, now=clock())
         if not stored:
             # An operator rotated the tokens meanwhile: theirs win.
@@ -347,7 +347,7 @@ def token_refresh_scan(*, now: datetime) -> ScanReport:
     Each write is conditional on the value read, so a refresh finishing meanwhile is never
     overwritten.
     """
-    margin, _ = _settings_values()
+    margin, _ = refresh_settings()
     due: list[str] = []
     scheduled = cleared = 0
     for values in Account.objects.values(*_ROW_FIELDS).order_by("added_at", "id").iterator():
@@ -425,7 +425,7 @@ def token_refresh_for_request(
         except oauth.OAuthError as error:
             logger.warning("token refresh of %s after a 401: %s", account_id, error)
             return None
-        margin, _ = _settings_values()
+        margin, _ = refresh_settings()
         stored, expires_at = _store_tokens(row, tokens, margin_seconds=margin, now=clock())
         if not stored:
             return None
