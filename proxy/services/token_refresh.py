@@ -164,6 +164,14 @@ class _Row:
         # (which clears next_refresh_at).
         return self.status == AccountStatus.EXPIRED and self.next_refresh_at is not None
 
+    @property
+    def refreshable_on_request(self) -> bool:
+        """An operator's "refresh now" also retries an account a refresh gave up on."""
+        return bool(self.refresh_token) and self.status in (
+            *REFRESHABLE_STATUSES,
+            AccountStatus.EXPIRED,
+        )
+
 
 def _read(account_id: str) -> _Row | None:
     values = Account.objects.filter(pk=account_id).values(*_ROW_FIELDS).first()
@@ -238,8 +246,8 @@ def token_refresh_account(
 
     Up to 5 attempts, 5/15/45/135 s apart (stable ±30 % jitter); before each the row is read
     again and the refresh stops if the account may no longer be refreshed, its next refresh
-    moved into the future (someone refreshed it; ignored when ``force``, an operator's "refresh
-    now"), or its refresh token changed. A permanent answer (banned / invalid grant) must be
+    moved into the future (someone refreshed it), or its refresh token changed. ``force`` is an
+    operator's "refresh now": it ignores the refresh time and also retries an expired account. A permanent answer (banned / invalid grant) must be
     seen twice before the status is written; transport failures leave the status alone and
     schedule the next try 10 minutes (±20 %) later. Returns what happened; never raises for an
     OAuth failure.
@@ -254,7 +262,7 @@ def token_refresh_account(
 
 
 def _stop_reason(row: _Row | None, *, spent: str | None, force: bool, now: datetime):
-    if row is None or not row.refreshable:
+    if row is None or not (row.refreshable_on_request if force else row.refreshable):
         return RefreshResult.NOT_ELIGIBLE
     if spent is not None and row.refresh_token != spent:
         return RefreshResult.TOKEN_CHANGED
@@ -286,9 +294,11 @@ def _refresh_under_lease(
             sleep(retry_delay_seconds(account_id, attempt))
             refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS)
             row = _read(account_id)
-            # The first attempt already passed the due check; later ones only stop when the
-            # time moved because someone else refreshed (the token check catches that too).
-            stop = _stop_reason(row, spent=refresh_token, force=True, now=clock())
+            # The first attempt already passed the due check; someone else refreshing meanwhile
+            # shows as a changed refresh token.
+            stop = _stop_reason(row, spent=refresh_token, force=force, now=clock())
+            if stop == RefreshResult.NOT_DUE:
+                stop = None
             if stop is not None:
                 return stop
         try:

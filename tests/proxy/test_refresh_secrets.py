@@ -71,9 +71,7 @@ def test_no_secret_reaches_a_log_line_or_an_error_body(
         secrets += [value for value in tokens.values() if value]
     oauth.authorize_identity = Identity("org-6", "user-6")
     session = oauth_session_start(now=timezone.now())
-    callback = requests.get(session.auth_url, allow_redirects=False, timeout=10).headers[
-        "Location"
-    ]
+    callback = requests.get(session.auth_url, allow_redirects=False, timeout=10).headers["Location"]
     secrets.append(parse_qs(urlsplit(callback).query)["code"][0])
     oauth_session_exchange(session_id=session.session_id, callback_url=callback, now=timezone.now())
     proxy.drain()

@@ -134,6 +134,14 @@ def test_a_reused_refresh_token_bans_the_account_after_two_confirmations(oauth):
     assert len(sleeps) == 1 and 3.5 <= sleeps[0] <= 6.5  # 5 s ± 30 %
 
 
+def test_a_deactivated_account_is_banned_after_two_confirmations(oauth):
+    account = make_oauth_account(oauth, ALICE)
+    oauth.fail(account.refresh_token, "deactivated", "deactivated")
+
+    assert token_refresh_account(account_id=account.pk, sleep=Sleeps()) == RefreshResult.BANNED
+    assert _row(account).status == "banned"
+
+
 def test_one_reused_answer_alone_bans_nothing(oauth):
     account = make_oauth_account(oauth, ALICE)
     oauth.fail(account.refresh_token, "reused")
@@ -247,6 +255,14 @@ def test_a_held_lease_means_no_token_call(oauth):
         refresh_lease_release(account_id=account.pk, owner='"someone-else"')
     assert oauth.token_calls() == []
     assert _row(account).refresh_token == account.refresh_token
+
+
+def test_an_operators_refresh_now_retries_an_account_a_refresh_gave_up_on(oauth):
+    account = make_oauth_account(oauth, ALICE, status="expired", next_refresh_at=None)
+
+    assert token_refresh_account(account_id=account.pk) == RefreshResult.NOT_ELIGIBLE
+    assert token_refresh_account(account_id=account.pk, force=True) == RefreshResult.REFRESHED
+    assert _row(account).status == "active"
 
 
 @pytest.mark.parametrize("status", ["disabled", "banned"])
