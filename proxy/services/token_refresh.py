@@ -247,10 +247,10 @@ def token_refresh_account(
     Up to 5 attempts, 5/15/45/135 s apart (stable ±30 % jitter); before each the row is read
     again and the refresh stops if the account may no longer be refreshed, its next refresh
     moved into the future (someone refreshed it), or its refresh token changed. ``force`` is an
-    operator's "refresh now": it ignores the refresh time and also retries an expired account. A permanent answer (banned / invalid grant) must be
-    seen twice before the status is written; transport failures leave the status alone and
-    schedule the next try 10 minutes (±20 %) later. Returns what happened; never raises for an
-    OAuth failure.
+    operator's "refresh now": it ignores the refresh time and also retries an expired account.
+    A permanent answer (banned / invalid grant) must be seen twice before the status is
+    written; transport failures leave the status alone and schedule the next try 10 minutes
+    (±20 %) later. Returns what happened; never raises for an OAuth failure.
     """
     owner = _new_owner()
     if not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
