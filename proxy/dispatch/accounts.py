@@ -284,19 +284,21 @@ async def roll_usage_window(account: AccountView, *, now: datetime) -> None:
     account.window_reset_at = next_reset
 
 
-async def mark_expired(account_id: str, *, token: str, now: datetime) -> None:
+async def mark_expired(
+    account_id: str, *, token: str, now: datetime, schedule_refresh: bool = True
+) -> None:
     """401 or a token past its expiry: the account waits for a token refresh.
 
     Only while it still holds ``token`` (the one that failed): a token refreshed meanwhile
     deserves its own chance (the original's pitfall §11.6). An account with a refresh token is
     due for one at once (the refresh scan picks it up and, on success, puts it back into
-    service); one without stays expired.
+    service) unless ``schedule_refresh`` is False; one without stays expired.
     """
     await _execute(
         "update accounts set status = 'expired', updated_at = %s,"
-        " next_refresh_at = case when refresh_token is not null then %s end"
+        " next_refresh_at = case when refresh_token is not null and %s then %s end"
         " where id = %s and status in ('active', 'quota_exhausted') and access_token = %s",
-        [now, now, account_id, token],
+        [now, schedule_refresh, now, account_id, token],
     )
 
 

@@ -4,7 +4,9 @@ When an attempt fails because the upstream rejected the access token, and the ac
 refresh token, the dispatcher asks for one refresh of that account (under the same Redis lease
 as the scheduled refresher: a refresh already running elsewhere is waited for, not repeated)
 and, with the fresh token, tries the same account once more before demoting it. This happens
-before any byte reached the client.
+before any byte reached the client. A freshly refreshed token rejected too means the account
+itself is refused: it is demoted without a new refresh being scheduled (no refresh-and-fail
+loop every scan); an operator's "refresh now" or new tokens bring it back.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import logging
 
 from asgiref.sync import sync_to_async
 from django.db import connection
+from django.utils import timezone
 
-from proxy.dispatch.accounts import AccountView
+from proxy.dispatch.accounts import AccountView, mark_expired
 from proxy.dispatch.failures import AttemptFailure, FailureKind
 
 logger = logging.getLogger(__name__)
@@ -54,3 +57,10 @@ async def refresh_for_retry(account: AccountView) -> bool:
     account.access_token = fresh.access_token
     account.access_token_expires_at = fresh.expires_at
     return True
+
+
+async def give_up_after_refresh(account: AccountView) -> None:
+    """The retry with a fresh token met a 401 again: expired, and no refresh scheduled."""
+    await mark_expired(
+        account.id, token=account.access_token, now=timezone.now(), schedule_refresh=False
+    )

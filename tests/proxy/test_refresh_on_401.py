@@ -76,6 +76,25 @@ def test_a_401_whose_refresh_fails_demotes_the_account_and_hands_it_to_the_refre
     assert row.next_refresh_at is not None  # due for the refresher's own (confirming) run
 
 
+def test_a_fresh_token_rejected_too_demotes_the_account_without_a_new_refresh(
+    proxy, upstream, oauth, client_key
+):
+    account = make_oauth_account(oauth, ALICE)
+    old_token = account.access_token
+    _expired_for(upstream, old_token)
+    # the token the refresh hands out is not known beforehand: every other token gets a 401
+    upstream.default_reply = Reply(kind="status", status=401, body=TOKEN_EXPIRED)
+
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+
+    assert response.status_code == 401
+    row = _row(account)
+    assert upstream.tokens_called() == [old_token, row.access_token]
+    assert row.access_token != old_token  # the refresh was stored
+    assert (row.status, row.next_refresh_at) == ("expired", None)
+    assert len(oauth.token_calls()) == 1
+
+
 def test_a_401_without_a_refresh_token_is_demoted_at_once(proxy, upstream, oauth, client_key):
     account = make_oauth_account(oauth, ALICE)
     Account.objects.filter(pk=account.pk).update(refresh_token=None)
