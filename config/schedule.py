@@ -1,10 +1,14 @@
 """The Celery beat schedule: every periodic job of the project, in one place.
 
 Entries name tasks by their registered name so this module imports no app. Each periodic job is
-also listed in the README's "Periodic jobs" table.
+also listed in the README's "Periodic jobs" table. ``STARTUP_TASKS`` are sent once when beat
+starts (config/celery.py), so the system does not wait a whole period for its first run.
 """
 
 from celery.schedules import crontab
+from django.conf import settings
+
+FINGERPRINT_CHECK_SECONDS = 72 * 3600
 
 BEAT_SCHEDULE: dict[str, dict] = {
     # seed 004 §2.10: hourly trims of usage_records, ops_error_logs, request_time_buckets and
@@ -23,6 +27,21 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "proxy.delete_expired_cookies",
         "schedule": 300.0,
     },
+    # codex-proxy spec §4.1: which accounts need a token refresh now (60 s by default).
+    "proxy-scan-token-refresh": {
+        "task": "proxy.scan_token_refresh",
+        "schedule": float(settings.PROXY_REFRESH_SCAN_INTERVAL_SECONDS),
+    },
+    # codex-proxy spec §4.4: re-read the usage of quota-limited accounts (5 min by default).
+    "proxy-refresh-quotas": {
+        "task": "proxy.refresh_quotas",
+        "schedule": float(settings.PROXY_QUOTA_REFRESH_INTERVAL_SECONDS),
+    },
+    # codex-proxy spec §2.2: follow the Codex Desktop appcast, every 72 h.
+    "proxy-update-fingerprint": {
+        "task": "proxy.update_fingerprint",
+        "schedule": float(FINGERPRINT_CHECK_SECONDS),
+    },
     # Support bot: idempotency claims older than 7 days (Telegram stopped redelivering long
     # before), daily.
     "bots-trim-processed-updates": {
@@ -30,3 +49,10 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "schedule": crontab(minute=23, hour=3),
     },
 }
+
+# (task name, countdown seconds): sent once when beat starts. spec §4.5: the model refresh 1 s
+# after start (it retries itself); spec §2.2: the first appcast check at start-up.
+STARTUP_TASKS: tuple[tuple[str, float], ...] = (
+    ("proxy.refresh_models_at_startup", 1.0),
+    ("proxy.update_fingerprint", 1.0),
+)

@@ -145,8 +145,22 @@ CPR_DATA_DIR = Path(env_str("CPR_DATA_DIR", str(VAR_DIR / "data"))).resolve()
 
 # The ChatGPT backend; usage and models URLs derive from it (codex-proxy spec §2.1).
 CODEX_UPSTREAM_BASE = env_str("CODEX_UPSTREAM_BASE", "https://chatgpt.com/backend-api").rstrip("/")
-# The OAuth server of token refresh. Not used yet: token refresh isn't built (README).
+# The OAuth server: token refresh, authorization-code exchange and the authorize URL (spec §2.1).
 OPENAI_AUTH_BASE = env_str("OPENAI_AUTH_BASE", "https://auth.openai.com").rstrip("/")
+# Seconds to connect to / wait for the OAuth token endpoint.
+OPENAI_AUTH_TIMEOUT_SECONDS = env_int("OPENAI_AUTH_TIMEOUT_SECONDS", 20, minimum=1, maximum=120)
+# The Codex Desktop appcast the fingerprint follows (spec §2.1, §2.2).
+CODEX_APPCAST_URL = env_str(
+    "CODEX_APPCAST_URL", "https://persistent.oaistatic.com/codex-app-prod/appcast.xml"
+)
+# Beat periods of the upkeep jobs (spec §4.1, §4.4): the token refresh scan and the quota
+# recovery pass.
+PROXY_REFRESH_SCAN_INTERVAL_SECONDS = env_int(
+    "PROXY_REFRESH_SCAN_INTERVAL_SECONDS", 60, minimum=1, maximum=86400
+)
+PROXY_QUOTA_REFRESH_INTERVAL_SECONDS = env_int(
+    "PROXY_QUOTA_REFRESH_INTERVAL_SECONDS", 300, minimum=1, maximum=86400
+)
 # Seconds to establish an upstream connection, and the longest silence between two chunks of an
 # upstream stream before it counts as dead (models may think for minutes between events).
 CODEX_CONNECT_TIMEOUT_SECONDS = env_int("CODEX_CONNECT_TIMEOUT_SECONDS", 15, minimum=1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db import transaction
 from django.utils import timezone
 
 from proxy.forms import AdminLoginForm
@@ -21,12 +23,17 @@ from proxy.models import (
     FingerprintUpdateHistory,
     RuntimeSettings,
 )
+from proxy.runtime_state.refresh_leases import refresh_leases_held
+from proxy.services.account_tokens import (
+    AccountOnboardingError,
+    account_rotate_tokens,
+    account_tokens_check_owner,
+    account_tokens_resolve,
+    account_upsert_from_tokens,
+)
 from proxy.services.accounts import (
     ADMIN_SETTABLE_STATUSES,
-    AccountIdentityTaken,
-    account_create,
     account_delete,
-    account_identity_taken,
     account_update_by_admin,
 )
 from proxy.services.client_api_keys import client_api_key_create
@@ -130,23 +137,42 @@ class ClientApiKeyAdmin(admin.ModelAdmin):
         messages.info(request, "Key created: copy it from its page.")
 
 
-class AccountAddForm(forms.ModelForm):
-    """Adding an account by hand: its tokens, and what identifies it upstream."""
+def _secret_field(label: str, help_text: str) -> forms.CharField:
+    return forms.CharField(
+        label=label,
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+        help_text=help_text,
+    )
 
-    access_token = forms.CharField(widget=forms.PasswordInput(render_value=False))
-    refresh_token = forms.CharField(widget=forms.PasswordInput(render_value=False), required=False)
+
+class AccountAddForm(forms.ModelForm):
+    """Adding an account as an operator does it: its tokens; the JWT claims say who it is."""
+
+    access_token = _secret_field(
+        "access token", "A ChatGPT access token (JWT). Optional when a refresh token is given."
+    )
+    refresh_token = _secret_field(
+        "refresh token",
+        "Optional with a valid access token. Alone, it is exchanged at once (and so spent: the "
+        "rotated one is stored).",
+    )
 
     class Meta:
         model = Account
-        fields = ("email", "label", "chatgpt_account_id", "chatgpt_user_id", "plan_type")
+        fields = ("label",)
 
     def clean(self):
         cleaned = super().clean()
-        if account_identity_taken(
-            chatgpt_account_id=cleaned.get("chatgpt_account_id"),
-            chatgpt_user_id=cleaned.get("chatgpt_user_id"),
-        ):
-            raise forms.ValidationError(AccountIdentityTaken.message)
+        try:
+            self.resolved = account_tokens_resolve(
+                access_token=cleaned.get("access_token") or None,
+                refresh_token=cleaned.get("refresh_token") or None,
+                now=timezone.now(),
+            )
+        except AccountOnboardingError as error:
+            raise forms.ValidationError(str(error)) from None
         return cleaned
 
 
@@ -164,6 +190,12 @@ class AccountForm(forms.ModelForm):
     # The hidden initial copy records what the page showed, so a status the proxy changed
     # after the page was rendered is not undone by an operator who only edited the label.
     status = forms.ChoiceField(choices=SETTABLE_STATUS_CHOICES, show_hidden_initial=True)
+    new_access_token = _secret_field(
+        "new access token", "Replace the tokens (same ChatGPT account). Leave empty to keep them."
+    )
+    new_refresh_token = _secret_field(
+        "new refresh token", "Alone, it is exchanged at once for a new access token."
+    )
 
     class Meta:
         model = Account
@@ -176,12 +208,36 @@ class AccountForm(forms.ModelForm):
             keep = (current, f"{AccountStatus(current).label} (kept; set by the proxy)")
             self.fields["status"].choices = [keep, *SETTABLE_STATUS_CHOICES]
 
+    def clean(self):
+        cleaned = super().clean()
+        self.resolved = None
+        access, refresh = cleaned.get("new_access_token"), cleaned.get("new_refresh_token")
+        if access or refresh:
+            try:
+                self.resolved = account_tokens_resolve(
+                    access_token=access or None, refresh_token=refresh or None, now=timezone.now()
+                )
+                account_tokens_check_owner(account=self.instance, resolved=self.resolved)
+            except AccountOnboardingError as error:
+                raise forms.ValidationError(str(error)) from None
+        return cleaned
+
     def chosen_status(self) -> str | None:
         """The status the operator chose, or None when the status is to stay as it is."""
         status = self.cleaned_data["status"]
         if "status" not in self.changed_data or status not in ADMIN_SETTABLE_STATUSES:
             return None
         return status
+
+
+class AccountChangeList(ChangeList):
+    """Reads which accounts of the page are being refreshed in one MGET of their leases."""
+
+    def get_results(self, request) -> None:
+        super().get_results(request)
+        held = refresh_leases_held(account.pk for account in self.result_list)
+        for account in self.result_list:
+            account.refresh_lease_held = account.pk in held
 
 
 @admin.register(Account)
@@ -193,11 +249,13 @@ class AccountAdmin(admin.ModelAdmin):
         "label",
         "plan_type",
         "status",
+        "refresh_state",
         "quota_limit_reached",
         "access_token_expires_at",
         "masked_access_token",
         "added_at",
     )
+    actions = ("refresh_tokens_now",)
     list_filter = ("status", "plan_type", "quota_limit_reached", "quota_verify_required")
     search_fields = ("=id", "email", "label", "=chatgpt_account_id", "=chatgpt_user_id")
     ordering = ("-added_at", "-id")
@@ -223,16 +281,44 @@ class AccountAdmin(admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return (
-                "access_token",
-                "refresh_token",
-                "email",
-                "label",
-                "chatgpt_account_id",
-                "chatgpt_user_id",
-                "plan_type",
+            return ("access_token", "refresh_token", "label")
+        return ("label", "status", "new_access_token", "new_refresh_token", *self.readonly_fields)
+
+    def get_changelist(self, request, **kwargs):
+        return AccountChangeList
+
+    @admin.display(description="token refresh")
+    def refresh_state(self, obj: Account) -> str:
+        """``refreshing`` while a refresh holds the account's lease, else when the next one is
+        due (spec §4.2's display state)."""
+        if getattr(obj, "refresh_lease_held", False):
+            return "refreshing"
+        if obj.next_refresh_at is None:
+            return "—" if not obj.refresh_token else "not scheduled"
+        return timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M")
+
+    @admin.action(description="Refresh tokens now")
+    def refresh_tokens_now(self, request, queryset) -> None:
+        """Queue a refresh of each selected account that has a refresh token (it runs in the
+        worker under the account's lease; the list shows "refreshing" meanwhile)."""
+        from proxy.tasks import refresh_account_token_task
+
+        eligible = list(
+            queryset.exclude(refresh_token=None)
+            .exclude(status__in=(AccountStatus.DISABLED, AccountStatus.BANNED))
+            .values_list("pk", flat=True)
+        )
+        skipped = queryset.count() - len(eligible)
+        for account_id in eligible:
+            transaction.on_commit(
+                lambda account_id=account_id: refresh_account_token_task.delay(
+                    account_id, force=True
+                )
             )
-        return ("label", "status", *self.readonly_fields)
+        text = f"Token refresh queued for {len(eligible)} account(s)."
+        if skipped:
+            text += f" {skipped} skipped (no refresh token, disabled or banned)."
+        self.message_user(request, text, messages.INFO)
 
     def get_readonly_fields(self, request, obj=None):
         return () if obj is None else self.readonly_fields
@@ -257,19 +343,24 @@ class AccountAdmin(admin.ModelAdmin):
         for account in queryset:
             account_delete(account=account)
 
-    def add_view(self, request, form_url="", extra_context=None):
-        try:
-            return super().add_view(request, form_url, extra_context)
-        except AccountIdentityTaken:
-            # Another add took the identity between the form's check and the insert; the
-            # view's transaction rolled back. Validating again shows the form with the error.
-            return super().add_view(request, form_url, extra_context)
-
     def save_model(self, request, obj, form, change) -> None:
+        now = timezone.now()
         if not change:
-            created = account_create(now=timezone.now(), **form.cleaned_data)
-            obj.pk = created.pk
+            account, created = account_upsert_from_tokens(
+                resolved=form.resolved, label=form.cleaned_data.get("label"), now=now
+            )
+            obj.pk = account.pk
+            if not created:
+                self.message_user(
+                    request,
+                    f"This ChatGPT identity was already in the pool: account {account.pk} got "
+                    "the new tokens (its counters and cookies are kept).",
+                    messages.WARNING,
+                )
             return
+        if form.resolved is not None:
+            account_rotate_tokens(account=obj, resolved=form.resolved, now=now)
+            self.message_user(request, "The account's tokens were replaced.", messages.INFO)
         account_update_by_admin(
             account=obj,
             label=form.cleaned_data.get("label") or None,

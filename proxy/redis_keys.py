@@ -75,3 +75,15 @@ def models_etag() -> str:
     """The last ``x-models-etag`` the upstream announced (EX 1 day); a different one queues a
     model refresh."""
     return f"{_prefix()}models:etag"
+
+
+def refresh_permits() -> str:
+    """ZSET permit id → taken at (epoch ms): token calls in flight across every process, capped
+    by ``runtime_settings.refresh_concurrency``. PEXPIRE = permit TTL on every take; permits
+    older than that (a crashed holder's) are removed on the next take."""
+    return f"{_prefix()}refresh:permits"
+
+
+def oauth_session(session_hash: str) -> str:
+    """An OAuth onboarding session (spec §6.3), keyed by SHA-256 of its id; EX 30 minutes."""
+    return f"{_prefix()}oauth:session:{session_hash}"

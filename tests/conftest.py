@@ -129,10 +129,38 @@ def fake_codex():
     fake.stop()
 
 
-class CeleryWorkerProcess:
-    """A real ``celery worker`` subprocess bound to this test run's database and Redis prefix."""
+@pytest.fixture(scope="session")
+def fake_oauth():
+    """The fake OpenAI OAuth server of the session (the Celery worker is pointed at it too)."""
+    from tests.fakes.oauth import FakeOAuthServer
 
-    def __init__(self, database_url: str, log_path: Path, extra_environment: dict[str, str]):
+    fake = FakeOAuthServer().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_appcast():
+    """The fake Codex Desktop appcast of the session (the Celery worker reads it too)."""
+    from tests.fakes.appcast import FakeAppcast
+
+    fake = FakeAppcast().start()
+    yield fake
+    fake.stop()
+
+
+class CeleryWorkerProcess:
+    """A real ``celery worker`` subprocess bound to this test run's database and Redis prefix.
+
+    ``arguments`` replace the default ``--pool solo`` (e.g. another queue or pool)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        log_path: Path,
+        extra_environment: dict[str, str],
+        arguments: tuple[str, ...] = ("--pool", "solo"),
+    ):
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -143,8 +171,7 @@ class CeleryWorkerProcess:
                 "-A",
                 "config",
                 "worker",
-                "--pool",
-                "solo",
+                *arguments,
                 "-l",
                 "INFO",
             ],
@@ -179,20 +206,33 @@ class CeleryWorkerProcess:
         self._log.close()
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory, fake_codex):
-    """A real Celery worker for the session. Tests using it need committed data
-    (``@pytest.mark.django_db(transaction=True)``): the worker has its own connection."""
+def run_database_url(django_db_blocker) -> str:
+    """DATABASE_URL of this run's test database (for processes the tests start)."""
     with django_db_blocker.unblock():
         from django.db import connection
 
-        database_url = database_url_for(
-            settings.DATABASES["default"], connection.settings_dict["NAME"]
-        )
+        return database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"])
+
+
+def fakes_environment(fake_codex, fake_oauth, fake_appcast) -> dict[str, str]:
+    """The variables pointing a project process at the session's fakes of outside services."""
+    return {
+        "CODEX_UPSTREAM_BASE": fake_codex.url,
+        "OPENAI_AUTH_BASE": fake_oauth.url,
+        "CODEX_APPCAST_URL": fake_appcast.appcast_url,
+    }
+
+
+@pytest.fixture(scope="session")
+def celery_worker(
+    django_db_setup, django_db_blocker, tmp_path_factory, fake_codex, fake_oauth, fake_appcast
+):
+    """A real Celery worker for the session. Tests using it need committed data
+    (``@pytest.mark.django_db(transaction=True)``): the worker has its own connection."""
     worker = CeleryWorkerProcess(
-        database_url,
+        run_database_url(django_db_blocker),
         tmp_path_factory.mktemp("celery") / "worker.log",
-        {"CODEX_UPSTREAM_BASE": fake_codex.url},
+        fakes_environment(fake_codex, fake_oauth, fake_appcast),
     )
     yield worker
     worker.stop()

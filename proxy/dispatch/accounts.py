@@ -8,16 +8,14 @@ hold across processes.
 
 from __future__ import annotations
 
-import base64
-import functools
-import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from proxy import redis_keys
 from proxy.loop_resources import async_redis, database_connection
 from proxy.models import ACCOUNT_USAGE_COUNTERS
+from proxy.token_claims import token_expiry
 
 CLOUDFLARE_CHALLENGE_COOLDOWNS = (10, 30, 90, 120)
 CLOUDFLARE_COUNTER_TTL_SECONDS = 3600
@@ -49,6 +47,8 @@ class AccountView:
     limit_window_seconds: int | None
     last_used_at: datetime | None
     cookies: list[dict]
+    # Whether a 401 may be answered by a token refresh (the token itself stays in PostgreSQL).
+    has_refresh_token: bool = False
 
 
 # The same rows as one JSON value, so that the client-key lookup can bring the candidates along
@@ -67,7 +67,7 @@ CANDIDATES_JSON_SQL = """
             as window_tokens,
           coalesce(u.window_cached_tokens, 0) as window_cached_tokens,
           u.window_reset_at, u.limit_window_seconds, u.last_used_at,
-          cookies.items as cookies
+          cookies.items as cookies, a.refresh_token is not null as has_refresh_token
    from accounts a
    left join account_usage u on u.account_id = a.id
    left join lateral (
@@ -127,23 +127,12 @@ def restarted_window_columns(*, when: str | None = None) -> str:
     return ", ".join(items)
 
 
-@functools.lru_cache(maxsize=4096)
 def jwt_expiry(token: str) -> datetime | None:
     """``exp`` of a JWT access token (signature not checked: we only schedule by it).
 
     None when the token is opaque or has no numeric ``exp`` (callers treat that as expired).
     """
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-        expiry = payload["exp"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(expiry, int | float):
-        return None
-    return datetime.fromtimestamp(expiry, tz=UTC)
+    return token_expiry(token)
 
 
 class AccountState(Protocol):
@@ -220,18 +209,21 @@ async def refresh_and_filter_eligible(
     """Apply the time-driven transitions of spec §3.2 and return the accounts that may serve.
 
     Writes happen only when a state really changes: an active account whose token expired
-    becomes ``expired``; a quota limit whose cooldown passed is lifted (the account then needs
-    a usage check first: ``quota_verify_required``); a passed usage window is rolled forward.
+    becomes ``expired``; a passed usage window is rolled forward; a quota limit whose cooldown
+    passed, or whose window just rolled, is lifted (the account then needs a usage check
+    first: ``quota_verify_required``).
     """
     eligible = []
     for account in accounts:
+        rolled = False
         if account.window_reset_at is not None and account.window_reset_at <= now:
             await roll_usage_window(account, now=now)
+            rolled = True
         reason = ineligibility(account, now=now)
-        if reason == QUOTA_LIMITED:
+        if reason == QUOTA_LIMITED and not rolled:
             continue
-        if account.quota_limit_reached:  # its cooldown has passed
-            await lift_quota_limit(account, now=now)
+        if account.quota_limit_reached:  # its cooldown has passed, or its window rolled
+            await lift_quota_limit(account, now=now, window_rolled=rolled)
             reason = ineligibility(account, now=now)
         if reason == TOKEN_EXPIRED:
             await mark_expired(account.id, token=account.access_token, now=now)
@@ -246,14 +238,18 @@ async def _execute(sql: str, parameters: list | dict) -> int:
         return cursor.rowcount
 
 
-async def lift_quota_limit(account: AccountView, *, now: datetime) -> None:
+async def lift_quota_limit(
+    account: AccountView, *, now: datetime, window_rolled: bool = False
+) -> None:
+    """Clear a reached quota limit whose cooldown has passed or whose usage window just rolled
+    (spec §3.2); the account must then pass a usage check before it serves."""
     changed = await _execute(
         "update accounts set quota_limit_reached = false, quota_cooldown_until = null,"
         " quota_verify_required = true,"
         " status = case when status = 'quota_exhausted' then 'active' else status end,"
         " updated_at = %s"
-        " where id = %s and quota_limit_reached and quota_cooldown_until <= %s",
-        [now, account.id, now],
+        " where id = %s and quota_limit_reached and (quota_cooldown_until <= %s or %s)",
+        [now, account.id, now, window_rolled],
     )
     if changed:
         account.quota_limit_reached = False
@@ -286,16 +282,21 @@ async def roll_usage_window(account: AccountView, *, now: datetime) -> None:
     account.window_reset_at = next_reset
 
 
-async def mark_expired(account_id: str, *, token: str, now: datetime) -> None:
+async def mark_expired(
+    account_id: str, *, token: str, now: datetime, schedule_refresh: bool = True
+) -> None:
     """401 or a token past its expiry: the account waits for a token refresh.
 
     Only while it still holds ``token`` (the one that failed): a token refreshed meanwhile
-    deserves its own chance (the original's pitfall §11.6).
+    deserves its own chance (the original's pitfall §11.6). An account with a refresh token is
+    due for one at once (the refresh scan picks it up and, on success, puts it back into
+    service) unless ``schedule_refresh`` is False; one without stays expired.
     """
     await _execute(
-        "update accounts set status = 'expired', updated_at = %s"
+        "update accounts set status = 'expired', updated_at = %s,"
+        " next_refresh_at = case when refresh_token is not null and %s then %s end"
         " where id = %s and status in ('active', 'quota_exhausted') and access_token = %s",
-        [now, account_id, token],
+        [now, schedule_refresh, now, account_id, token],
     )
 
 

@@ -50,6 +50,11 @@ from proxy.dispatch.sse import (
     SSEScanner,
     stream_disconnected_event,
 )
+from proxy.dispatch.token_retry import (
+    give_up_after_refresh,
+    refresh_for_retry,
+    wants_token_refresh,
+)
 from proxy.dispatch.upstream_request import (
     COMPACT_OMITTED_HEADERS,
     ClientIdentity,
@@ -436,6 +441,15 @@ class Dispatch:
                 break
             try:
                 outcome = await self._attempt(slot, attempt_index, finish)
+                # A 401: one refresh of this account and one retry on it (token_retry).
+                if wants_token_refresh(outcome, slot.account) and await refresh_for_retry(
+                    slot.account
+                ):
+                    self.notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
+                    attempt_index += 1
+                    outcome = await self._attempt(slot, attempt_index, finish)
+                    if wants_token_refresh(outcome, slot.account):
+                        await give_up_after_refresh(slot.account)
             except BaseException:
                 # Cancelled (the client left) or failed half-way: the slot must not wait for
                 # its TTL. Shielded so the release itself survives the cancellation.

@@ -260,6 +260,8 @@ class FakeCodexUpstream:
         # usage paths answering 404 as if they did not exist (e.g. "/backend-api/wham/usage")
         self.usage_paths_missing: set[str] = set()
         self.default_deltas = self.DEFAULT_DELTAS
+        # The answer to tokens with nothing programmed (None: a normal streamed success).
+        self.default_reply: Reply | None = None
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -282,6 +284,7 @@ class FakeCodexUpstream:
             self.models_headers = {}
             self.compact_payload = None
             self.default_deltas = self.DEFAULT_DELTAS
+            self.default_reply = None
         self.server.clear()
 
     @property
@@ -315,7 +318,9 @@ class FakeCodexUpstream:
     def _next_reply(self, token: str) -> Reply:
         with self._lock:
             queue = self._programs.get(token)
-            return queue.popleft() if queue else Reply(deltas=self.default_deltas)
+            if queue:
+                return queue.popleft()
+            return self.default_reply or Reply(deltas=self.default_deltas)
 
     def _application(self, server: LocalHTTPServer) -> web.Application:
         application = web.Application(client_max_size=64 * 1024 * 1024)

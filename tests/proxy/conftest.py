@@ -170,3 +170,38 @@ def post_responses(proxy, key, body, *, timeout: float = 60, **headers) -> reque
         },
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def oauth(fake_oauth, settings):
+    """The fake OAuth server, reset, with the project pointed at it."""
+    fake_oauth.reset()
+    settings.OPENAI_AUTH_BASE = fake_oauth.url
+    yield fake_oauth
+    fake_oauth.reset()
+
+
+@pytest.fixture
+def appcast(fake_appcast, settings):
+    """The fake appcast, reset, with the project pointed at it."""
+    fake_appcast.reset()
+    settings.CODEX_APPCAST_URL = fake_appcast.appcast_url
+    yield fake_appcast
+    fake_appcast.reset()
+
+
+def make_oauth_account(oauth, identity, *, expires_in: float = 600, **fields):
+    """An account holding a fresh token pair the fake OAuth server issued for ``identity``."""
+    from proxy.token_claims import token_expiry
+
+    access, refresh = oauth.issue(identity, expires_in=expires_in)
+    return make_account(
+        access_token=access,
+        refresh_token=refresh,
+        access_token_expires_at=token_expiry(access),
+        chatgpt_account_id=identity.account_id,
+        chatgpt_user_id=identity.user_id,
+        plan_type=identity.plan_type,
+        email=identity.email,
+        **fields,
+    )

@@ -229,41 +229,47 @@ def test_fact_search_is_exact_on_ids_or_words_of_the_message(operator):
     assert by_words.context["cl"].result_count == 1
 
 
-def test_an_operator_adds_an_account_and_it_serves(operator):
-    import base64
-    import json as json_module
+def test_an_operator_adds_an_account_from_its_token(operator):
+    from tests.fakes.oauth import Identity, access_token_for
 
-    payload = (
-        base64.urlsafe_b64encode(json_module.dumps({"exp": 4102444800}).encode())
-        .rstrip(b"=")
-        .decode()
+    token = access_token_for(
+        Identity("org-9", "user-9", "pro", "new@example.com"), expires_in=86400
     )
-    token = f"eyJhbGciOiJub25lIn0.{payload}.signature"
 
     response = operator.post(
         "/admin/proxy/account/add/",
-        {
-            "access_token": token,
-            "refresh_token": "rt_secret",
-            "email": "new@example.com",
-            "label": "fresh",
-            "chatgpt_account_id": "org-9",
-            "chatgpt_user_id": "",
-            "plan_type": "plus",
-        },
+        {"access_token": f"Bearer {token}", "refresh_token": "rt_secret", "label": "fresh"},
     )
 
     assert response.status_code == 302
     account = Account.objects.get(email="new@example.com")
     assert account.id.startswith("acct_") and account.status == "active"
-    assert account.access_token == token and account.refresh_token == "rt_secret"
-    assert account.access_token_expires_at.year == 2100
-    duplicate = operator.post(
-        "/admin/proxy/account/add/",
-        {"access_token": token, "chatgpt_account_id": "org-9", "chatgpt_user_id": ""},
+    assert (account.chatgpt_account_id, account.chatgpt_user_id, account.plan_type) == (
+        "org-9",
+        "user-9",
+        "pro",
     )
-    assert duplicate.status_code == 200  # the form again: identity already in the pool
-    assert Account.objects.filter(chatgpt_account_id="org-9").count() == 1
+    assert account.access_token == token and account.refresh_token == "rt_secret"
+    assert account.label == "fresh" and account.next_refresh_at is not None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "Give an access token, a refresh token, or both."),
+        (
+            {"access_token": "opaque-token-without-claims"},
+            "The access token is not a JWT (an opaque token says nothing about its account), "
+            "and no refresh token was given to get a new one.",
+        ),
+    ],
+)
+def test_an_add_without_usable_tokens_shows_why(operator, fields, message):
+    response = operator.post("/admin/proxy/account/add/", fields)
+
+    assert response.status_code == 200
+    assert response.context["adminform"].form.non_field_errors() == [message]
+    assert not Account.objects.exists()
 
 
 def test_deleting_an_account_purges_its_affinity(operator, redis_client, settings):
@@ -294,7 +300,7 @@ def _hold_identity_until_someone_waits(inserted: threading.Event, chatgpt_accoun
     session is waiting on the unique index for it."""
     try:
         with transaction.atomic():
-            make_account(chatgpt_account_id=chatgpt_account_id)
+            make_account(chatgpt_account_id=chatgpt_account_id, access_token="rival-token")
             inserted.set()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
@@ -310,26 +316,24 @@ def _hold_identity_until_someone_waits(inserted: threading.Event, chatgpt_accoun
         connection.close()
 
 
-def test_an_add_that_loses_the_race_for_an_identity_shows_the_form_error(
+def test_an_add_racing_another_add_of_the_identity_ends_with_one_account(
     operator, transactional_db
 ):
-    # given: another session has inserted the same identity, not yet committed, so the form's
-    # own check cannot see it and the insert has to wait for the unique index
+    from tests.fakes.oauth import Identity, access_token_for
+
+    # given: another session has inserted the same identity, not yet committed, so the add
+    # has to wait for the unique index
     inserted = threading.Event()
     rival = threading.Thread(target=_hold_identity_until_someone_waits, args=(inserted, "org-race"))
     rival.start()
     assert inserted.wait(10)
+    token = access_token_for(Identity("org-race", ""), expires_in=3600)
 
     # when
-    response = operator.post(
-        "/admin/proxy/account/add/",
-        {"access_token": "eyJ.race.token", "chatgpt_account_id": "org-race", "chatgpt_user_id": ""},
-    )
+    response = operator.post("/admin/proxy/account/add/", {"access_token": token})
     rival.join(10)
 
-    # then: the form again with the error, and only the rival's account
-    assert response.status_code == 200
-    assert response.context["adminform"].form.non_field_errors() == [
-        "An account with this ChatGPT account and user id is already in the pool."
-    ]
-    assert Account.objects.filter(chatgpt_account_id="org-race").count() == 1
+    # then: one account, holding the tokens of the add that came second
+    assert response.status_code == 302
+    [account] = Account.objects.filter(chatgpt_account_id="org-race")
+    assert account.access_token == token

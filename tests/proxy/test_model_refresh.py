@@ -51,7 +51,9 @@ def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, ce
     make_pool_account("tok-plus-1", plan_type="plus")
     make_pool_account("tok-plus-2", plan_type="plus")
     make_pool_account("tok-pro", plan_type="pro")
-    upstream.models_by_token.update({"tok-plus-1": PLUS_MODELS, "tok-pro": PRO_MODELS})
+    upstream.models_by_token.update(
+        {"tok-plus-1": PLUS_MODELS, "tok-plus-2": PLUS_MODELS, "tok-pro": PRO_MODELS}
+    )
     model_snapshots_replace({"team": {"models": [{"id": "old"}], "fetchedAt": "earlier"}})
     # The worker process reads CODEX_UPSTREAM_BASE from its environment (the fake's URL).
 
@@ -68,10 +70,10 @@ def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, ce
     ]
     assert snapshots["pro"]["models"][1]["contextWindow"] == 400000
     calls = upstream.server.requests_to("/codex/models")
-    assert sorted(call.header("authorization") for call in calls) == [
-        "Bearer tok-plus-1",
-        "Bearer tok-pro",
-    ]
+    asked = sorted(call.header("authorization") for call in calls)
+    # one account per plan: whichever plus account the rotation put first
+    assert len(asked) == 2 and asked[0] in ("Bearer tok-plus-1", "Bearer tok-plus-2")
+    assert asked[1] == "Bearer tok-pro"
     assert calls[0].query["client_version"] == "26.519.81530"
     # The fingerprint's identity, as on the request path (spec §2.2).
     assert calls[0].header("user-agent") == "Codex Desktop/26.519.81530 (darwin; arm64)"
@@ -189,3 +191,49 @@ def test_a_new_models_etag_queues_a_refresh(
     while "plus" not in model_snapshots_get_all() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert model_snapshots_get_all()["plus"]["models"][0]["id"] == "gpt-5.4"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_refresh_holds_a_slot_and_skips_a_busy_account(upstream, redis_client):
+    from proxy.models import RuntimeSettings
+    from proxy.services.model_refresh import models_refresh
+    from proxy.services.runtime_settings import runtime_settings_ensure
+
+    runtime_settings_ensure(now=timezone.now())
+    RuntimeSettings.objects.update(max_concurrent_per_account=1, rotation_strategy="round_robin")
+    busy = make_pool_account("tok-busy", plan_type="plus")
+    make_pool_account("tok-free", plan_type="plus")
+    upstream.models_by_token.update({"tok-busy": PLUS_MODELS, "tok-free": PLUS_MODELS})
+    busy_slots = f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{busy.pk}"
+    redis_client.zadd(busy_slots, {"a-request-in-flight": int(time.time() * 1000)})
+    seen_slots: list[int] = []
+    original = upstream.models_by_token
+
+    class Watching(dict):
+        def get(self, key, default=None):
+            # while the upstream answers, the chosen account's slot is held
+            for name in redis_client.scan_iter(f"{settings.REDIS_KEY_PREFIX}scheduler:slots:*"):
+                seen_slots.append(redis_client.zcard(name))
+            return super().get(key, default)
+
+    upstream.models_by_token = Watching(original)
+    try:
+        report = models_refresh(now=timezone.now())
+    finally:
+        upstream.models_by_token = original
+
+    assert report.refreshed == {"plus": 1}
+    [call] = upstream.server.requests_to("/codex/models")
+    assert call.header("authorization") == "Bearer tok-free"
+    assert sorted(seen_slots) == [1, 1]  # the busy account's request and the refresh's own slot
+    assert redis_client.zcard(busy_slots) == 1  # the in-flight request's slot is untouched
+    free_slots = [
+        name
+        for name in redis_client.scan_iter(f"{settings.REDIS_KEY_PREFIX}scheduler:slots:*")
+        if name.decode() != busy_slots and redis_client.zcard(name)
+    ]
+    assert free_slots == []  # released after the fetch
+    from proxy.models import AccountUsage
+
+    assert not AccountUsage.objects.filter(request_count__gt=0).exists()  # nothing counted
+    redis_client.delete(busy_slots)

@@ -1,0 +1,449 @@
+"""Token refresh (spec §4.1–§4.2; seed 004 §4B.2): the scan, one account's refresh, and the
+refresh a 401 on ``/v1`` asks for.
+
+Rotating refresh tokens are single-use (peers B.2): two refreshes of one account at once burn
+it. So every refresh, in any process, first takes the lease ``cpr:lease:refresh:<account_id>``
+(SET NX PX, re-entrant for its owner, compare-and-delete on release), re-reads the row after
+acquiring it, and persists the new access token, its expiry and the rotated refresh token
+before releasing. Token calls across all processes are capped by
+``runtime_settings.refresh_concurrency`` (a Redis semaphore).
+
+Which accounts are refreshed: those with a refresh token whose status is ``active`` or
+``quota_exhausted``, and ``expired`` ones that still have a refresh time (an access token that
+ran out or met a 401; a refresh that failed for good clears that time). A success brings an
+expired account back into service (``quota_exhausted`` while its quota limit holds).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Case, F, TextField, Value, When
+from django.utils import timezone
+
+from proxy.clients import oauth
+from proxy.models import Account, AccountStatus, RuntimeSettings
+from proxy.runtime_state.refresh_leases import (
+    refresh_lease_acquire,
+    refresh_lease_release,
+    refresh_leases_held,
+)
+from proxy.runtime_state.refresh_permits import PermitTimeout, refresh_permit
+from proxy.services.runtime_settings import RUNTIME_SETTINGS_DEFAULTS
+from proxy.token_claims import token_claims, token_expiry
+
+logger = logging.getLogger(__name__)
+
+LEASE_TTL_MS = 300_000
+MAX_ATTEMPTS = 5
+FIRST_RETRY_SECONDS = 5.0
+RETRY_GROWTH = 3.0
+LONGEST_RETRY_SECONDS = 300.0
+RETRY_JITTER = 0.30
+CONFIRMATIONS_NEEDED = 2
+RECOVERY_DELAY_SECONDS = 600.0
+RECOVERY_JITTER = 0.20
+MARGIN_JITTER_LOW, MARGIN_JITTER_SPAN = 0.85, 0.30
+# A scheduled refresh waits this long for a permit before counting the attempt as failed (the
+# lease, renewed before each attempt, outlives pause + wait + call);
+# a request waits less (its client is waiting), and at most this long for another refresher.
+PERMIT_WAIT_SECONDS = 60.0
+REQUEST_PERMIT_WAIT_SECONDS = 10.0
+REQUEST_LEASE_WAIT_SECONDS = 30.0
+
+REFRESHABLE_STATUSES = (AccountStatus.ACTIVE, AccountStatus.QUOTA_EXHAUSTED)
+_ROW_FIELDS = (
+    "id",
+    "status",
+    "access_token",
+    "refresh_token",
+    "access_token_expires_at",
+    "next_refresh_at",
+)
+
+
+class RefreshResult(enum.StrEnum):
+    REFRESHED = "refreshed"
+    LEASE_BUSY = "lease_busy"  # another process is refreshing it
+    NOT_ELIGIBLE = "not_eligible"  # no refresh token, or a status that is not refreshed
+    NOT_DUE = "not_due"  # its next refresh moved into the future (refreshed meanwhile)
+    TOKEN_CHANGED = "token_changed"  # its refresh token changed under the refresh
+    EXPIRED = "expired"  # invalid grant, confirmed
+    BANNED = "banned"  # reused refresh token or deactivated account, confirmed
+    RETRY_LATER = "retry_later"  # transport failures: the next try is 10 minutes away
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def stable_unit(key: str) -> float:
+    """A number in [0, 1] that depends only on ``key`` (the same in every process)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / (2**64 - 1)
+
+
+def jittered_margin_seconds(account_id: str, margin_seconds: int) -> float:
+    """margin × (0.85 + 0.30 u), u a stable hash of the account id (spec §4.1): refreshes of
+    many accounts spread out instead of all firing together."""
+    return margin_seconds * (MARGIN_JITTER_LOW + MARGIN_JITTER_SPAN * stable_unit(account_id))
+
+
+def retry_delay_seconds(account_id: str, attempt: int) -> float:
+    """The pause before attempt ``attempt`` (2..5): 5, 15, 45, 135 s (×3, at most 300 s), each
+    with a stable ±30 % jitter of its own."""
+    base = min(FIRST_RETRY_SECONDS * RETRY_GROWTH ** (attempt - 2), LONGEST_RETRY_SECONDS)
+    unit = stable_unit(f"{account_id}:retry:{attempt}")
+    return base * (1 + RETRY_JITTER * (2 * unit - 1))
+
+
+def recovery_delay_seconds(account_id: str) -> float:
+    """10 minutes ±20 % (stable per account) after a refresh failed on transport only."""
+    unit = stable_unit(f"{account_id}:recovery")
+    return RECOVERY_DELAY_SECONDS * (1 + RECOVERY_JITTER * (2 * unit - 1))
+
+
+def next_refresh_time(
+    *, account_id: str, expires_at: datetime | None, margin_seconds: int, now: datetime
+) -> datetime:
+    """When a token that expires at ``expires_at`` is refreshed; ``now`` for an unknown expiry
+    (an opaque token: refresh it to learn one)."""
+    if expires_at is None:
+        return now
+    return expires_at - timedelta(seconds=jittered_margin_seconds(account_id, margin_seconds))
+
+
+def refresh_settings() -> tuple[int, int]:
+    """(refresh_margin_seconds, refresh_concurrency), read fresh: both are hot-updated."""
+    row = RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID).values_list(
+        "refresh_margin_seconds", "refresh_concurrency"
+    )
+    found = row.first()
+    if found is None:
+        return (
+            RUNTIME_SETTINGS_DEFAULTS["refresh_margin_seconds"],
+            RUNTIME_SETTINGS_DEFAULTS["refresh_concurrency"],
+        )
+    return int(found[0]), int(found[1])
+
+
+def _concurrency() -> int:
+    return refresh_settings()[1]
+
+
+# ----------------------------------------------------------------------------- the row
+
+
+@dataclass
+class _Row:
+    id: str
+    status: str
+    access_token: str
+    refresh_token: str | None
+    access_token_expires_at: datetime | None
+    next_refresh_at: datetime | None
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return self.access_token_expires_at or token_expiry(self.access_token)
+
+    @property
+    def refreshable(self) -> bool:
+        if not self.refresh_token:
+            return False
+        if self.status in REFRESHABLE_STATUSES:
+            return True
+        # Expired by a 401 or by its token running out, not by a refresh that failed for good
+        # (which clears next_refresh_at).
+        return self.status == AccountStatus.EXPIRED and self.next_refresh_at is not None
+
+    @property
+    def refreshable_on_request(self) -> bool:
+        """An operator's "refresh now" also retries an account a refresh gave up on."""
+        return bool(self.refresh_token) and self.status in (
+            *REFRESHABLE_STATUSES,
+            AccountStatus.EXPIRED,
+        )
+
+
+def _read(account_id: str) -> _Row | None:
+    values = Account.objects.filter(pk=account_id).values(*_ROW_FIELDS).first()
+    return _Row(**values) if values else None
+
+
+def _new_owner() -> str:
+    # JSON-encoded owner string, as the original writes it (spec §4.1).
+    return json.dumps(f"runtime-token-refresh:{uuid.uuid4()}")
+
+
+def _store_tokens(
+    row: _Row, tokens: oauth.TokenSet, *, margin_seconds: int, now: datetime
+) -> tuple[bool, datetime | None]:
+    """Persist a successful refresh (one conditional UPDATE: only while the row still holds
+    the refresh token that was spent). Returns (stored, new expiry)."""
+    claims = token_claims(tokens.access_token)
+    expires_at = claims.expires_at if claims else None
+    if expires_at is None and tokens.expires_in is not None:
+        expires_at = now + timedelta(seconds=tokens.expires_in)
+    next_refresh = next_refresh_time(
+        account_id=row.id, expires_at=expires_at, margin_seconds=margin_seconds, now=now
+    )
+    if expires_at is not None and expires_at > now:
+        # A token living shorter than the margin is refreshed at half its life, not again at
+        # once (which would spend a refresh token every scan).
+        next_refresh = max(next_refresh, now + (expires_at - now) / 2)
+    changes = {
+        "access_token": tokens.access_token,
+        "refresh_token": tokens.refresh_token or row.refresh_token,
+        "access_token_expires_at": expires_at,
+        "next_refresh_at": next_refresh,
+        # A refreshed token serves again; disabled and banned accounts stay as they are
+        # (spec §3.1), a reached quota limit keeps the account quota_exhausted.
+        "status": Case(
+            When(
+                status=AccountStatus.EXPIRED,
+                quota_limit_reached=True,
+                then=Value(AccountStatus.QUOTA_EXHAUSTED.value),
+            ),
+            When(status=AccountStatus.EXPIRED, then=Value(AccountStatus.ACTIVE.value)),
+            default=F("status"),
+            output_field=TextField(),
+        ),
+        "updated_at": now,
+    }
+    if claims and claims.plan_type:
+        changes["plan_type"] = claims.plan_type
+    stored = Account.objects.filter(pk=row.id, refresh_token=row.refresh_token).update(**changes)
+    return bool(stored), expires_at
+
+
+def _call_token_endpoint(refresh_token: str, *, permit_wait: float) -> oauth.TokenSet:
+    try:
+        with refresh_permit(limit=_concurrency, wait_seconds=permit_wait):
+            return oauth.refresh_tokens(refresh_token)
+    except PermitTimeout:
+        raise oauth.OAuthTransportError("no refresh permit became free") from None
+
+
+# ----------------------------------------------------------------------------- one account
+
+
+def token_refresh_account(
+    *,
+    account_id: str,
+    force: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], datetime] = timezone.now,
+) -> RefreshResult:
+    """Refresh one account's tokens (spec §4.2), under its lease.
+
+    Up to 5 attempts, 5/15/45/135 s apart (stable ±30 % jitter); before each the row is read
+    again and the refresh stops if the account may no longer be refreshed, its next refresh
+    moved into the future (someone refreshed it), or its refresh token changed. ``force`` is an
+    operator's "refresh now": it ignores the refresh time and also retries an expired account.
+    A permanent answer (banned / invalid grant) must be seen twice before the status is
+    written; transport failures leave the status alone and schedule the next try 10 minutes
+    (±20 %) later. Returns what happened; never raises for an OAuth failure.
+    """
+    owner = _new_owner()
+    if not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
+        return RefreshResult.LEASE_BUSY
+    try:
+        return _refresh_under_lease(account_id, owner, force=force, sleep=sleep, clock=clock)
+    finally:
+        refresh_lease_release(account_id=account_id, owner=owner)
+
+
+def _stop_reason(row: _Row | None, *, spent: str | None, force: bool, now: datetime):
+    if row is None or not (row.refreshable_on_request if force else row.refreshable):
+        return RefreshResult.NOT_ELIGIBLE
+    if spent is not None and row.refresh_token != spent:
+        return RefreshResult.TOKEN_CHANGED
+    if not force and row.next_refresh_at is not None and row.next_refresh_at > now:
+        return RefreshResult.NOT_DUE
+    return None
+
+
+def _refresh_under_lease(
+    account_id: str,
+    owner: str,
+    *,
+    force: bool,
+    sleep: Callable[[float], None],
+    clock: Callable[[], datetime],
+) -> RefreshResult:
+    row = _read(account_id)
+    stop = _stop_reason(row, spent=None, force=force, now=clock())
+    if stop is not None:
+        if stop == RefreshResult.NOT_ELIGIBLE and row is not None and row.next_refresh_at:
+            Account.objects.filter(pk=account_id, next_refresh_at=row.next_refresh_at).update(
+                next_refresh_at=None
+            )
+        return stop
+    refresh_token = row.refresh_token
+    seen: Counter[str] = Counter()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        if attempt > 1:
+            sleep(retry_delay_seconds(account_id, attempt))
+            refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS)
+            row = _read(account_id)
+            # The first attempt already passed the due check; someone else refreshing meanwhile
+            # shows as a changed refresh token.
+            stop = _stop_reason(row, spent=refresh_token, force=force, now=clock())
+            if stop == RefreshResult.NOT_DUE:
+                stop = None
+            if stop is not None:
+                return stop
+        try:
+            tokens = _call_token_endpoint(refresh_token, permit_wait=PERMIT_WAIT_SECONDS)
+        except oauth.OAuthError as error:
+            logger.warning(
+                "token refresh of %s, attempt %s/%s: %s", account_id, attempt, MAX_ATTEMPTS, error
+            )
+            if error.permanent:
+                seen[error.outcome] += 1
+                if seen[error.outcome] >= CONFIRMATIONS_NEEDED:
+                    return _persist_permanent(row, error.outcome, now=clock())
+            continue
+        margin, _ = refresh_settings()
+        stored, _ = _store_tokens(row, tokens, margin_seconds=margin, now=clock())
+        if not stored:
+            # An operator rotated the tokens meanwhile: theirs win.
+            logger.warning("token refresh of %s: its tokens changed meanwhile", account_id)
+            return RefreshResult.TOKEN_CHANGED
+        logger.info("token refresh of %s: refreshed", account_id)
+        return RefreshResult.REFRESHED
+    now = clock()
+    Account.objects.filter(pk=account_id, refresh_token=refresh_token).update(
+        next_refresh_at=now + timedelta(seconds=recovery_delay_seconds(account_id)),
+        updated_at=now,
+    )
+    return RefreshResult.RETRY_LATER
+
+
+def _persist_permanent(row: _Row, outcome: str, *, now: datetime) -> RefreshResult:
+    status = AccountStatus.BANNED if outcome == "banned" else AccountStatus.EXPIRED
+    Account.objects.filter(
+        pk=row.id,
+        refresh_token=row.refresh_token,
+        status__in=(*REFRESHABLE_STATUSES, AccountStatus.EXPIRED),
+    ).update(status=status, next_refresh_at=None, updated_at=now)
+    logger.warning("token refresh of %s: %s (confirmed)", row.id, status.value)
+    return RefreshResult.BANNED if outcome == "banned" else RefreshResult.EXPIRED
+
+
+# ----------------------------------------------------------------------------- the scan
+
+
+@dataclass
+class ScanReport:
+    due: list[str]
+    scheduled: int  # next_refresh_at values written
+    cleared: int  # ineligible accounts whose next_refresh_at was cleared
+    busy: int  # due, but a refresh is already running
+
+
+def token_refresh_scan(*, now: datetime) -> ScanReport:
+    """Compute every account's next refresh (spec §4.1), persist it when it changed, and return
+    the accounts due now (their lease not held) for the caller to enqueue.
+
+    Each write is conditional on the value read, so a refresh finishing meanwhile is never
+    overwritten.
+    """
+    margin, _ = refresh_settings()
+    due: list[str] = []
+    scheduled = cleared = 0
+    for values in Account.objects.values(*_ROW_FIELDS).order_by("added_at", "id").iterator():
+        row = _Row(**values)
+        if not row.refreshable:
+            if row.next_refresh_at is not None:
+                cleared += Account.objects.filter(
+                    pk=row.id, next_refresh_at=row.next_refresh_at
+                ).update(next_refresh_at=None)
+            continue
+        if row.next_refresh_at is not None and row.next_refresh_at > now:
+            continue
+        target = next_refresh_time(
+            account_id=row.id, expires_at=row.expires_at, margin_seconds=margin, now=now
+        )
+        if target != row.next_refresh_at:
+            scheduled += Account.objects.filter(
+                pk=row.id,
+                next_refresh_at=row.next_refresh_at,
+                refresh_token=row.refresh_token,
+            ).update(next_refresh_at=target)
+        if target <= now:
+            due.append(row.id)
+    held = refresh_leases_held(due)
+    return ScanReport(
+        due=[account_id for account_id in due if account_id not in held],
+        scheduled=scheduled,
+        cleared=cleared,
+        busy=len(held),
+    )
+
+
+# ----------------------------------------------------------------------------- a 401 on /v1
+
+
+@dataclass(frozen=True)
+class FreshToken:
+    access_token: str
+    expires_at: datetime | None
+
+
+def token_refresh_for_request(
+    *, account_id: str, failed_token: str, clock: Callable[[], datetime] = timezone.now
+) -> FreshToken | None:
+    """One refresh for an account whose access token ``failed_token`` just met a 401.
+
+    A refresh already running elsewhere is waited for (and its token used), never repeated;
+    a token someone refreshed meanwhile is used as it is. One attempt, no retries: the client
+    is waiting. Returns the token to retry with, or None (the caller demotes the account, and
+    the background refresher, whose rules confirm permanent failures, takes over).
+    """
+    owner = _new_owner()
+    deadline = time.monotonic() + REQUEST_LEASE_WAIT_SECONDS
+    pause = 0.05
+    while not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+        row = _read(account_id)
+        if row is not None and row.access_token != failed_token and _serves(row):
+            return FreshToken(row.access_token, row.expires_at)
+    try:
+        row = _read(account_id)
+        if row is None:
+            return None
+        if row.access_token != failed_token:
+            return FreshToken(row.access_token, row.expires_at) if _serves(row) else None
+        if not row.refresh_token or row.status not in REFRESHABLE_STATUSES:
+            return None
+        try:
+            tokens = _call_token_endpoint(
+                row.refresh_token, permit_wait=REQUEST_PERMIT_WAIT_SECONDS
+            )
+        except oauth.OAuthError as error:
+            logger.warning("token refresh of %s after a 401: %s", account_id, error)
+            return None
+        margin, _ = refresh_settings()
+        stored, expires_at = _store_tokens(row, tokens, margin_seconds=margin, now=clock())
+        if not stored:
+            return None
+        logger.info("token refresh of %s after a 401: refreshed", account_id)
+        return FreshToken(tokens.access_token, expires_at)
+    finally:
+        refresh_lease_release(account_id=account_id, owner=owner)
+
+
+def _serves(row: _Row) -> bool:
+    return row.status in REFRESHABLE_STATUSES
