@@ -179,8 +179,26 @@ class CeleryWorkerProcess:
         self._log.close()
 
 
+# The pace of the support bot's bulk deletions in tests (web process and worker alike): fast,
+# so purges of thousands of messages stay quick, and below the fake's rate limits tests set.
+BOT_DELETES_PER_SECOND = "400"
+
+
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory, fake_codex):
+def worker_telegram():
+    """The fake Bot API the Celery worker's bot talks to (the worker's environment is fixed at
+    start). Bot tests that use the worker take it as their ``telegram`` (reset per test)."""
+    from tests.fakes.telegram import FakeTelegram
+
+    fake = FakeTelegram().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(
+    django_db_setup, django_db_blocker, tmp_path_factory, fake_codex, worker_telegram
+):
     """A real Celery worker for the session. Tests using it need committed data
     (``@pytest.mark.django_db(transaction=True)``): the worker has its own connection."""
     with django_db_blocker.unblock():
@@ -192,7 +210,15 @@ def celery_worker(django_db_setup, django_db_blocker, tmp_path_factory, fake_cod
     worker = CeleryWorkerProcess(
         database_url,
         tmp_path_factory.mktemp("celery") / "worker.log",
-        {"CODEX_UPSTREAM_BASE": fake_codex.url},
+        {
+            "CODEX_UPSTREAM_BASE": fake_codex.url,
+            # The support bot's continuations (purge, wipe) call Telegram: the session's fake.
+            "TELEGRAM_API_BASE": worker_telegram.api_base,
+            "TELEGRAM_BOT_TOKEN": worker_telegram.token,
+            "SUPPORT_CHAT_ID": str(worker_telegram.support_chat_id),
+            "TELEGRAM_DELETES_PER_SECOND": BOT_DELETES_PER_SECOND,
+            "BOT_LANGUAGE": "zh",
+        },
     )
     yield worker
     worker.stop()

@@ -12,9 +12,12 @@ import pytest
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
+from django_redis import get_redis_connection
 
 from bots.models import Bot
-from tests.fakes.telegram import FakeTelegram, FakeUser
+from bots.redis_keys import bulk_deletion_lock
+from tests.conftest import BOT_DELETES_PER_SECOND
+from tests.fakes.telegram import BOT_ID, FakeTelegram, FakeUser
 
 ADMIN_ID = 111111111
 SECOND_ADMIN_ID = 222222222
@@ -33,6 +36,14 @@ def telegram():
         yield fake
 
 
+@pytest.fixture(autouse=True)
+def no_bulk_deletion_lock():
+    """Redis is not rolled back between tests like the database: a purge or wipe a test left
+    queued (no worker ran it) must not keep the next test's bot "busy"."""
+    yield
+    get_redis_connection("default").delete(bulk_deletion_lock(BOT_ID))
+
+
 @pytest.fixture
 def bot_settings(settings, telegram):
     """The bot's environment as the original's test suite pins it, pointed at the fake."""
@@ -49,6 +60,7 @@ def bot_settings(settings, telegram):
     settings.TURNSTILE_SITE_KEY = None
     settings.TURNSTILE_SECRET_KEY = None
     settings.PUBLIC_BASE_URL = None
+    settings.TELEGRAM_DELETES_PER_SECOND = BOT_DELETES_PER_SECOND
     return settings
 
 

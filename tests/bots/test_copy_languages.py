@@ -44,6 +44,9 @@ ARGUMENTS = {
     "url": "https://elsewhere.example/hook",
     "detail": "getWebhookInfo HTTP 500: Internal Server Error",
     "message": "Connection refused",
+    "count": 3,
+    "done": 40,
+    "total": 3000,
 }
 
 

@@ -1,0 +1,188 @@
+"""Bulk deletions into the support group (/purgemsg, /wipealldata): pace, budget, hand-off.
+
+Both commands call one Telegram method per item (deleteMessage per message, deleteForumTopic per
+topic), possibly thousands of times. Three rules keep that from turning into a storm of 429s or a
+webhook that runs for minutes:
+
+* **Pace.** Calls start at most ``TELEGRAM_DELETES_PER_SECOND`` a second (``Pacer``), and only one
+  bulk job runs per bot at a time (``bots.services.bulk_lock``), so the pace holds for the
+  group as a whole.
+* **retry_after.** A 429 pauses the pace for exactly as long as Telegram asks (after the client's
+  own single in-place retry of short waits), then the same item is tried again.
+* **Budget.** A webhook (or an operator's page) does at most ``INLINE_BUDGET_SECONDS`` of work —
+  well inside Telegram's 60 s before it redelivers — then the rest continues in a Celery task,
+  which works in chunks of ``TASK_CHUNK_SECONDS`` and re-enqueues itself until done. Jobs carry
+  a cursor (the last item handled) and their counts, so each chunk resumes where the last ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from bots.clients.telegram import TelegramRetryableError
+from bots.conf import load_config
+from bots.pipeline.context import BotContext
+from bots.services.bulk_lock import bulk_lock_hold
+
+logger = logging.getLogger(__name__)
+
+# Work done inside a webhook (or an operator's request) before the rest goes to Celery.
+INLINE_BUDGET_SECONDS = 5.0
+# One Celery task's share of a long job (under the worker's 240 s soft time limit).
+TASK_CHUNK_SECONDS = 120.0
+# The lock's TTL while a job runs (refreshed every few seconds): a crashed holder frees it
+# before Telegram redelivers the command (60 s).
+RUNNING_LOCK_SECONDS = 30.0
+LOCK_REFRESH_SECONDS = 5.0
+# The lock's TTL while a continuation waits in the Celery queue.
+QUEUED_LOCK_SECONDS = 15 * 60.0
+# 429s in a row for one item before the job gives up on this run (Telegram's own retry_after
+# is honoured each time).
+MAX_RATE_LIMITED_WAITS = 5
+# A continuation that met a retryable failure (5xx, network) tries again after this many
+# seconds, at most MAX_TASK_RETRIES times in a row.
+TASK_RETRY_SECONDS = 10.0
+MAX_TASK_RETRIES = 5
+
+
+class Pacer:
+    """Spaces calls: a call never starts sooner than 1/``per_second`` after the previous one,
+    nor before a pause (a 429's retry_after) has passed."""
+
+    def __init__(
+        self,
+        per_second: int,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.interval = 1.0 / per_second
+        self.monotonic = monotonic
+        self._sleep = sleep
+        self._next_start = 0.0
+
+    def wait(self) -> None:
+        """Block until the next call may start, and reserve that start."""
+        now = self.monotonic()
+        if self._next_start > now:
+            self._sleep(self._next_start - now)
+            now = self._next_start
+        self._next_start = now + self.interval
+
+    def pause(self, seconds: float) -> None:
+        """No call before ``seconds`` from now."""
+        self._next_start = max(self._next_start, self.monotonic() + seconds)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of a job this run may do: until ``deadline`` (a ``Pacer.monotonic`` reading,
+    None: no deadline) and at most ``max_items`` items (None: no limit)."""
+
+    deadline: float | None
+    max_items: int | None
+
+    @classmethod
+    def inline(cls, pacer: Pacer, *, per_second: int) -> Budget:
+        # The item cap makes the hand-off point deterministic at the configured pace; the
+        # deadline covers a Telegram that answers slowly.
+        return cls(
+            deadline=pacer.monotonic() + INLINE_BUDGET_SECONDS,
+            max_items=max(1, math.floor(INLINE_BUDGET_SECONDS * per_second)),
+        )
+
+    @classmethod
+    def task_chunk(cls, pacer: Pacer) -> Budget:
+        return cls(deadline=pacer.monotonic() + TASK_CHUNK_SECONDS, max_items=None)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The run ended before the last item: continue after ``countdown`` seconds."""
+
+    countdown: float = 0.0
+
+
+class LockLost(Exception):
+    """Another job holds the bulk-deletion lock now: this one must stop at once."""
+
+
+class LockKeeper:
+    """Keeps the job's bulk-deletion lock alive while it runs (a Redis call every few seconds)."""
+
+    def __init__(self, *, bot_id: int, token: str, pacer: Pacer) -> None:
+        self.bot_id = bot_id
+        self.token = token
+        self._pacer = pacer
+        self._refreshed_at = pacer.monotonic()
+
+    def keep(self, ttl_seconds: float = RUNNING_LOCK_SECONDS) -> None:
+        """Extend the lock now; raises LockLost when it is no longer ours."""
+        if not bulk_lock_hold(bot_id=self.bot_id, token=self.token, ttl_seconds=ttl_seconds):
+            raise LockLost(f"bulk-deletion lock of bot {self.bot_id} lost")
+        self._refreshed_at = self._pacer.monotonic()
+
+    def keep_if_due(self) -> None:
+        if self._pacer.monotonic() - self._refreshed_at >= LOCK_REFRESH_SECONDS:
+            self.keep()
+
+
+def run_paced(
+    items: Iterable[int],
+    attempt: Callable[[int], str],
+    *,
+    pacer: Pacer,
+    budget: Budget,
+    lock: LockKeeper,
+    record: Callable[[int, str], None],
+) -> Stopped | None:
+    """Run ``attempt(item)`` for each item in order, at the pacer's pace, within ``budget``.
+
+    ``attempt`` returns the item's outcome (e.g. "deleted", "gone", "failed"), handed with the
+    item to ``record`` (which advances the job's cursor and counts). A 429 with retry_after
+    pauses the pacer and retries the item — or, when the wait would overrun the deadline, stops
+    with that wait as the countdown. Returns None when every item was handled, ``Stopped``
+    when the budget ran out first. Raises TelegramRetryableError for other retryable failures
+    (and after MAX_RATE_LIMITED_WAITS 429s for one item), LockLost when the lock changed hands.
+    """
+    for handled, item in enumerate(items):
+        if budget.max_items is not None and handled >= budget.max_items:
+            return Stopped()
+        if budget.deadline is not None and pacer.monotonic() >= budget.deadline:
+            return Stopped()
+        lock.keep_if_due()
+        waits = 0
+        while True:
+            pacer.wait()
+            try:
+                outcome = attempt(item)
+                break
+            except TelegramRetryableError as error:
+                if error.retry_after is None or waits >= MAX_RATE_LIMITED_WAITS:
+                    raise
+                waits += 1
+                wait = float(error.retry_after)
+                if budget.deadline is not None and pacer.monotonic() + wait > budget.deadline:
+                    return Stopped(countdown=wait)
+                logger.info("bulk deletion: 429 on %s, waiting %ss as asked", item, wait)
+                pacer.pause(wait)
+        record(item, outcome)
+    return None
+
+
+def worker_context(bot_id: int) -> BotContext | None:
+    """The Telegram context of a Celery continuation, or None when the bot is not configured in
+    the worker (no token or no valid SUPPORT_CHAT_ID)."""
+    config = load_config()
+    if not config.bot_token or config.support_chat_id is None:
+        logger.error("bulk deletion of bot %s: the worker has no bot configuration", bot_id)
+        return None
+    return BotContext(
+        bot_id=bot_id, config=config, client=config.telegram_client(), now=timezone.now()
+    )
