@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
 from django_redis import get_redis_connection
 
 from bots.models import Bot
-from bots.redis_keys import bulk_deletion_lock
 from tests.conftest import BOT_DELETES_PER_SECOND
-from tests.fakes.telegram import BOT_ID, FakeTelegram, FakeUser
+from tests.fakes.telegram import FakeTelegram, FakeUser
 
 ADMIN_ID = 111111111
 SECOND_ADMIN_ID = 222222222
@@ -37,11 +37,15 @@ def telegram():
 
 
 @pytest.fixture(autouse=True)
-def no_bulk_deletion_lock():
-    """Redis is not rolled back between tests like the database: a purge or wipe a test left
-    queued (no worker ran it) must not keep the next test's bot "busy"."""
+def fresh_bot_redis_keys():
+    """Redis is not rolled back between tests like the database: the bot's keys a test left
+    (a queued purge's lock, a wipe prompt's decision — the fake reuses message and callback
+    ids from test to test) must not leak into the next test."""
     yield
-    get_redis_connection("default").delete(bulk_deletion_lock(BOT_ID))
+    redis = get_redis_connection("default")
+    keys = list(redis.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}bots:*", count=1000))
+    if keys:
+        redis.delete(*keys)
 
 
 @pytest.fixture

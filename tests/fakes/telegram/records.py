@@ -84,6 +84,11 @@ class Call:
     status: int = 0  # the HTTP status the fake answered
     result: Any = None
     at: float = 0.0  # time.monotonic() when the call arrived
+    error: dict | None = None  # the error envelope the fake answered, if any
+
+    @property
+    def retry_after(self) -> int | None:
+        return ((self.error or {}).get("parameters") or {}).get("retry_after")
 
     @property
     def ok(self) -> bool:

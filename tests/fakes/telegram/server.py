@@ -301,6 +301,11 @@ class FakeTelegram(BotApiMethods):
         with self._lock:
             self._rate_limit = RateLimit(per_second, frozenset(m.lower() for m in methods))
 
+    def delete_message_by_hand(self, chat_id: int, message_id: int) -> None:
+        """An admin deletes the message in Telegram (no update is sent for that)."""
+        with self._lock:
+            self._messages[(chat_id, message_id)].deleted = True
+
     def make_undeletable(self, chat_id: int, message_id: int) -> None:
         """The bot may not delete this message (deleteMessage: "message can't be deleted")."""
         with self._lock:
@@ -385,6 +390,7 @@ class FakeTelegram(BotApiMethods):
         }
         if error.retry_after is not None:
             envelope["parameters"] = {"retry_after": error.retry_after}
+        call.error = envelope
         return web.json_response(envelope, status=error.status)
 
     def _over_rate_limit(self, method: str, params: dict, now: float) -> ApiError | None:
