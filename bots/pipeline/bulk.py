@@ -17,18 +17,20 @@ webhook that runs for minutes:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from django.utils import timezone
 
 from bots.clients.telegram import TelegramRetryableError
 from bots.conf import load_config
 from bots.pipeline.context import BotContext
-from bots.services.bulk_lock import bulk_lock_hold
+from bots.services.bulk_lock import bulk_lock_hold, bulk_lock_release
 
 logger = logging.getLogger(__name__)
 
@@ -186,3 +188,67 @@ def worker_context(bot_id: int) -> BotContext | None:
     return BotContext(
         bot_id=bot_id, config=config, client=config.telegram_client(), now=timezone.now()
     )
+
+
+class BulkJob(Protocol):
+    """What the continuation machinery needs of a job (``PurgeJob``, ``WipeJob``): a dataclass
+    with the bot, its lock token and the count of retryable failures in a row."""
+
+    bot_id: int
+    lock_token: str
+    retries: int
+
+
+def queue_continuation(job: BulkJob, task: Any, *, countdown: float) -> None:
+    """Queue ``task`` (a Celery task taking ``job=<the job as a dict>``) after ``countdown``
+    seconds; the lock is kept for it meanwhile. Raises LockLost when it is no longer ours."""
+    if not bulk_lock_hold(bot_id=job.bot_id, token=job.lock_token, ttl_seconds=QUEUED_LOCK_SECONDS):
+        raise LockLost(f"bulk-deletion lock of bot {job.bot_id} lost before the hand-off")
+    task.apply_async(kwargs={"job": dataclasses.asdict(job)}, countdown=countdown)
+
+
+def continue_in_worker(
+    job: BulkJob,
+    *,
+    advance: Callable[[BotContext, Pacer, Budget], Stopped | None],
+    hand_off: Callable[[float], None],
+    finish: Callable[[BotContext], str],
+    interrupt: Callable[[BotContext], str],
+) -> str | None:
+    """One Celery chunk of a job: keep the lock, ``advance`` from the job's cursor for up to
+    TASK_CHUNK_SECONDS, then ``finish`` (lock released) or ``hand_off`` the next chunk.
+
+    A retryable failure queues the chunk again after TASK_RETRY_SECONDS, at most
+    MAX_TASK_RETRIES times in a row; then ``interrupt`` reports and the lock is released. A job
+    whose lock someone else holds now (it waited too long in the queue and another job started)
+    stops silently. Returns what ``finish`` or ``interrupt`` returned, None otherwise.
+    """
+    ctx = worker_context(job.bot_id)
+    if ctx is None:
+        bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
+        return None
+    pacer = Pacer(ctx.config.deletes_per_second)
+    try:
+        LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer).keep()
+        stopped = advance(ctx, pacer, Budget.task_chunk(pacer))
+    except LockLost:
+        logger.warning("bulk deletion of bot %s stopped: another job holds the lock", job.bot_id)
+        return None
+    except TelegramRetryableError as error:
+        if job.retries >= MAX_TASK_RETRIES:
+            logger.error("bulk deletion of bot %s interrupted: %s", job.bot_id, error)
+            try:
+                return interrupt(ctx)
+            finally:
+                bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
+        job.retries += 1
+        hand_off(TASK_RETRY_SECONDS)
+        return None
+    job.retries = 0
+    if stopped is not None:
+        hand_off(stopped.countdown)
+        return None
+    try:
+        return finish(ctx)
+    finally:
+        bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)

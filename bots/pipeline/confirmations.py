@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from bots import copy
+from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
 
@@ -28,13 +29,34 @@ def within_window(started_at: int, now: datetime) -> bool:
     return -CLOCK_SKEW_SECONDS <= age <= CONFIRM_WINDOW_SECONDS
 
 
-def prompt_keyboard(*, confirm_label: str, confirm_data: str, cancel_data: str) -> dict:
-    return {
+def send_prompt(
+    ctx: BotContext,
+    *,
+    thread_id: int,
+    text: str,
+    confirm_label: str,
+    confirm_data: str,
+    cancel_data: str,
+) -> dict | None:
+    """Send a warning into the support group's ``thread_id`` with a confirm and a cancel button.
+
+    Returns the sent message, or None after a permanent failure (logged). Retryable ⇒ raise.
+    """
+    keyboard = {
         "inline_keyboard": [
             [{"text": confirm_label, "callback_data": confirm_data}],
             [{"text": copy.cancel_label(), "callback_data": cancel_data}],
         ]
     }
+    return required(
+        "confirmation prompt",
+        lambda: ctx.client.send_message(
+            chat_id=ctx.support_chat_id,
+            text=text,
+            message_thread_id=None if thread_id == GENERAL_THREAD_ID else thread_id,
+            reply_markup=keyboard,
+        ),
+    )
 
 
 def toast(ctx: BotContext, callback_id: str, text: str) -> None:

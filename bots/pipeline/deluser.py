@@ -28,13 +28,12 @@ from bots.models import ConfirmationStatus, DeleteConfirmation, Topic
 from bots.pipeline.confirmations import (
     edit_prompt,
     epoch_seconds,
-    prompt_keyboard,
+    send_prompt,
     toast,
     toast_best_effort,
     within_window,
 )
 from bots.pipeline.context import BotContext, UpdateContext
-from bots.pipeline.failures import required
 from bots.selectors import binding_exists, delete_confirmation_get, topic_get_for_user, user_get
 from bots.services.deletion import (
     delete_confirmation_cancel,
@@ -59,19 +58,13 @@ def request_user_deletion(issued: Issued, topic: Topic) -> None:
     ctx = issued.ctx
     started_at = epoch_seconds(ctx.now)
     payload = f"{topic.user_id}:{topic.thread_id}:{started_at}"
-    keyboard = prompt_keyboard(
+    sent = send_prompt(
+        ctx,
+        thread_id=topic.thread_id,
+        text=copy.deluser_prompt(topic.user_id),
         confirm_label=copy.deluser_confirm_label(),
         confirm_data=f"d:yes:{payload}",
         cancel_data=f"d:no:{payload}",
-    )
-    sent = required(
-        "deluser prompt",
-        lambda: ctx.client.send_message(
-            chat_id=ctx.support_chat_id,
-            text=copy.deluser_prompt(topic.user_id),
-            message_thread_id=topic.thread_id,
-            reply_markup=keyboard,
-        ),
     )
     if sent is None:
         return

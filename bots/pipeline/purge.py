@@ -18,29 +18,21 @@ messages, untracked messages (commands, bot replies, notices).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
 from bots import copy
-from bots.clients.telegram import (
-    TelegramPermanentError,
-    TelegramRetryableError,
-    is_message_to_delete_missing,
-)
+from bots.clients.telegram import TelegramPermanentError, is_message_to_delete_missing
 from bots.models import Topic
 from bots.pipeline.bulk import (
-    MAX_TASK_RETRIES,
-    QUEUED_LOCK_SECONDS,
     RUNNING_LOCK_SECONDS,
-    TASK_RETRY_SECONDS,
     Budget,
     LockKeeper,
-    LockLost,
     Pacer,
     Stopped,
+    continue_in_worker,
+    queue_continuation,
     run_paced,
-    worker_context,
 )
 from bots.pipeline.card import post_card
 from bots.pipeline.context import BotContext
@@ -53,7 +45,7 @@ from bots.selectors import (
     user_get,
     verification_settings_get,
 )
-from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_hold, bulk_lock_release
+from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.ledger import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
 
@@ -89,9 +81,6 @@ class PurgeJob:
     def record(self, message_id: int, outcome: str) -> None:
         self.after_message_id = message_id
         setattr(self, outcome, getattr(self, outcome) + 1)
-
-    def as_task_argument(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -176,53 +165,31 @@ def purge_topic(ctx: BotContext, *, topic: Topic) -> PurgeStart:
 
 
 def hand_off(job: PurgeJob, *, countdown: float) -> None:
-    """Queue the continuation; the lock is kept for it meanwhile."""
-    # The task module imports this one: import it when needed.
-    from bots.tasks import purge_continue_task
+    """Queue the purge's continuation (the lock is kept for it meanwhile)."""
+    from bots.tasks import purge_continue_task  # the task module imports this one
 
-    if not bulk_lock_hold(bot_id=job.bot_id, token=job.lock_token, ttl_seconds=QUEUED_LOCK_SECONDS):
-        raise LockLost(f"bulk-deletion lock of bot {job.bot_id} lost before the hand-off")
-    purge_continue_task.apply_async(kwargs={"job": job.as_task_argument()}, countdown=countdown)
+    queue_continuation(job, purge_continue_task, countdown=countdown)
 
 
 def continue_purge(job: PurgeJob) -> str | None:
-    """One Celery chunk of a purge: continue from the cursor; finish, or queue the next chunk.
+    """One Celery chunk of a purge (``bots.pipeline.bulk.continue_in_worker``); returns the
+    report when the purge ended here."""
 
-    Returns the report when the purge finished here (None otherwise). A job whose lock is held
-    by someone else now (it waited too long; another purge or wipe started) stops silently.
-    """
-    ctx = worker_context(job.bot_id)
-    if ctx is None:
-        bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
-        return None
-    pacer = Pacer(ctx.config.deletes_per_second)
-    try:
-        LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer).keep()
-        stopped = _advance(ctx, job, pacer=pacer, budget=Budget.task_chunk(pacer))
-    except LockLost:
-        logger.warning("purge of thread %s stopped: another bulk job holds the lock", job.thread_id)
-        return None
-    except TelegramRetryableError as error:
-        if job.retries >= MAX_TASK_RETRIES:
-            logger.error("purge of thread %s interrupted: %s", job.thread_id, error)
-            report = _report(job, card_pinned=None)
-            best_effort(
-                "purge report",
-                lambda: reply_in_thread(ctx, thread_id=job.thread_id, text=report),
-            )
-            bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
-            return report
-        job.retries += 1
-        hand_off(job, countdown=TASK_RETRY_SECONDS)
-        return None
-    job.retries = 0
-    if stopped is not None:
-        hand_off(job, countdown=stopped.countdown)
-        return None
-    try:
-        return finish_purge(ctx, job)
-    finally:
-        bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
+    def interrupt(ctx: BotContext) -> str:
+        # Nothing is cleared: running /purgemsg again carries on from the ledger.
+        report = _report(job, card_pinned=None)
+        best_effort(
+            "purge report", lambda: reply_in_thread(ctx, thread_id=job.thread_id, text=report)
+        )
+        return report
+
+    return continue_in_worker(
+        job,
+        advance=lambda ctx, pacer, budget: _advance(ctx, job, pacer=pacer, budget=budget),
+        hand_off=lambda countdown: hand_off(job, countdown=countdown),
+        finish=lambda ctx: finish_purge(ctx, job),
+        interrupt=interrupt,
+    )
 
 
 def finish_purge(ctx: BotContext, job: PurgeJob) -> str:

@@ -19,7 +19,6 @@ budget continues in ``wipe_continue_task``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Mapping
@@ -27,34 +26,31 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bots import copy
-from bots.clients.telegram import TelegramPermanentError, TelegramRetryableError, is_topic_gone
+from bots.clients.telegram import TelegramPermanentError, is_topic_gone
 from bots.pipeline.bulk import (
-    MAX_TASK_RETRIES,
-    QUEUED_LOCK_SECONDS,
     RUNNING_LOCK_SECONDS,
-    TASK_RETRY_SECONDS,
     Budget,
     LockKeeper,
-    LockLost,
     Pacer,
     Stopped,
+    continue_in_worker,
+    queue_continuation,
     run_paced,
-    worker_context,
 )
 from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.confirmations import (
     edit_prompt,
     epoch_seconds,
-    prompt_keyboard,
+    send_prompt,
     toast,
     toast_best_effort,
     within_window,
 )
 from bots.pipeline.context import BotContext, UpdateContext
-from bots.pipeline.failures import best_effort, required
+from bots.pipeline.failures import best_effort
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import bound_thread_ids
-from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_hold, bulk_lock_release
+from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.wipe import (
     CANCELLED,
     bot_data_wipe,
@@ -78,21 +74,14 @@ FAILED = "failed"
 
 def request_wipe(issued: Issued) -> None:
     """The command: the danger warning with its two buttons, in the thread it was sent in."""
-    ctx = issued.ctx
-    started_at = epoch_seconds(ctx.now)
-    keyboard = prompt_keyboard(
+    started_at = epoch_seconds(issued.ctx.now)
+    send_prompt(
+        issued.ctx,
+        thread_id=issued.thread_id,
+        text=copy.wipe_warning(),
         confirm_label=copy.wipe_confirm_label(),
         confirm_data=f"w:yes:{started_at}",
         cancel_data=f"w:no:{started_at}",
-    )
-    required(
-        "wipe prompt",
-        lambda: ctx.client.send_message(
-            chat_id=ctx.support_chat_id,
-            text=copy.wipe_warning(),
-            message_thread_id=None if issued.thread_id == GENERAL_THREAD_ID else issued.thread_id,
-            reply_markup=keyboard,
-        ),
     )
 
 
@@ -117,9 +106,6 @@ class WipeJob:
     def record(self, thread_id: int, outcome: str) -> None:
         self.after_thread_id = thread_id
         setattr(self, outcome, getattr(self, outcome) + 1)
-
-    def as_task_argument(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def _prompt_with(line: str) -> str:
@@ -234,47 +220,27 @@ def _advance(ctx: BotContext, job: WipeJob, *, pacer: Pacer, budget: Budget) -> 
 
 
 def hand_off(job: WipeJob, *, countdown: float) -> None:
-    """Queue the continuation; the lock is kept for it meanwhile."""
+    """Queue the wipe's continuation (the lock is kept for it meanwhile)."""
     from bots.tasks import wipe_continue_task  # the task module imports this one
 
-    if not bulk_lock_hold(bot_id=job.bot_id, token=job.lock_token, ttl_seconds=QUEUED_LOCK_SECONDS):
-        raise LockLost(f"bulk-deletion lock of bot {job.bot_id} lost before the hand-off")
-    wipe_continue_task.apply_async(kwargs={"job": job.as_task_argument()}, countdown=countdown)
+    queue_continuation(job, wipe_continue_task, countdown=countdown)
 
 
 def continue_wipe(job: WipeJob) -> str | None:
-    """One Celery chunk of a wipe: continue from the cursor; finish, or queue the next chunk.
-    Returns the outcome text when the wipe ended here."""
-    ctx = worker_context(job.bot_id)
-    if ctx is None:
-        bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
-        return None
-    pacer = Pacer(ctx.config.deletes_per_second)
-    try:
-        LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer).keep()
-        stopped = _advance(ctx, job, pacer=pacer, budget=Budget.task_chunk(pacer))
-    except LockLost:
-        logger.warning("wipe of bot %s stopped: another bulk job holds the lock", job.bot_id)
-        return None
-    except TelegramRetryableError as error:
-        if job.retries >= MAX_TASK_RETRIES:
-            logger.error("wipe of bot %s interrupted: %s", job.bot_id, error)
-            try:
-                _report(ctx, job, copy.wipe_interrupted())  # nothing was deleted from the rows
-                return copy.wipe_interrupted()
-            finally:
-                bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
-        job.retries += 1
-        hand_off(job, countdown=TASK_RETRY_SECONDS)
-        return None
-    job.retries = 0
-    if stopped is not None:
-        hand_off(job, countdown=stopped.countdown)
-        return None
-    try:
-        return finish_wipe(ctx, job)
-    finally:
-        bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
+    """One Celery chunk of a wipe (``bots.pipeline.bulk.continue_in_worker``); returns the
+    outcome posted in General when the wipe ended here."""
+
+    def interrupt(ctx: BotContext) -> str:
+        _report(ctx, job, copy.wipe_interrupted())  # no row was deleted
+        return copy.wipe_interrupted()
+
+    return continue_in_worker(
+        job,
+        advance=lambda ctx, pacer, budget: _advance(ctx, job, pacer=pacer, budget=budget),
+        hand_off=lambda countdown: hand_off(job, countdown=countdown),
+        finish=lambda ctx: finish_wipe(ctx, job),
+        interrupt=interrupt,
+    )
 
 
 def finish_wipe(ctx: BotContext, job: WipeJob) -> str:
