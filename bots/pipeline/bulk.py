@@ -34,6 +34,11 @@ from bots.services.bulk_lock import bulk_lock_hold, bulk_lock_release
 
 logger = logging.getLogger(__name__)
 
+# What became of one item (a message, a topic); the jobs count each.
+DELETED = "deleted"
+GONE = "gone"  # deleted already (by hand, or by an earlier attempt of the same job)
+FAILED = "failed"  # refused for good (e.g. the bot lacks the right)
+
 # Work done inside a webhook (or an operator's request) before the rest goes to Celery.
 INLINE_BUDGET_SECONDS = 5.0
 # One Celery task's share of a long job (under the worker's 240 s soft time limit).

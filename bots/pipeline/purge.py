@@ -25,6 +25,9 @@ from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_message_to_delete_missing
 from bots.models import Topic
 from bots.pipeline.bulk import (
+    DELETED,
+    FAILED,
+    GONE,
     RUNNING_LOCK_SECONDS,
     Budget,
     LockKeeper,
@@ -50,10 +53,6 @@ from bots.services.ledger import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
 
 logger = logging.getLogger(__name__)
-
-DELETED = "deleted"
-GONE = "gone"
-FAILED = "failed"
 
 
 @dataclass

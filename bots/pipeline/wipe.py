@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
 from bots.pipeline.bulk import (
+    DELETED,
+    FAILED,
+    GONE,
     RUNNING_LOCK_SECONDS,
     Budget,
     LockKeeper,
@@ -66,10 +69,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _PAYLOAD = re.compile(r"w:(yes|no):([0-9]{1,12})")
-
-DELETED = "deleted"
-GONE = "gone"
-FAILED = "failed"
 
 
 def request_wipe(issued: Issued) -> None:
