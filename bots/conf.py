@@ -25,6 +25,11 @@ MAX_SAFE_INTEGER = 2**53 - 1
 DEFAULT_MAX_MESSAGES_PER_MINUTE = 20
 DEFAULT_VERIFY_TTL_HOURS = 0
 DEFAULT_MAX_ATTEMPTS = 3
+# deleteMessage / deleteForumTopic calls per second into the support group during /purgemsg and
+# /wipealldata. Telegram documents no number for deletions; its per-chat guidance for sending is
+# about one message per second with short bursts allowed. Five a second stays well clear of
+# flood control in practice, and a 429's retry_after is honoured on top.
+DEFAULT_TELEGRAM_DELETES_PER_SECOND = 5
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 # The Turnstile web verification's outside parts (spec §5.5, §8.4). Settings, so that tests (and
 # the page in a browser) run against local fakes.
@@ -53,6 +58,7 @@ NUMERIC_RULES = (
     NumberRule("MAX_MESSAGES_PER_MINUTE", DEFAULT_MAX_MESSAGES_PER_MINUTE, 1),
     NumberRule("VERIFY_TTL_HOURS", DEFAULT_VERIFY_TTL_HOURS, 0),
     NumberRule("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, 1),
+    NumberRule("TELEGRAM_DELETES_PER_SECOND", DEFAULT_TELEGRAM_DELETES_PER_SECOND, 1),
 )
 
 
@@ -66,6 +72,7 @@ class BotConfig:
     max_messages_per_minute: int
     verify_ttl_hours: int
     max_attempts: int
+    deletes_per_second: int  # pace of bulk deletions into the support group (purge, wipe)
     welcome_text: str | None  # None: the built-in welcome (bots.copy)
     turnstile_site_key: str | None
     turnstile_secret_key: str | None
@@ -207,6 +214,7 @@ def load_config() -> BotConfig:
         max_messages_per_minute=numbers["MAX_MESSAGES_PER_MINUTE"],
         verify_ttl_hours=numbers["VERIFY_TTL_HOURS"],
         max_attempts=numbers["MAX_ATTEMPTS"],
+        deletes_per_second=numbers["TELEGRAM_DELETES_PER_SECOND"],
         welcome_text=parse_welcome_text(raw_setting("WELCOME_TEXT")),
         turnstile_site_key=raw_setting("TURNSTILE_SITE_KEY"),
         turnstile_secret_key=raw_setting("TURNSTILE_SECRET_KEY"),

@@ -142,10 +142,6 @@ def unknown_command() -> str:
     return _("未知命令，发送 /help 查看全部命令。")
 
 
-def command_not_available() -> str:
-    return _("该命令暂不可用：此版本尚未提供。")
-
-
 def use_in_general() -> str:
     return _("验证设置命令只能在 General 中使用，本次未做任何更改。")
 
@@ -268,7 +264,6 @@ def help_text(*, verification_enabled: bool, mode: str) -> str:
         _("/unnote — 清除备注"),
         _("/risk — 标记为高危用户"),
         _("/unrisk — 取消高危标记"),
-        _("/broadcast — 向全部用户广播（在 General 中使用，先预览再确认）"),
         _("/archive — 归档会话：关闭话题并清除验证，资料和记录保留"),
         _("/deluser — 彻底删除该用户的数据（需二次确认）"),
         _("/purgemsg — 删除话题内已记录的消息"),
@@ -296,7 +291,8 @@ def help_text(*, verification_enabled: bool, mode: str) -> str:
 
 
 def command_menu() -> list[tuple[str, str]]:
-    """The 18 admin commands registered by setwebhook (spec §1.4), in menu order."""
+    """The admin commands registered by setwebhook (spec §1.4), in menu order: the original's
+    18 but /broadcast, which is not built yet (the menu only lists what works)."""
     return [
         ("help", _("查看全部命令")),
         ("ban", _("禁言当前话题的用户")),
@@ -314,9 +310,137 @@ def command_menu() -> list[tuple[str, str]]:
         ("archive", _("归档当前会话")),
         ("deluser", _("彻底删除该用户的数据（需确认）")),
         ("purgemsg", _("删除话题内已记录的消息")),
-        ("broadcast", _("向全部用户广播（General）")),
         ("wipealldata", _("清空全部话题与数据（需确认）")),
     ]
+
+
+# ------------------------------------------------------------------ /deluser (spec §4.8)
+
+
+def cancel_label() -> str:
+    return _("取消")
+
+
+def deluser_prompt(user_id: int) -> str:
+    return _(
+        "⚠️ 确认要彻底删除用户 {user_id} 吗？\n"
+        "将删除：hodor 中该用户的资料、话题绑定和消息记录，"
+        "以及客服群里的这个话题和其中的全部消息。\n"
+        "用户与机器人的私聊记录不受影响。\n"
+        "此操作不可撤销，请在 60 秒内确认。"
+    ).format(user_id=user_id)
+
+
+def deluser_confirm_label() -> str:
+    return _("确认彻底删除")
+
+
+def toast_deluser_failed() -> str:
+    return _("Telegram 未能删除，数据已保留。")
+
+
+def deluser_expired() -> str:
+    return _("确认已超时，请重新发送 /deluser。")
+
+
+def deluser_cancelled() -> str:
+    return _("已取消，未删除任何内容。")
+
+
+def toast_deluser_done() -> str:
+    return _("群内话题和 hodor 数据已删除；私聊记录保留。")
+
+
+# ------------------------------------------------------------------ /purgemsg (spec §4.9)
+
+
+def purge_done(count: int) -> str:
+    return _("清理完成：已删除 {count} 条消息。").format(count=count)
+
+
+def purge_already_gone(count: int) -> str:
+    return _("{count} 条消息已不存在。").format(count=count)
+
+
+def purge_failed(count: int) -> str:
+    return _("⚠️ {count} 条消息删除失败（机器人可能缺少删除权限），已不再跟踪，请手动删除。").format(
+        count=count
+    )
+
+
+def purge_card_pinned() -> str:
+    return _("已重新发送并置顶用户信息。")
+
+
+def purge_card_not_pinned() -> str:
+    return _("用户信息未能重新置顶；用户下次发消息时会重新发送。")
+
+
+def purge_continues(done: int, total: int) -> str:
+    return _("已删除 {done}/{total} 条消息，其余的在后台继续删除，完成后会在这里报告。").format(
+        done=done, total=total
+    )
+
+
+def purge_interrupted() -> str:
+    return _("⚠️ 清理中断：Telegram 多次没有响应。请再次发送 /purgemsg 完成清理。")
+
+
+def bulk_busy() -> str:
+    return _("另一项清理或清空任务正在进行，请等它报告完成后再试。")
+
+
+# ------------------------------------------------------------------ /wipealldata (spec §4.10)
+
+
+def wipe_warning() -> str:
+    return _(
+        "⚠️ 危险操作：清空全部数据\n"
+        "将删除：客服群中除 General 外的全部用户话题及其中的消息；"
+        "全部用户及其验证、禁言和备注状态；全部话题绑定；全部消息记录。\n"
+        "将保留：设置、processed_updates 和 bots 表；用户与机器人的私聊记录。\n"
+        "请在 60 秒内确认。"
+    )
+
+
+def wipe_confirm_label() -> str:
+    return _("⚠️ 确认清空")
+
+
+def toast_wipe_timeout() -> str:
+    return _("已超时（60 秒），本次操作已放弃，请重新发送 /wipealldata。")
+
+
+def toast_wipe_cancelled() -> str:
+    return _("已取消，未清空任何数据。")
+
+
+def toast_wipe_already_decided() -> str:
+    return _("这次确认已经处理过了。")
+
+
+def toast_wiping() -> str:
+    return _("已确认，正在清空……")
+
+
+def wipe_continues(done: int, total: int) -> str:
+    return _(
+        "清空进行中：已删除 {done}/{total} 个话题，其余的在后台继续删除，完成后会在这里报告。"
+    ).format(done=done, total=total)
+
+
+def wipe_failed(count: int) -> str:
+    return _(
+        "⚠️ {count} 个话题删除失败，数据未清空。请检查机器人的权限后再次发送 /wipealldata。"
+    ).format(count=count)
+
+
+def wipe_done() -> str:
+    return _("全部话题和数据已删除。")
+
+
+def wipe_interrupted() -> str:
+    return _("⚠️ 清空中断：Telegram 多次没有响应，数据未清空。请再次发送 /wipealldata。")
 
 
 # ------------------------------------------------------------------ HTTP endpoints

@@ -5,10 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Case, Value, When
+from django.db.models import Case, Max, Value, When
 
 from bots.conf import raw_setting
-from bots.models import Bot, BotUser, ProcessedUpdate, Setting, Topic
+from bots.models import (
+    Bot,
+    BotUser,
+    DeleteConfirmation,
+    ProcessedUpdate,
+    RelayedMessage,
+    Setting,
+    Topic,
+)
 
 VERIFY_ENABLED = "verify_enabled"
 VERIFY_MODE = "verify_mode"
@@ -136,3 +144,48 @@ def bot_tables_missing() -> list[str]:
         )
         present = {row[0] for row in cursor.fetchall()}
     return [table for table in BOT_TABLES if table not in present]
+
+
+def delete_confirmation_get(*, bot_id: int, prompt_msg_id: int) -> DeleteConfirmation | None:
+    return DeleteConfirmation.objects.filter(bot_id=bot_id, prompt_msg_id=prompt_msg_id).first()
+
+
+def binding_exists(*, bot_id: int, user_id: int, thread_id: int) -> bool:
+    """The user is bound to exactly this thread (both directions: the pair is one row)."""
+    return Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).exists()
+
+
+def ledger_last_id(*, bot_id: int, thread_id: int) -> int | None:
+    """The id of the thread's newest ledger row (None: the thread has none)."""
+    return RelayedMessage.objects.filter(bot_id=bot_id, thread_id=thread_id).aggregate(
+        last=Max("id")
+    )["last"]
+
+
+def ledger_group_message_ids(
+    *, bot_id: int, thread_id: int, up_to_id: int | None, after_message_id: int
+) -> list[int]:
+    """The distinct group message ids of the thread's ledger rows (both directions) with a row
+    id up to ``up_to_id`` and a message id above ``after_message_id``, ascending."""
+    if up_to_id is None:
+        return []
+    return list(
+        RelayedMessage.objects.filter(
+            bot_id=bot_id,
+            thread_id=thread_id,
+            id__lte=up_to_id,
+            group_msg_id__gt=after_message_id,
+        )
+        .order_by("group_msg_id")
+        .values_list("group_msg_id", flat=True)
+        .distinct()
+    )
+
+
+def bound_thread_ids(*, bot_id: int, after_thread_id: int) -> list[int]:
+    """The thread ids of the bot's bindings above ``after_thread_id``, ascending."""
+    return list(
+        Topic.objects.filter(bot_id=bot_id, thread_id__gt=after_thread_id)
+        .order_by("thread_id")
+        .values_list("thread_id", flat=True)
+    )

@@ -206,6 +206,22 @@ class CeleryWorkerProcess:
         self._log.close()
 
 
+# The pace of the support bot's bulk deletions in tests (web process and worker alike): fast,
+# so purges of thousands of messages stay quick, and below the fake's rate limits tests set.
+BOT_DELETES_PER_SECOND = "400"
+
+
+@pytest.fixture(scope="session")
+def worker_telegram():
+    """The fake Bot API the Celery worker's bot talks to (the worker's environment is fixed at
+    start). Bot tests that use the worker take it as their ``telegram`` (reset per test)."""
+    from tests.fakes.telegram import FakeTelegram
+
+    fake = FakeTelegram().start()
+    yield fake
+    fake.stop()
+
+
 def run_database_url(django_db_blocker) -> str:
     """DATABASE_URL of this run's test database (for processes the tests start)."""
     with django_db_blocker.unblock():
@@ -225,14 +241,28 @@ def fakes_environment(fake_codex, fake_oauth, fake_appcast) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def celery_worker(
-    django_db_setup, django_db_blocker, tmp_path_factory, fake_codex, fake_oauth, fake_appcast
+    django_db_setup,
+    django_db_blocker,
+    tmp_path_factory,
+    fake_codex,
+    fake_oauth,
+    fake_appcast,
+    worker_telegram,
 ):
     """A real Celery worker for the session. Tests using it need committed data
     (``@pytest.mark.django_db(transaction=True)``): the worker has its own connection."""
     worker = CeleryWorkerProcess(
         run_database_url(django_db_blocker),
         tmp_path_factory.mktemp("celery") / "worker.log",
-        fakes_environment(fake_codex, fake_oauth, fake_appcast),
+        {
+            **fakes_environment(fake_codex, fake_oauth, fake_appcast),
+            # The support bot's continuations (purge, wipe) call Telegram: the session's fake.
+            "TELEGRAM_API_BASE": worker_telegram.api_base,
+            "TELEGRAM_BOT_TOKEN": worker_telegram.token,
+            "SUPPORT_CHAT_ID": str(worker_telegram.support_chat_id),
+            "TELEGRAM_DELETES_PER_SECOND": BOT_DELETES_PER_SECOND,
+            "BOT_LANGUAGE": "zh",
+        },
     )
     yield worker
     worker.stop()

@@ -11,6 +11,7 @@ from django.utils.html import format_html
 
 from bots.admin.actions import UserActions
 from bots.admin.common import NOT_CONFIGURED, CurrentBotAdmin, is_id, ledger_link, telegram_context
+from bots.admin.deletion import TopicPurgeViews, UserDeletionViews
 from bots.models import BotUserListing, Topic, TopicListing
 from bots.pipeline.moderation import set_note
 from bots.selectors import topic_get_for_thread
@@ -18,7 +19,7 @@ from bots.services.topics import NOTE_MAX_LENGTH, topic_set_note
 
 
 @admin.register(BotUserListing)
-class BotUserAdmin(UserActions, CurrentBotAdmin):
+class BotUserAdmin(UserDeletionViews, UserActions, CurrentBotAdmin):
     list_display = (
         "user_id",
         "first_name",
@@ -135,7 +136,7 @@ class TopicNoteForm(forms.ModelForm):
 
 
 @admin.register(TopicListing)
-class TopicAdmin(UserActions, CurrentBotAdmin):
+class TopicAdmin(TopicPurgeViews, UserActions, CurrentBotAdmin):
     form = TopicNoteForm
     list_display = (
         "thread_id",

@@ -24,8 +24,11 @@ from bots import copy
 from bots.models import Topic
 from bots.pipeline.classify import GENERAL_THREAD_ID, command_name
 from bots.pipeline.context import UpdateContext
+from bots.pipeline.deluser import request_user_deletion
 from bots.pipeline.moderation import archive_conversation, set_note, set_risk
+from bots.pipeline.purge import purge_topic
 from bots.pipeline.replies import reply_in_thread
+from bots.pipeline.wipe import request_wipe
 from bots.selectors import (
     DISABLED,
     ENABLED,
@@ -76,6 +79,8 @@ def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int) -> No
     in_general = thread_id == GENERAL_THREAD_ID
     if command.name in ANYWHERE:
         ANYWHERE[command.name](issued)
+    elif command.name in ANY_TOPIC:
+        ANY_TOPIC[command.name](issued)
     elif command.name in GENERAL_ONLY:
         if in_general:
             GENERAL_ONLY[command.name](issued)
@@ -87,8 +92,6 @@ def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int) -> No
         _with_binding(issued, ABOUT_THE_TOPIC_USER[command.name])
     elif command.name == "/broadcast":
         issued.reply(copy.broadcast_in_general())
-    elif command.name in NOT_AVAILABLE_YET:
-        issued.reply(copy.command_not_available())
     else:
         issued.reply(copy.unknown_command())
 
@@ -167,6 +170,16 @@ def _archive(issued: Issued, topic: Topic) -> None:
     issued.report_in_general("\n".join(lines))
 
 
+def _purge(issued: Issued, topic: Topic) -> None:
+    """Spec §4.9; the report is posted by the purge itself (here, or by its Celery
+    continuation when the topic holds more than the webhook's budget)."""
+    started = purge_topic(issued.ctx, topic=topic)
+    if started.busy:
+        issued.reply(copy.bulk_busy())
+    elif started.continues is not None:
+        issued.reply(started.continues)
+
+
 # ------------------------------------------------------------------ verification settings (General)
 
 
@@ -214,6 +227,8 @@ MODE_SET_REPLIES: dict[str, Callable[[], str]] = {
 # ------------------------------------------------------------------ routing
 
 ANYWHERE: dict[str, Callable[[Issued], None]] = {"/help": _help}
+# A global effect, but no binding needed; General never classifies it, so only topics send it.
+ANY_TOPIC: dict[str, Callable[[Issued], None]] = {"/wipealldata": request_wipe}
 GENERAL_ONLY: dict[str, Callable[[Issued], None]] = {
     "/verifyon": _verify_on,
     "/verifyoff": _verify_off,
@@ -230,6 +245,6 @@ ABOUT_THE_TOPIC_USER: dict[str, Callable[[Issued, Topic], None]] = {
     "/risk": _risk,
     "/unrisk": _unrisk,
     "/archive": _archive,
+    "/deluser": request_user_deletion,
+    "/purgemsg": _purge,
 }
-# Built by later issues; until then they answer so and change nothing.
-NOT_AVAILABLE_YET = frozenset({"/deluser", "/purgemsg", "/wipealldata"})

@@ -32,6 +32,7 @@ from bots.clients.telegram import TelegramError
 from bots.conf import BotConfig, load_config
 from bots.pipeline.classify import UpdateKind, classify_update, is_integer
 from bots.pipeline.context import UpdateContext
+from bots.pipeline.group_callbacks import handle_group_callback
 from bots.pipeline.inbound import handle_inbound
 from bots.pipeline.outbound import handle_outbound, handle_topic_event
 from bots.results import EndpointResult
@@ -159,7 +160,8 @@ def dispatch(context: UpdateContext, update: Mapping) -> None:
         handle_outbound(context, update["message"], thread_id=classification.thread_id)
     elif kind == UpdateKind.TOPIC_EVENT:
         handle_topic_event(context, update["message"], thread_id=classification.thread_id)
+    elif kind == UpdateKind.GROUP_CALLBACK:
+        handle_group_callback(context, update["callback_query"])
     else:
-        # ignore; group callbacks (/deluser, /wipealldata, broadcast buttons) and /broadcast
-        # arrive with later issues and are acknowledged until then.
+        # ignore; /broadcast arrives with a later issue and is acknowledged until then.
         logger.debug("update %s: %s, nothing to do", context.update_id, kind)

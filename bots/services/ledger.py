@@ -29,3 +29,13 @@ def relayed_message_record(
         content_type=content_type,
         created_at=now,
     )
+
+
+def relayed_messages_delete_for_thread(*, bot_id: int, thread_id: int, up_to_id: int) -> int:
+    """/purgemsg's end: forget the thread's ledger rows up to ``up_to_id`` (the last row when
+    the purge started; rows of messages relayed during the purge stay tracked). Returns how many
+    rows were deleted."""
+    deleted, _ = RelayedMessage.objects.filter(
+        bot_id=bot_id, thread_id=thread_id, id__lte=up_to_id
+    ).delete()
+    return deleted

@@ -87,3 +87,14 @@ def topic_set_note(*, bot_id: int, user_id: int, thread_id: int, note: str | Non
     stored = note[:NOTE_MAX_LENGTH] if note else None
     Topic.objects.filter(bot_id=bot_id, user_id=user_id, thread_id=thread_id).update(note=stored)
     return stored
+
+
+def topic_clear_pinned_message(*, bot_id: int, thread_id: int, message_id: int) -> bool:
+    """Forget the card ``message_id`` (deleted by /purgemsg), only while it is still the topic's
+    card: a card posted meanwhile is kept."""
+    return (
+        Topic.objects.filter(bot_id=bot_id, thread_id=thread_id, pinned_msg_id=message_id).update(
+            pinned_msg_id=None
+        )
+        == 1
+    )

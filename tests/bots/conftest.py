@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
+from django_redis import get_redis_connection
 
 from bots.models import Bot
+from tests.conftest import BOT_DELETES_PER_SECOND
 from tests.fakes.telegram import FakeTelegram, FakeUser
 
 ADMIN_ID = 111111111
@@ -31,6 +34,18 @@ CARD_BOB = (
 def telegram():
     with FakeTelegram() as fake:
         yield fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_bot_redis_keys():
+    """Redis is not rolled back between tests like the database: the bot's keys a test left
+    (a queued purge's lock, a wipe prompt's decision — the fake reuses message and callback
+    ids from test to test) must not leak into the next test."""
+    yield
+    redis = get_redis_connection("default")
+    keys = list(redis.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}bots:*", count=1000))
+    if keys:
+        redis.delete(*keys)
 
 
 @pytest.fixture
@@ -52,6 +67,7 @@ def bot_settings(settings, telegram):
     # Never Cloudflare's real Siteverify from a test: a closed local port unless a test points
     # it at the fake (``turnstile_settings``).
     settings.TURNSTILE_VERIFY_URL = "http://127.0.0.1:9/turnstile/v0/siteverify"
+    settings.TELEGRAM_DELETES_PER_SECOND = BOT_DELETES_PER_SECOND
     return settings
 
 

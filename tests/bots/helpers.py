@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from datetime import datetime
+
+from django.db import connection
 
 from bots.models import BotUser, RelayedMessage, Setting, Topic
 from tests.fakes.telegram import FakeTelegram, FakeUser
@@ -104,3 +107,45 @@ def answer_rightly(webhook, telegram: FakeTelegram, user: FakeUser, challenge) -
     the user saw it); returns the toast."""
     answer = solve_challenge(challenge.text)
     return click(webhook, telegram, user, challenge.message_id, f"v:{answer}")
+
+
+@contextmanager
+def deletes_refused(table: str):
+    """While inside, PostgreSQL refuses every DELETE on ``table`` (a trigger raises): a crash of
+    the database step, between Telegram's side of an operation and the rows' side."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "create function test_refuse_deletes() returns trigger language plpgsql as $$"
+            " begin raise exception 'deletes refused by the test'; end $$"
+        )
+        cursor.execute(
+            f"create trigger test_refuse_deletes before delete on {table}"
+            " for each statement execute function test_refuse_deletes()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"drop trigger test_refuse_deletes on {table}")
+            cursor.execute("drop function test_refuse_deletes()")
+
+
+def click_in_group(
+    webhook, telegram: FakeTelegram, who: FakeUser, message_id: int, data: str
+) -> str | None:
+    """``who`` presses a button under the bot's message ``message_id`` in the support group;
+    returns the toast Telegram showed (None: the click was not answered)."""
+    update = telegram.click(who, message_id=message_id, data=data, chat_id=telegram.support_chat_id)
+    webhook.deliver_ok(update)
+    return telegram.callback_answer(update["callback_query"]["id"])
+
+
+def group_click(telegram: FakeTelegram, who: FakeUser, message_id: int, data: str) -> dict:
+    """The update of ``who`` pressing a button under the bot's group message (not delivered)."""
+    return telegram.click(who, message_id=message_id, data=data, chat_id=telegram.support_chat_id)
+
+
+def keyboard_data(message) -> list[str]:
+    """The callback data of a message's buttons, row by row (a FakeMessage as Telegram shows it)."""
+    rows = (message.reply_markup or {}).get("inline_keyboard", [])
+    return [button["callback_data"] for row in rows for button in row]

@@ -16,6 +16,7 @@ from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from bots.pipeline.classify import GENERAL_COMMANDS
 from bots.pipeline.commands import (
     ABOUT_THE_TOPIC_USER,
+    ANY_TOPIC,
     ANYWHERE,
     GENERAL_ONLY,
     Command,
@@ -435,7 +436,6 @@ HELP_ON_MATH = """管理命令（在用户的话题中使用）：
 /unnote — 清除备注
 /risk — 标记为高危用户
 /unrisk — 取消高危标记
-/broadcast — 向全部用户广播（在 General 中使用，先预览再确认）
 /archive — 归档会话：关闭话题并清除验证，资料和记录保留
 /deluser — 彻底删除该用户的数据（需二次确认）
 /purgemsg — 删除话题内已记录的消息
@@ -503,24 +503,30 @@ def test_unknown_commands_get_the_hint(text, webhook, telegram, admin, topic):
     assert call.params == _reply_params(telegram, topic.thread_id, copy.unknown_command())
 
 
-@pytest.mark.parametrize(
-    ("text", "reply"),
-    [
-        ("/deluser", copy.command_not_available),
-        ("/purgemsg", copy.command_not_available),
-        ("/wipealldata", copy.command_not_available),
-        ("/broadcast Title\nbody", copy.broadcast_in_general),
-    ],
-)
-def test_later_commands_answer_and_change_nothing(text, reply, webhook, telegram, admin, topic):
+def test_broadcast_in_a_topic_points_to_general_and_changes_nothing(
+    webhook, telegram, admin, topic
+):
     before = table_state()
     telegram.forget_calls()
 
-    _send(webhook, telegram, admin, text, thread_id=topic.thread_id)
+    _send(webhook, telegram, admin, "/broadcast Title\nbody", thread_id=topic.thread_id)
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params == _reply_params(telegram, topic.thread_id, reply())
+    assert call.params == _reply_params(telegram, topic.thread_id, copy.broadcast_in_general())
+
+
+def test_help_lists_exactly_the_commands_that_are_routed():
+    listed = {
+        line.split(" ", 1)[0]
+        for enabled in (True, False)
+        for line in copy.help_text(verification_enabled=enabled, mode="math").splitlines()
+        if line.startswith("/")
+    }
+
+    routed = set(ANYWHERE) | set(ANY_TOPIC) | set(GENERAL_ONLY) | set(ABOUT_THE_TOPIC_USER)
+    assert listed == routed
+    assert "/broadcast" not in listed  # not built yet: never advertised
 
 
 def test_every_topic_command_is_routed():
@@ -532,6 +538,8 @@ def test_every_topic_command_is_routed():
         "/risk",
         "/unrisk",
         "/archive",
+        "/deluser",
+        "/purgemsg",
     }
 
 
@@ -559,7 +567,7 @@ def test_a_user_row_missing_behind_a_binding_gets_the_notice(webhook, telegram, 
         ("/note", "topic", copy.note_usage),
         ("/ban", "unbound", copy.no_binding),
         ("/verifyon", "topic", copy.use_in_general),
-        ("/deluser", "topic", copy.command_not_available),
+        ("/broadcast x\ny", "topic", copy.broadcast_in_general),
     ],
 )
 def test_a_failed_answer_is_sent_once_on_redelivery(

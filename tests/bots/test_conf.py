@@ -133,3 +133,10 @@ def test_bad_bot_variables_never_block_a_manage_py_command():
     result = run_project("manage.py", "check", environment=environment)
 
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(("raw", "pace"), [(None, 5), ("12", 12), ("0", 5), ("fast", 5)])
+def test_the_bulk_deletion_pace_defaults_to_five_a_second(settings, raw, pace):
+    settings.TELEGRAM_DELETES_PER_SECOND = raw
+
+    assert load_config().deletes_per_second == pace

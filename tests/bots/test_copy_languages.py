@@ -45,6 +45,9 @@ ARGUMENTS = {
     "detail": "getWebhookInfo HTTP 500: Internal Server Error",
     "message": "Connection refused",
     "seconds": 12,
+    "count": 3,
+    "done": 40,
+    "total": 3000,
 }
 
 

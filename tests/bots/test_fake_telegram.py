@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import requests
 
@@ -147,3 +149,78 @@ def test_a_web_app_button_needs_an_https_url(telegram):
         "verify' is invalid: Only HTTPS links are allowed",
     )
     assert send("https://support.example.com/telegram/verify")[0] == 200
+
+
+def test_deleting_messages_like_telegram(telegram, chat):
+    thread_id = telegram.create_topic_by_hand("Ann")
+    kept = telegram.bot_sends(chat, text="kept", thread_id=thread_id)
+    pinned = telegram.bot_sends(chat, text="card", thread_id=thread_id)
+    _call(telegram, "pinChatMessage", chat_id=chat, message_id=pinned)
+    telegram.make_undeletable(chat, kept)
+
+    assert _call(telegram, "deleteMessage", chat_id=chat, message_id=pinned) == (
+        200,
+        {"ok": True, "result": True},
+    )
+    assert telegram.pinned() == []  # a deleted message is unpinned
+    assert _call(telegram, "deleteMessage", chat_id=chat, message_id=pinned) == _error(
+        400, "Bad Request: message to delete not found"
+    )
+    assert _call(telegram, "deleteMessage", chat_id=chat, message_id=kept) == _error(
+        400, "Bad Request: message can't be deleted"
+    )
+    assert telegram.message(chat, kept).deleted is False
+
+
+def test_deleting_topics_like_telegram(telegram, chat):
+    gone = telegram.create_topic_by_hand("Ann")
+    stubborn = telegram.create_topic_by_hand("Ben")
+    inside = telegram.bot_sends(chat, text="x", thread_id=gone)
+    telegram.make_topic_undeletable(stubborn)
+
+    assert _call(telegram, "deleteForumTopic", chat_id=chat, message_thread_id=gone)[0] == 200
+    assert telegram.message(chat, inside).deleted is True  # its messages went with it
+    assert _call(telegram, "deleteForumTopic", chat_id=chat, message_thread_id=gone) == _error(
+        400, "Bad Request: TOPIC_ID_INVALID"
+    )
+    assert _call(telegram, "deleteForumTopic", chat_id=chat, message_thread_id=stubborn) == _error(
+        400, "Bad Request: CHAT_ADMIN_REQUIRED"
+    )
+    assert [call.method for call in telegram.calls()] == ["deleteForumTopic"] * 3
+
+
+def test_a_rate_limit_answers_429_with_retry_after_and_lets_calls_through_again(telegram, chat):
+    ids = [telegram.bot_sends(chat, text=str(number)) for number in range(4)]
+    telegram.limit_rate(2)
+
+    answers = [_call(telegram, "deleteMessage", chat_id=chat, message_id=i) for i in ids[:3]]
+
+    assert [status for status, _ in answers] == [200, 200, 429]
+    assert answers[2][1] == {
+        "ok": False,
+        "error_code": 429,
+        "description": "Too Many Requests: retry after 1",
+        "parameters": {"retry_after": 1},
+    }
+    assert telegram.message(chat, ids[2]).deleted is False  # refused calls change nothing
+    assert _call(telegram, "sendMessage", chat_id=chat, text="other methods pass")[0] == 200
+    limited = telegram.calls("deleteMessage")[2]
+    assert limited.retry_after == 1
+    time.sleep(1.05)  # the window of the first two calls has passed
+    assert _call(telegram, "deleteMessage", chat_id=chat, message_id=ids[2])[0] == 200
+    calls = telegram.calls()
+    assert all(earlier.at <= later.at for earlier, later in zip(calls, calls[1:], strict=False))
+
+
+def test_reset_forgets_everything(telegram, chat):
+    telegram.create_topic_by_hand("Ann")
+    telegram.limit_rate(1)
+    telegram.fail("getMe")
+    _call(telegram, "sendMessage", chat_id=chat, text="x")
+
+    telegram.reset()
+
+    assert (telegram.topics(), telegram.calls(), telegram.bot_messages(chat)) == ([], [], [])
+    assert _call(telegram, "getMe")[0] == 200  # the fault is gone
+    thread_id = telegram.create_topic_by_hand("Ben")
+    assert thread_id == 100  # message ids start again

@@ -245,7 +245,13 @@ class BotApiMethods(ChatState):
 
     def _method_deletemessage(self, params: dict) -> bool:
         message = self._live_message(params, "message to delete not found")
+        if message.undeletable:
+            raise bad_request("message can't be deleted")
         message.deleted = True
+        # A deleted message is no longer pinned (Telegram unpins it).
+        pinned = self._pinned.get(message.chat_id, [])
+        if message.message_id in pinned:
+            pinned.remove(message.message_id)
         return True
 
     def _method_createforumtopic(self, params: dict) -> dict:
@@ -280,5 +286,7 @@ class BotApiMethods(ChatState):
 
     def _method_deleteforumtopic(self, params: dict) -> bool:
         topic = self._live_topic(params)
+        if topic.undeletable:
+            raise bad_request("CHAT_ADMIN_REQUIRED")
         self._delete_topic(topic.thread_id)
         return True

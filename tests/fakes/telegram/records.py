@@ -62,6 +62,9 @@ class FakeMessage:
     caption: str | None = None
     reply_markup: dict | None = None
     deleted: bool = False
+    # The bot may not delete it (deleteMessage: "message can't be deleted"), e.g. an admin's
+    # message while the bot lacks the "delete messages" right.
+    undeletable: bool = False
 
 
 @dataclass
@@ -70,6 +73,8 @@ class FakeTopic:
     name: str
     closed: bool = False
     deleted: bool = False
+    # deleteForumTopic is refused ("CHAT_ADMIN_REQUIRED"): the bot lacks the right for it.
+    undeletable: bool = False
 
 
 @dataclass
@@ -78,6 +83,12 @@ class Call:
     params: dict
     status: int = 0  # the HTTP status the fake answered
     result: Any = None
+    at: float = 0.0  # time.monotonic() when the call arrived
+    error: dict | None = None  # the error envelope the fake answered, if any
+
+    @property
+    def retry_after(self) -> int | None:
+        return ((self.error or {}).get("parameters") or {}).get("retry_after")
 
     @property
     def ok(self) -> bool:
@@ -95,6 +106,16 @@ class Fault:
     # "envelope" (JSON error), "html" (non-JSON body), "without_ok" (200, JSON without "ok"),
     # "disconnect" (the connection is dropped)
     mode: str
+
+
+@dataclass
+class RateLimit:
+    """Telegram's flood control, as a test configures it: at most ``per_second`` accepted calls
+    of ``methods`` into one chat in any one-second window; the next gets 429 with retry_after."""
+
+    per_second: int
+    methods: frozenset[str]  # lower-cased method names
+    accepted: dict[int, list[float]] = field(default_factory=dict)  # chat id -> arrival times
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.fakes.telegram.records import (
     FakeUser,
     Fault,
     Hold,
+    RateLimit,
 )
 
 
@@ -53,8 +55,26 @@ class FakeTelegram(BotApiMethods):
         self._call_number = 0
         self._faults: list[Fault] = []
         self._holds: dict[str, Hold] = {}
+        self._rate_limit: RateLimit | None = None
         self._update_ids = itertools.count(700_000_001)
         self._callback_ids = itertools.count(9_000_001)
+
+    def reset(self) -> None:
+        """Back to a fresh Telegram (for a fake shared by several tests, e.g. the Celery
+        worker's): chats, topics, calls, faults, holds, rate limits, webhook and menus.
+        Update and callback ids keep counting, so they stay unique."""
+        with self._lock:
+            for hold in self._holds.values():
+                hold.release()
+            self._reset_chats()
+            self.can_manage_topics = True
+            self.rejected_file_ids = set()
+            self.webhook = {"url": ""}
+            self.commands = {}
+            self._calls = []
+            self._faults = []
+            self._holds = {}
+            self._rate_limit = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -274,6 +294,34 @@ class FakeTelegram(BotApiMethods):
                 Fault(None, self._call_number + number, status, description, None, 1, mode)
             )
 
+    def limit_rate(self, per_second: int, *, methods: tuple[str, ...] = ("deleteMessage",)) -> None:
+        """Enforce flood control from now on: at most ``per_second`` calls of ``methods`` into
+        one chat per second; beyond that Telegram's 429 "Too Many Requests: retry after N"
+        (with ``parameters.retry_after``), nothing applied. Off unless a test turns it on."""
+        with self._lock:
+            self._rate_limit = RateLimit(per_second, frozenset(m.lower() for m in methods))
+
+    def delete_message_by_hand(self, chat_id: int, message_id: int) -> None:
+        """An admin deletes the message in Telegram (no update is sent for that)."""
+        with self._lock:
+            self._messages[(chat_id, message_id)].deleted = True
+
+    def make_undeletable(self, chat_id: int, message_id: int) -> None:
+        """The bot may not delete this message (deleteMessage: "message can't be deleted")."""
+        with self._lock:
+            self._messages[(chat_id, message_id)].undeletable = True
+
+    def make_topic_undeletable(self, thread_id: int) -> None:
+        """deleteForumTopic of this topic is refused (the bot lacks the right)."""
+        with self._lock:
+            self._topics[thread_id].undeletable = True
+
+    def bot_sends(self, chat_id: int, *, text: str, thread_id: int | None = None) -> int:
+        """A message the bot sent earlier (e.g. a relayed copy in a topic); its message id."""
+        with self._lock:
+            params = {"chat_id": chat_id, "text": text, "message_thread_id": thread_id}
+            return self._method_sendmessage(params)["message_id"]
+
     def hold(self, method: str) -> Hold:
         hold = Hold()
         with self._lock:
@@ -291,13 +339,14 @@ class FakeTelegram(BotApiMethods):
         method_name = request.match_info["method"]
         method = method_name.lower()
         params = await self._read_params(request)
-        call = Call(method=method_name, params=params)
+        call = Call(method=method_name, params=params, at=time.monotonic())
         with self._lock:
             self._call_number += 1
             number = self._call_number
             self._calls.append(call)
             fault = self._take_fault(method, number)
             hold = self._holds.pop(method, None) if fault is None else None
+            limited = self._over_rate_limit(method, params, call.at) if fault is None else None
         if hold is not None:
             hold.arrived.set()
             await asyncio.get_running_loop().run_in_executor(None, hold.released.wait, 30)
@@ -305,6 +354,8 @@ class FakeTelegram(BotApiMethods):
             return self._error(call, ApiError(401, "Unauthorized"))
         if fault is not None:
             return self._fault_response(call, request, fault)
+        if limited is not None:
+            return self._error(call, limited)
         handler = getattr(self, f"_method_{method}", None)
         if handler is None:
             return self._error(call, ApiError(404, "Not Found"))
@@ -339,7 +390,24 @@ class FakeTelegram(BotApiMethods):
         }
         if error.retry_after is not None:
             envelope["parameters"] = {"retry_after": error.retry_after}
+        call.error = envelope
         return web.json_response(envelope, status=error.status)
+
+    def _over_rate_limit(self, method: str, params: dict, now: float) -> ApiError | None:
+        """The 429 of a call over the configured rate limit, else None (the call is counted)."""
+        limit = self._rate_limit
+        if limit is None or method not in limit.methods:
+            return None
+        chat_id = params.get("chat_id")
+        accepted = [at for at in limit.accepted.get(chat_id, []) if at > now - 1.0]
+        limit.accepted[chat_id] = accepted
+        if len(accepted) >= limit.per_second:
+            retry_after = max(1, math.ceil(accepted[0] + 1.0 - now))
+            return ApiError(
+                429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after
+            )
+        accepted.append(now)
+        return None
 
     def _take_fault(self, method: str, number: int) -> Fault | None:
         for fault in self._faults:

@@ -16,7 +16,11 @@ class ChatState:
         self.bot = bot
         self.support_chat_id = support_chat_id
         self._lock = threading.RLock()
-        self._next_message_id: dict[int, int] = {support_chat_id: 100}
+        self._reset_chats()
+
+    def _reset_chats(self) -> None:
+        """Forget every chat, message, topic, user, callback and pin (a fresh Telegram)."""
+        self._next_message_id: dict[int, int] = {self.support_chat_id: 100}
         self._messages: dict[tuple[int, int], FakeMessage] = {}
         self._topics: dict[int, FakeTopic] = {}
         self._users: dict[int, FakeUser] = {}

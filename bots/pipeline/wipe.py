@@ -1,0 +1,259 @@
+"""/wipealldata (spec §4.10): reset the instance — every bound topic and every business row.
+
+The command answers with a danger warning and two buttons ``w:yes|no:<epoch>``; no row is
+written (the 60 s window is in the payload). A click: the payload's shape, admins only, the
+window (−5 s skew), then the decision. The first click on a prompt decides it
+(``bots.services.wipe.wipe_decision_claim``): a cancel and a confirm cannot both win, two admins'
+confirms run one wipe, and Telegram's redelivery of the winning confirm resumes the wipe even
+after the window has passed.
+
+A confirmed wipe: broadcasts stopped (drafts cancelled, a running send failed), then
+``deleteForumTopic`` for every bound thread, paced (``bots.pipeline.bulk``): ok or already gone
+counts as deleted, any other permanent error as failed, retryable ⇒ raise (the redelivery
+resumes; deleted topics answer "gone"). Only when no deletion failed are the rows of users,
+topics, messages, delete_confirmations and broadcasts removed; otherwise nothing is, and running
+/wipealldata again converges. The outcome is posted in General (the prompt's own topic is gone
+by then, and Telegram shows only the first answer to a click). A wipe longer than the inline
+budget continues in ``wipe_continue_task``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bots import copy
+from bots.clients.telegram import TelegramPermanentError, is_topic_gone
+from bots.pipeline.bulk import (
+    DELETED,
+    FAILED,
+    GONE,
+    RUNNING_LOCK_SECONDS,
+    Budget,
+    LockKeeper,
+    Pacer,
+    Stopped,
+    continue_in_worker,
+    queue_continuation,
+    run_paced,
+)
+from bots.pipeline.classify import GENERAL_THREAD_ID
+from bots.pipeline.confirmations import (
+    edit_prompt,
+    epoch_seconds,
+    send_prompt,
+    toast,
+    toast_best_effort,
+    within_window,
+)
+from bots.pipeline.context import BotContext, UpdateContext
+from bots.pipeline.failures import best_effort
+from bots.pipeline.replies import reply_in_thread
+from bots.selectors import bound_thread_ids
+from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
+from bots.services.wipe import (
+    CANCELLED,
+    bot_data_wipe,
+    broadcasts_stop,
+    confirmed_by,
+    wipe_decision_claim,
+    wipe_decision_get,
+)
+
+if TYPE_CHECKING:
+    from bots.pipeline.commands import Issued
+
+logger = logging.getLogger(__name__)
+
+_PAYLOAD = re.compile(r"w:(yes|no):([0-9]{1,12})")
+
+
+def request_wipe(issued: Issued) -> None:
+    """The command: the danger warning with its two buttons, in the thread it was sent in."""
+    started_at = epoch_seconds(issued.ctx.now)
+    send_prompt(
+        issued.ctx,
+        thread_id=issued.thread_id,
+        text=copy.wipe_warning(),
+        confirm_label=copy.wipe_confirm_label(),
+        confirm_data=f"w:yes:{started_at}",
+        cancel_data=f"w:no:{started_at}",
+    )
+
+
+@dataclass
+class WipeJob:
+    """One confirmed wipe, as it travels from the webhook to its Celery continuations."""
+
+    bot_id: int
+    lock_token: str
+    prompt_message_id: int
+    total: int  # bound topics when the wipe began
+    after_thread_id: int = 0  # the cursor: every binding up to this thread id is handled
+    deleted: int = 0
+    gone: int = 0
+    failed: int = 0
+    retries: int = 0
+
+    @property
+    def handled(self) -> int:
+        return self.deleted + self.gone + self.failed
+
+    def record(self, thread_id: int, outcome: str) -> None:
+        self.after_thread_id = thread_id
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+
+def _prompt_with(line: str) -> str:
+    return f"{copy.wipe_warning()}\n\n{line}"
+
+
+# ------------------------------------------------------------------ the buttons
+
+
+def handle_wipe_callback(ctx: UpdateContext, callback: Mapping) -> None:
+    """A click on a /wipealldata prompt (any other payload is ignored)."""
+    match = _PAYLOAD.fullmatch(callback["data"])
+    if match is None:
+        return
+    message = callback["message"]
+    if message["chat"]["id"] != ctx.support_chat_id or message["chat"]["type"] != "supergroup":
+        return
+    callback_id = callback["id"]
+    if not ctx.config.is_admin(callback["from"]["id"]):
+        toast(ctx, callback_id, copy.admins_only())
+        return
+    confirm = match[1] == "yes"
+    prompt_id = message["message_id"]
+    decided = wipe_decision_get(bot_id=ctx.bot_id, prompt_msg_id=prompt_id)
+    resuming = confirm and decided == confirmed_by(callback_id)
+    if not resuming and not within_window(int(match[2]), ctx.now):
+        toast(ctx, callback_id, copy.toast_wipe_timeout())
+        edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wipe_timeout()))
+        return
+    if not confirm:
+        _cancel(ctx, prompt_id=prompt_id, callback_id=callback_id)
+    elif decided is not None and not resuming:
+        toast(ctx, callback_id, copy.toast_wipe_already_decided())
+    else:
+        _confirm(ctx, prompt_id=prompt_id, callback_id=callback_id, resuming=resuming)
+
+
+def _cancel(ctx: BotContext, *, prompt_id: int, callback_id: str) -> None:
+    decision = wipe_decision_claim(bot_id=ctx.bot_id, prompt_msg_id=prompt_id, decision=CANCELLED)
+    if decision != CANCELLED:
+        toast(ctx, callback_id, copy.toast_wipe_already_decided())
+        return
+    toast(ctx, callback_id, copy.toast_wipe_cancelled())
+    edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wipe_cancelled()))
+
+
+def _confirm(ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: bool) -> None:
+    token = bulk_lock_acquire(bot_id=ctx.bot_id, ttl_seconds=RUNNING_LOCK_SECONDS)
+    if token is None:
+        # A purge or another wipe runs (a resumed wipe's own continuation, say): nothing is
+        # decided here, so the button still works once that job is done.
+        toast(ctx, callback_id, copy.bulk_busy())
+        return
+    handed_off = False
+    try:
+        ours = confirmed_by(callback_id)
+        if not resuming and (
+            wipe_decision_claim(bot_id=ctx.bot_id, prompt_msg_id=prompt_id, decision=ours) != ours
+        ):
+            toast(ctx, callback_id, copy.toast_wipe_already_decided())
+            return
+        toast_best_effort(ctx, callback_id, copy.toast_wiping())
+        edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wiping()))
+        broadcasts_stop(bot_id=ctx.bot_id, now=ctx.now)
+        job = WipeJob(
+            bot_id=ctx.bot_id,
+            lock_token=token,
+            prompt_message_id=prompt_id,
+            total=len(bound_thread_ids(bot_id=ctx.bot_id, after_thread_id=0)),
+        )
+        pacer = Pacer(ctx.config.deletes_per_second)
+        budget = Budget.inline(pacer, per_second=ctx.config.deletes_per_second)
+        stopped = _advance(ctx, job, pacer=pacer, budget=budget)
+        if stopped is None:
+            finish_wipe(ctx, job)
+            return
+        hand_off(job, countdown=stopped.countdown)
+        handed_off = True
+        text = copy.wipe_continues(done=job.handled, total=job.total)
+        best_effort(
+            "wipe progress",
+            lambda: reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text),
+        )
+    finally:
+        if not handed_off:
+            bulk_lock_release(bot_id=ctx.bot_id, token=token)
+
+
+# ------------------------------------------------------------------ the run
+
+
+def _delete_topic(ctx: BotContext, thread_id: int) -> str:
+    try:
+        ctx.client.delete_forum_topic(chat_id=ctx.support_chat_id, message_thread_id=thread_id)
+    except TelegramPermanentError as error:
+        if is_topic_gone(error):
+            return GONE
+        logger.warning("wipe: topic %s not deleted: %s", thread_id, error)
+        return FAILED
+    return DELETED
+
+
+def _advance(ctx: BotContext, job: WipeJob, *, pacer: Pacer, budget: Budget) -> Stopped | None:
+    return run_paced(
+        bound_thread_ids(bot_id=job.bot_id, after_thread_id=job.after_thread_id),
+        lambda thread_id: _delete_topic(ctx, thread_id),
+        pacer=pacer,
+        budget=budget,
+        lock=LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer),
+        record=job.record,
+    )
+
+
+def hand_off(job: WipeJob, *, countdown: float) -> None:
+    """Queue the wipe's continuation (the lock is kept for it meanwhile)."""
+    from bots.tasks import wipe_continue_task  # the task module imports this one
+
+    queue_continuation(job, wipe_continue_task, countdown=countdown)
+
+
+def continue_wipe(job: WipeJob) -> str | None:
+    """One Celery chunk of a wipe (``bots.pipeline.bulk.continue_in_worker``); returns the
+    outcome posted in General when the wipe ended here."""
+
+    def interrupt(ctx: BotContext) -> str:
+        _report(ctx, job, copy.wipe_interrupted())  # no row was deleted
+        return copy.wipe_interrupted()
+
+    return continue_in_worker(
+        job,
+        advance=lambda ctx, pacer, budget: _advance(ctx, job, pacer=pacer, budget=budget),
+        hand_off=lambda countdown: hand_off(job, countdown=countdown),
+        finish=lambda ctx: finish_wipe(ctx, job),
+        interrupt=interrupt,
+    )
+
+
+def finish_wipe(ctx: BotContext, job: WipeJob) -> str:
+    """Remove the rows — only when every topic deletion succeeded — and report in General."""
+    if job.failed:
+        text = copy.wipe_failed(job.failed)
+    else:
+        bot_data_wipe(bot_id=job.bot_id)
+        text = copy.wipe_done()
+    _report(ctx, job, text)
+    return text
+
+
+def _report(ctx: BotContext, job: WipeJob, text: str) -> None:
+    # The prompt usually went with its topic; General always exists.
+    edit_prompt(ctx, message_id=job.prompt_message_id, text=_prompt_with(text))
+    best_effort("wipe report", lambda: reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text))

@@ -1,0 +1,346 @@
+"""/wipealldata (spec §4.10): the stateless warning, the checks of a click, first-click-wins,
+broadcasts stopped, every bound topic deleted — and the rows removed only when every deletion
+succeeded; re-running and Telegram's redelivery converge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from bots import copy
+from bots.models import (
+    Bot,
+    BotUser,
+    Broadcast,
+    DeleteConfirmation,
+    ProcessedUpdate,
+    RelayedMessage,
+    Setting,
+    Topic,
+)
+from tests.bots.conftest import SECOND_ADMIN_ID, deliver_during_held_call
+from tests.bots.helpers import (
+    click_in_group,
+    deletes_refused,
+    general_texts,
+    group_click,
+    keyboard_data,
+    open_conversation,
+    set_switches,
+)
+
+PEOPLE = (7501, 7502, 7503)
+
+
+@pytest.fixture
+def second_admin(telegram):
+    return telegram.user(SECOND_ADMIN_ID, "Sam")
+
+
+@pytest.fixture
+def topics(webhook, telegram, admin, clock) -> list[Topic]:
+    """Three conversations, a note, a pending /deluser prompt, a broadcast draft and a running
+    broadcast, a switch — and a topic made by hand that the bot never bound."""
+    for number, user_id in enumerate(PEOPLE):
+        person = telegram.user(user_id, f"Person {number}")
+        open_conversation(webhook, telegram, person, bot_id=telegram.bot.id, now=clock.now)
+    bindings = list(Topic.objects.order_by("thread_id"))
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=bindings[0].thread_id, text="hi"))
+    Topic.objects.filter(user_id=PEOPLE[1]).update(note="VIP")
+    DeleteConfirmation.objects.create(
+        bot_id=telegram.bot.id,
+        prompt_msg_id=1,
+        user_id=PEOPLE[2],
+        thread_id=bindings[2].thread_id,
+        started_at=int(clock.now.timestamp()),
+    )
+    for update_id, status in ((1, "pending"), (2, "sending")):
+        Broadcast.objects.create(
+            bot_id=telegram.bot.id,
+            source_update_id=update_id,
+            initiator_user_id=admin.id,
+            support_chat_id=telegram.support_chat_id,
+            message_html="<b>news</b>",
+            status=status,
+            expires_at=clock.now + timedelta(minutes=5),
+        )
+    set_switches(verify_mode="button")
+    telegram.create_topic_by_hand("made by hand")
+    clock.advance(minutes=10)
+    return bindings
+
+
+@dataclass(frozen=True)
+class Prompt:
+    message_id: int
+    yes: str
+    no: str
+
+
+def _prompt(webhook, telegram, admin, thread_id: int) -> Prompt:
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="/wipealldata"))
+    message = telegram.topic_messages(thread_id)[-1]
+    yes, no = keyboard_data(message)
+    return Prompt(message.message_id, yes, no)
+
+
+def _rows() -> dict:
+    return {
+        "users": BotUser.objects.count(),
+        "topics": Topic.objects.count(),
+        "messages": RelayedMessage.objects.count(),
+        "delete_confirmations": DeleteConfirmation.objects.count(),
+        "broadcasts": Broadcast.objects.count(),
+    }
+
+
+ALL_KEPT = {"users": 3, "topics": 3, "messages": 4, "delete_confirmations": 1, "broadcasts": 2}
+WIPED = dict.fromkeys(ALL_KEPT, 0)
+
+
+def _kept_tables() -> tuple:
+    return (
+        dict(Setting.objects.values_list("key", "value")),
+        set(ProcessedUpdate.objects.values_list("update_id", flat=True)),
+        list(Bot.objects.values_list("bot_id", flat=True)),
+    )
+
+
+def test_the_command_sends_the_warning_with_two_buttons_and_writes_nothing(
+    webhook, telegram, admin, topics, clock
+):
+    before = _rows()
+    telegram.forget_calls()
+
+    _prompt(webhook, telegram, admin, topics[0].thread_id)
+
+    epoch = int(clock.now.timestamp())
+    [call] = telegram.calls()
+    assert call.params == {
+        "chat_id": telegram.support_chat_id,
+        "message_thread_id": topics[0].thread_id,
+        "text": copy.wipe_warning(),
+        "reply_markup": {
+            "inline_keyboard": [
+                [{"text": "⚠️ 确认清空", "callback_data": f"w:yes:{epoch}"}],
+                [{"text": "取消", "callback_data": f"w:no:{epoch}"}],
+            ]
+        },
+    }
+    assert copy.wipe_warning().startswith("⚠️ 危险操作：清空全部数据\n将删除：")
+    assert _rows() == before
+
+
+def test_confirm_deletes_every_bound_topic_then_every_row(webhook, telegram, admin, topics, clock):
+    prompt = _prompt(webhook, telegram, admin, topics[1].thread_id)
+    kept = _kept_tables()
+    telegram.forget_calls()
+
+    toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
+
+    assert toast == copy.toast_wiping() == "已确认，正在清空……"
+    deletions = telegram.calls("deleteForumTopic")
+    assert [call.params["message_thread_id"] for call in deletions] == [
+        topic.thread_id for topic in topics
+    ]
+    assert [call.status for call in deletions] == [200, 200, 200]
+    assert _rows() == WIPED
+    settings_after, updates_after, bots_after = _kept_tables()
+    settings_before, updates_before, bots_before = kept
+    # settings, processed_updates (plus the click's own claim) and bots are kept.
+    assert (settings_after, bots_after) == (settings_before, bots_before)
+    assert updates_after - updates_before == {len(updates_before) and max(updates_after)}
+    assert [topic.deleted for topic in telegram.topics()] == [True, True, True, False]
+    assert general_texts(telegram) == [copy.wipe_done()]
+    assert copy.wipe_done() == "全部话题和数据已删除。"
+
+
+def test_a_failed_topic_deletion_keeps_every_row_and_a_rerun_converges(
+    webhook, telegram, admin, topics, clock
+):
+    stubborn = topics[2].thread_id
+    telegram.make_topic_undeletable(stubborn)
+    prompt = _prompt(webhook, telegram, admin, stubborn)
+
+    assert click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes) == (
+        copy.toast_wiping()
+    )
+
+    assert _rows() == ALL_KEPT
+    assert general_texts(telegram) == [copy.wipe_failed(1)]
+    assert copy.wipe_failed(1) == (
+        "⚠️ 1 个话题删除失败，数据未清空。请检查机器人的权限后再次发送 /wipealldata。"
+    )
+    # The broadcasts were stopped before the topics went.
+    assert list(
+        Broadcast.objects.order_by("source_update_id").values_list("status", flat=True)
+    ) == [
+        "cancelled",
+        "failed",
+    ]
+    assert [telegram.topic(topic.thread_id).deleted for topic in topics] == [True, True, False]
+
+    telegram.topic(stubborn).undeletable = False  # the admins fixed the bot's rights
+    clock.advance(minutes=2)
+    prompt = _prompt(webhook, telegram, admin, stubborn)
+    telegram.forget_calls()
+    click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
+
+    assert [call.status for call in telegram.calls("deleteForumTopic")] == [400, 400, 200]
+    assert _rows() == WIPED
+    assert general_texts(telegram) == [copy.wipe_failed(1), copy.wipe_done()]
+
+
+@pytest.mark.parametrize(("seconds", "wiped"), [(60, True), (61, False), (-5, True), (-6, False)])
+def test_the_window_is_sixty_seconds_with_five_seconds_of_skew(
+    seconds, wiped, webhook, telegram, admin, topics, clock
+):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    clock.advance(seconds=seconds)
+
+    toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
+
+    if wiped:
+        assert toast == copy.toast_wiping()
+        assert _rows() == WIPED
+    else:
+        assert toast == copy.toast_wipe_timeout()
+        assert _rows() == ALL_KEPT
+        assert telegram.calls("deleteForumTopic") == []
+        shown = telegram.message(telegram.support_chat_id, prompt.message_id)
+        assert (shown.text, shown.reply_markup) == (
+            f"{copy.wipe_warning()}\n\n{copy.toast_wipe_timeout()}",
+            None,
+        )
+
+
+def test_cancel_wipes_nothing_and_the_prompt_cannot_be_confirmed_afterwards(
+    webhook, telegram, admin, topics
+):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+
+    cancelled = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.no)
+    confirmed = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
+
+    assert cancelled == copy.toast_wipe_cancelled() == "已取消，未清空任何数据。"
+    assert confirmed == copy.toast_wipe_already_decided()
+    assert _rows() == ALL_KEPT
+    assert telegram.calls("deleteForumTopic") == []
+    shown = telegram.message(telegram.support_chat_id, prompt.message_id)
+    assert (shown.text, shown.reply_markup) == (
+        f"{copy.wipe_warning()}\n\n{copy.toast_wipe_cancelled()}",
+        None,
+    )
+
+
+def test_a_non_admin_click_gets_admins_only_and_writes_nothing(
+    webhook, telegram, admin, member, topics
+):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+
+    toast = click_in_group(webhook, telegram, member, prompt.message_id, prompt.yes)
+
+    assert toast == copy.admins_only()
+    assert _rows() == ALL_KEPT
+    assert Broadcast.objects.filter(status__in=["pending", "sending"]).count() == 2
+    # The prompt is still undecided: an admin can still confirm it.
+    assert click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes) == (
+        copy.toast_wiping()
+    )
+
+
+def test_forged_or_foreign_payloads_and_other_chats_are_silent(
+    webhook, telegram, admin, topics, clock
+):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    epoch = int(clock.now.timestamp())
+    telegram.forget_calls()
+
+    for data in (
+        f"w:maybe:{epoch}",
+        f"w:yes:{epoch}:1",
+        "w:yes:",
+        f"w:yes:{'1' * 13}",
+        "x:1",
+        "b:y:5",  # a broadcast button: not built yet
+    ):
+        webhook.deliver_ok(group_click(telegram, admin, prompt.message_id, data))
+    webhook.deliver_ok(
+        telegram.click(admin, message_id=prompt.message_id, data=prompt.yes, chat_id=-1007777)
+    )
+
+    assert telegram.calls() == []
+    assert _rows() == ALL_KEPT
+
+
+# ------------------------------------------------------------------ races and redeliveries
+
+
+def test_the_winning_confirm_redelivered_after_a_crash_between_both_deletes_converges(
+    webhook, telegram, admin, second_admin, topics, clock
+):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    click = group_click(telegram, admin, prompt.message_id, prompt.yes)
+
+    with deletes_refused("users"):
+        assert webhook.deliver(click).status_code == 500
+
+    assert [telegram.topic(topic.thread_id).deleted for topic in topics] == [True, True, True]
+    assert _rows() == ALL_KEPT
+    other = click_in_group(webhook, telegram, second_admin, prompt.message_id, prompt.yes)
+    assert other == copy.toast_wipe_already_decided()
+
+    clock.advance(seconds=61)  # past the window: the redelivery resumes all the same
+    webhook.deliver_ok(click)
+
+    assert _rows() == WIPED
+    assert [call.status for call in telegram.calls("deleteForumTopic")] == [200] * 3 + [400] * 3
+    assert general_texts(telegram) == [copy.wipe_done()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_confirms_run_one_wipe(webhook, telegram, admin, second_admin, topics):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    first = group_click(telegram, admin, prompt.message_id, prompt.yes)
+    second = group_click(telegram, second_admin, prompt.message_id, prompt.yes)
+
+    deliver_during_held_call(telegram, "deleteForumTopic", first, second)
+
+    assert telegram.callback_answer(first["callback_query"]["id"]) == copy.toast_wiping()
+    assert telegram.callback_answer(second["callback_query"]["id"]) == (
+        copy.toast_wipe_already_decided()
+    )
+    assert len(telegram.calls("deleteForumTopic")) == 3
+    assert _rows() == WIPED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_while_the_wipe_runs_fails(webhook, telegram, admin, topics):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    confirm = group_click(telegram, admin, prompt.message_id, prompt.yes)
+    cancel = group_click(telegram, admin, prompt.message_id, prompt.no)
+
+    deliver_during_held_call(telegram, "deleteForumTopic", confirm, cancel)
+
+    assert telegram.callback_answer(cancel["callback_query"]["id"]) == (
+        copy.toast_wipe_already_decided()
+    )
+    assert _rows() == WIPED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_confirm_after_a_winning_cancel_wipes_nothing(webhook, telegram, admin, topics):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    cancel = group_click(telegram, admin, prompt.message_id, prompt.no)
+    confirm = group_click(telegram, admin, prompt.message_id, prompt.yes)
+
+    deliver_during_held_call(telegram, "answerCallbackQuery", cancel, confirm)
+
+    assert telegram.callback_answer(cancel["callback_query"]["id"]) == copy.toast_wipe_cancelled()
+    assert telegram.callback_answer(confirm["callback_query"]["id"]) == (
+        copy.toast_wipe_already_decided()
+    )
+    assert _rows() == ALL_KEPT
+    assert telegram.calls("deleteForumTopic") == []
