@@ -122,10 +122,6 @@ def run_celery(process: str) -> None:
     command = [sys.executable, "-m", "celery", "-A", "config", process, "-l", settings.LOG_LEVEL]
     if process == "worker":
         command += ["--concurrency", str(settings.CELERY_WORKER_CONCURRENCY), "-n", "worker@%h"]
-        # SIGTERM becomes Celery's soft shutdown: running jobs get
-        # CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT, then unfinished ones go back to the queue
-        # (acks_late) instead of waiting for a SIGKILL that would strand them unacknowledged.
-        os.environ["REMAP_SIGTERM"] = "SIGQUIT"
     else:
         command += ["-s", settings.CELERY_BEAT_SCHEDULE_FILENAME, "--pidfile="]
     sys.stdout.flush()

@@ -292,9 +292,6 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# With REMAP_SIGTERM=SIGQUIT (set by config.run for the worker), SIGTERM is Celery's soft
-# shutdown: running jobs get this long, then the unfinished ones go back to the queue (acks_late).
-CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(WORKER_DRAIN_TIMEOUT_SECONDS)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --------------------------------------------------------------------------- logging

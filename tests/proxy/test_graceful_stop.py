@@ -169,3 +169,118 @@ def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_k
     assert client.zcard(f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{account.id}") == 0
     client.close()
     assert upstream.in_flight["tok-drain"] == 0
+
+
+def _start_worker(environment: dict[str, str], log_path) -> subprocess.Popen:
+    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it exits
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "config.run", "worker"],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while "ready." not in log_path.read_text():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(log_path.read_text())
+        time.sleep(0.1)
+    return worker
+
+
+def test_sigterm_hands_a_running_job_back_to_the_queue(upstream, transactional_db, tmp_path):
+    from django.utils import timezone
+
+    from proxy.services.fingerprints import fingerprint_ensure_current
+
+    fingerprint_ensure_current(now=timezone.now())
+    make_pool_account("tok-job", plan_type="pro")
+    upstream.models_by_token["tok-job"] = {"models": [{"slug": "gpt-5.4"}]}
+    upstream.models_delay = 60  # the job hangs on its upstream call
+    # A prefix of its own: the session's Celery worker must not take this job.
+    prefix = f"{settings.REDIS_KEY_PREFIX}stop:"
+    environment = project_environment(
+        database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
+        tmp_path,
+        REDIS_KEY_PREFIX=prefix,
+        CODEX_UPSTREAM_BASE=upstream.url,
+        CPR_ADMIN_DEFAULT_PASSWORD="graceful stop passphrase",
+        CELERY_WORKER_CONCURRENCY="1",
+        WORKER_DRAIN_TIMEOUT_SECONDS="2",
+    )
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    snapshots_key = f"{prefix}models:plan_snapshots"
+    first = _start_worker(environment, tmp_path / "first.log")
+    try:
+        queued = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c",
+             "from proxy.tasks import refresh_models_task; refresh_models_task.delay()"],
+            cwd=PROJECT_ROOT, env=environment, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert queued.returncode == 0, queued.stderr
+        deadline = time.monotonic() + 30
+        while not upstream.server.requests_to("/codex/models"):
+            assert time.monotonic() < deadline, (tmp_path / "first.log").read_text()
+            time.sleep(0.05)
+
+        first.send_signal(signal.SIGTERM)
+        signalled_at = time.monotonic()
+        first.wait(timeout=30)
+        stopped_after = time.monotonic() - signalled_at
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+    # It waited for the job for the drain timeout, then stopped without finishing it ...
+    assert 2 <= stopped_after < 10, (tmp_path / "first.log").read_text()
+    assert client.hget(snapshots_key, "pro") is None
+    # ... and handed it back: the next worker runs it.
+    upstream.models_delay = 0
+    second = _start_worker(environment, tmp_path / "second.log")
+    try:
+        deadline = time.monotonic() + 60
+        while client.hget(snapshots_key, "pro") is None:
+            assert time.monotonic() < deadline, (tmp_path / "second.log").read_text()
+            time.sleep(0.1)
+        assert len(upstream.server.requests_to("/codex/models")) == 2
+        # An idle worker stops at once, cleanly.
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=15) == 0
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+        client.close()
+
+
+def test_sigterm_stops_beat_cleanly(transactional_db, tmp_path):
+    environment = project_environment(
+        database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
+        tmp_path,
+        REDIS_KEY_PREFIX=f"{settings.REDIS_KEY_PREFIX}stop:",
+        CPR_ADMIN_DEFAULT_PASSWORD="graceful stop passphrase",
+    )
+    log_path = tmp_path / "beat.log"
+    with open(log_path, "w") as log:
+        beat = subprocess.Popen(
+            [sys.executable, "-m", "config.run", "beat"],
+            cwd=PROJECT_ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while "beat: Starting..." not in log_path.read_text():
+                assert beat.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.1)
+
+            beat.send_signal(signal.SIGTERM)
+
+            # Beat only sends jobs (it runs none): it stops at once, with status 0.
+            assert beat.wait(timeout=15) == 0, log_path.read_text()
+        finally:
+            if beat.poll() is None:
+                beat.kill()
+                beat.wait()
