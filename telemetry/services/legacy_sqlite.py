@@ -123,32 +123,36 @@ class SourceRow:
         return value == 1
 
     def timestamp(self, column: str) -> datetime:
-        return parse_timestamp(self.values[column], where=f"{self.where}: {column}")
+        try:
+            return parse_timestamp(self.values[column])
+        except ImportDataError as error:
+            raise ImportDataError(f"{self.where}: {column} {error}") from None
 
     def optional_timestamp(self, column: str) -> datetime | None:
-        value = self.values[column]
-        return None if value is None else parse_timestamp(value, where=f"{self.where}: {column}")
+        return None if self.values[column] is None else self.timestamp(column)
 
     def json(self, column: str) -> Any:
-        return parse_json(self.values[column], where=f"{self.where}: {column}")
+        try:
+            return parse_json(self.values[column])
+        except ImportDataError as error:
+            raise ImportDataError(f"{self.where}: {column} {error}") from None
 
     def optional_json(self, column: str) -> Any:
-        value = self.values[column]
-        return None if value is None else parse_json(value, where=f"{self.where}: {column}")
+        return None if self.values[column] is None else self.json(column)
 
 
-def parse_timestamp(value: Any, *, where: str) -> datetime:
+def parse_timestamp(value: Any) -> datetime:
     """An RFC 3339 timestamp with its offset (what v3 wrote), as an aware UTC datetime.
 
     Digits past microseconds are dropped (PostgreSQL keeps microseconds). Raises
-    ImportDataError for anything else, e.g. a timestamp without an offset, whose instant is
-    unknown."""
+    ImportDataError ("is …, not …") for anything else, e.g. a timestamp without an offset,
+    whose instant is unknown."""
     if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
-        raise ImportDataError(f"{where} is {value!r}, not an RFC 3339 timestamp")
+        raise ImportDataError(f"is {value!r}, not an RFC 3339 timestamp")
     try:
         return datetime.fromisoformat(value.upper()).astimezone(UTC)
     except ValueError:
-        raise ImportDataError(f"{where} is {value!r}, not a valid date and time") from None
+        raise ImportDataError(f"is {value!r}, not a valid date and time") from None
 
 
 def parse_cookie_expiry(value: str) -> datetime | None:
@@ -172,15 +176,19 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json(value: Any, *, where: str) -> Any:
+# One decoder for every value (json.loads with options builds a new one per call).
+_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def parse_json(value: Any) -> Any:
     """JSON text → the value for a jsonb column. NaN/Infinity (which PostgreSQL's jsonb
-    rejects) and anything unparseable raise ImportDataError."""
+    rejects) and anything unparseable raise ImportDataError ("is not …")."""
     if not isinstance(value, str):
-        raise ImportDataError(f"{where} is {value!r}, not JSON text")
+        raise ImportDataError(f"is {type(value).__name__}, not JSON text")
     try:
-        return json.loads(value, parse_constant=_reject_constant)
+        return _JSON.decode(value)
     except ValueError as error:
-        raise ImportDataError(f"{where} is not valid JSON ({error})") from None
+        raise ImportDataError(f"is not valid JSON ({error})") from None
 
 
 def source_rows(source, table: str, columns: Iterable[str], where: str = "") -> Iterator[SourceRow]:

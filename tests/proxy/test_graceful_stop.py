@@ -27,8 +27,8 @@ from tests.conftest import PROJECT_ROOT, project_environment
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
 
-DRAIN_TIMEOUT_SECONDS = 12  # streams may run 7 s after the signal, then 5 s for the rest
-SHORT_STREAMS = 35  # ~3 s each: they finish during the drain
+DRAIN_TIMEOUT_SECONDS = 16  # streams may run 11 s after the signal, then 5 s for the rest
+SHORT_STREAMS = 35  # ~6 s each: they finish during the drain
 LONG_STREAMS = 15  # ~100 s each: cut at the deadline
 
 
@@ -121,7 +121,7 @@ def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_k
     account = make_pool_account("tok-drain")
     upstream.program(
         "tok-drain",
-        *[Reply(deltas=6, delta_delay=0.5) for _ in range(SHORT_STREAMS)],
+        *[Reply(text="word " * 12, deltas=12, delta_delay=0.5) for _ in range(SHORT_STREAMS)],
         *[Reply(text="word " * 400, deltas=400, delta_delay=0.25) for _ in range(LONG_STREAMS)],
     )
     results = [StreamResult() for _ in range(SHORT_STREAMS + LONG_STREAMS)]
@@ -130,7 +130,7 @@ def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_k
     ]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while upstream.in_flight["tok-drain"] < len(results):
         assert time.monotonic() < deadline, f"only {upstream.in_flight['tok-drain']} in flight"
         time.sleep(0.02)

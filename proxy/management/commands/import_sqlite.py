@@ -8,6 +8,7 @@ back (the message says why; nothing was written). See docs/operations.md.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -27,10 +28,9 @@ class Command(BaseCommand):
         started = time.monotonic()
 
         def progress(description: str, total: int):
-            # Shown on a terminal only (disable=None), on stderr, so the report stays clean.
-            return tqdm(
-                total=total, desc=description, unit="rows", disable=None, file=self.stderr._out
-            )
+            # On the terminal's stderr only (disable=None: off when stderr is not a terminal),
+            # so the report on stdout stays clean.
+            return tqdm(total=total, desc=description, unit="rows", disable=None, file=sys.stderr)
 
         try:
             report = sqlite_import(path=path, progress=progress)
