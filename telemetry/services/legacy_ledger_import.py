@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 from telemetry.models import UNKNOWN_DIMENSION
 from telemetry.services.buckets import COLUMNS as BUCKET_COLUMNS
 from telemetry.services.buckets import BucketIncrement, merge_increments
+from telemetry.services.ledger import ERROR_COLUMNS, USAGE_COLUMNS
 from telemetry.services.legacy_sqlite import (
     ImportReport,
     ProgressFactory,
@@ -45,7 +46,7 @@ _V3_USAGE_COLUMNS = (
     "transport", "attempt_index", "upstream_status_code", "failure_class", "response_id",
     "upstream_request_id", "latency_ms", "message", "metadata_json", "created_at",
 )  # fmt: skip
-_V3_OPS_COLUMNS = (
+_V3_ERROR_COLUMNS = (
     "id", "request_id", "kind", "account_id", "route", "model", "status_code",
     "client_status_code", "upstream_status_code", "transport", "attempt_index", "failure_class",
     "response_id", "upstream_request_id", "latency_ms", "message", "metadata_json", "created_at",
@@ -55,21 +56,6 @@ _V3_BUCKET_COLUMNS = (
     "input_tokens", "output_tokens", "cached_tokens", "first_token_latency_sum",
     "first_token_latency_count", "latency_sum", "latency_count", "max_latency_ms",
     "min_latency_ms", "updated_at",
-)  # fmt: skip
-
-# v1 columns, in COPY order.
-USAGE_COLUMNS = (
-    "id", "request_id", "client_api_key_id", "kind", "route", "provider", "account_id", "model",
-    "requested_model", "upstream_model", "service_tier", "status_code", "transport",
-    "attempt_index", "response_id", "upstream_request_id", "latency_ms", "first_token_ms",
-    "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "message",
-    "metadata_json", "created_at",
-)  # fmt: skip
-OPS_COLUMNS = (
-    "id", "request_id", "client_api_key_id", "kind", "provider", "account_id", "route", "model",
-    "status_code", "client_status_code", "upstream_status_code", "transport", "attempt_index",
-    "failure_class", "response_id", "upstream_request_id", "latency_ms", "message",
-    "metadata_json", "created_at",
 )  # fmt: skip
 
 # Promoted to columns (seed §6.3): column -> the metadata keys v3 may have used for it.
@@ -246,18 +232,18 @@ def _import_usage_records(source, report: ImportReport, progress: ProgressFactor
         "usage_records (errors)", source_count(source, "usage_records", "where level = 'error'")
     )
     report.imported["ops_error_logs"] += copy_rows(
-        "ops_error_logs", OPS_COLUMNS, _with_progress(errors, bar)
+        "ops_error_logs", ERROR_COLUMNS, _with_progress(errors, bar)
     )
 
 
 def _import_ops_error_logs(source, report: ImportReport, progress: ProgressFactory) -> None:
     rows = (
         _error_row(row, client_status_code=row.optional_integer("client_status_code"))
-        for row in source_rows(source, "ops_error_logs", _V3_OPS_COLUMNS)
+        for row in source_rows(source, "ops_error_logs", _V3_ERROR_COLUMNS)
     )
     bar = progress("ops_error_logs", source_count(source, "ops_error_logs"))
     report.imported["ops_error_logs"] += copy_rows(
-        "ops_error_logs", OPS_COLUMNS, _with_progress(rows, bar)
+        "ops_error_logs", ERROR_COLUMNS, _with_progress(rows, bar)
     )
 
 

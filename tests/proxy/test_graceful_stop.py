@@ -63,6 +63,28 @@ def _stream(url: str, key: str, result: StreamResult) -> None:
         result.error = type(error).__name__
 
 
+def _environment(tmp_path, **variables: str) -> dict[str, str]:
+    """A project process on this test's (committed) database, with an admin password ready."""
+    return project_environment(
+        database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
+        tmp_path,
+        CPR_ADMIN_DEFAULT_PASSWORD="graceful stop passphrase",
+        **variables,
+    )
+
+
+def _start(process_name: str, environment: dict[str, str], log_path) -> subprocess.Popen:
+    """``python -m config.run <process_name>``, its output in ``log_path``."""
+    log = open(log_path, "w")  # noqa: SIM115 - the child owns it until it exits
+    return subprocess.Popen(
+        [sys.executable, "-m", "config.run", process_name],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
 def _refuses_connections(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)
@@ -79,24 +101,15 @@ def web_process(upstream, transactional_db, tmp_path):
     runtime_settings_ensure(now=timezone.now())
     fingerprint_ensure_current(now=timezone.now())
     port = free_port()
-    environment = project_environment(
-        database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
+    environment = _environment(
         tmp_path,
         REDIS_KEY_PREFIX=settings.REDIS_KEY_PREFIX,
         CODEX_UPSTREAM_BASE=upstream.url,
-        CPR_ADMIN_DEFAULT_PASSWORD="graceful stop passphrase",
         PORT=str(port),
         WEB_WORKERS="2",
         WEB_DRAIN_TIMEOUT_SECONDS=str(DRAIN_TIMEOUT_SECONDS),
     )
-    log = open(tmp_path / "web.log", "w")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [sys.executable, "-m", "config.run", "web"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    process = _start("web", environment, tmp_path / "web.log")
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -112,7 +125,6 @@ def web_process(upstream, transactional_db, tmp_path):
     if process.poll() is None:
         process.kill()
         process.wait()
-    log.close()
 
 
 def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_key):
@@ -174,14 +186,7 @@ def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_k
 
 
 def _start_worker(environment: dict[str, str], log_path) -> subprocess.Popen:
-    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it exits
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "config.run", "worker"],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    worker = _start("worker", environment, log_path)
     deadline = time.monotonic() + 60
     while "ready." not in log_path.read_text():
         if worker.poll() is not None or time.monotonic() > deadline:
@@ -201,12 +206,10 @@ def test_sigterm_hands_a_running_job_back_to_the_queue(upstream, transactional_d
     upstream.models_delay = 60  # the job hangs on its upstream call
     # A prefix of its own: the session's Celery worker must not take this job.
     prefix = f"{settings.REDIS_KEY_PREFIX}stop:"
-    environment = project_environment(
-        database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
+    environment = _environment(
         tmp_path,
         REDIS_KEY_PREFIX=prefix,
         CODEX_UPSTREAM_BASE=upstream.url,
-        CPR_ADMIN_DEFAULT_PASSWORD="graceful stop passphrase",
         CELERY_WORKER_CONCURRENCY="1",
         WORKER_DRAIN_TIMEOUT_SECONDS="2",
     )
@@ -257,32 +260,20 @@ def test_sigterm_hands_a_running_job_back_to_the_queue(upstream, transactional_d
 
 
 def test_sigterm_stops_beat_cleanly(transactional_db, tmp_path):
-    environment = project_environment(
-        database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
-        tmp_path,
-        REDIS_KEY_PREFIX=f"{settings.REDIS_KEY_PREFIX}stop:",
-        CPR_ADMIN_DEFAULT_PASSWORD="graceful stop passphrase",
-    )
+    environment = _environment(tmp_path, REDIS_KEY_PREFIX=f"{settings.REDIS_KEY_PREFIX}stop:")
     log_path = tmp_path / "beat.log"
-    with open(log_path, "w") as log:
-        beat = subprocess.Popen(
-            [sys.executable, "-m", "config.run", "beat"],
-            cwd=PROJECT_ROOT,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while "beat: Starting..." not in log_path.read_text():
-                assert beat.poll() is None and time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.1)
+    beat = _start("beat", environment, log_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "beat: Starting..." not in log_path.read_text():
+            assert beat.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
 
-            beat.send_signal(signal.SIGTERM)
+        beat.send_signal(signal.SIGTERM)
 
-            # Beat only sends jobs (it runs none): it stops at once, with status 0.
-            assert beat.wait(timeout=15) == 0, log_path.read_text()
-        finally:
-            if beat.poll() is None:
-                beat.kill()
-                beat.wait()
+        # Beat only sends jobs (it runs none): it stops at once, with status 0.
+        assert beat.wait(timeout=15) == 0, log_path.read_text()
+    finally:
+        if beat.poll() is None:
+            beat.kill()
+            beat.wait()
