@@ -14,12 +14,18 @@ django_http_application = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from config.lifespan import lifespan  # noqa: E402
+from config.drain import InFlightRequests  # noqa: E402
+from config.lifespan import make_lifespan  # noqa: E402
 from config.v1_handler import APIHandler, PathRouter  # noqa: E402
 
-http_application = PathRouter(
-    prefix="/v1/",
-    api=APIHandler(),
-    default=ASGIStaticFilesHandler(django_http_application),
+# Every HTTP request is tracked so a graceful stop can wait for the last ones (config/drain.py).
+http_application = InFlightRequests(
+    PathRouter(
+        prefix="/v1/",
+        api=APIHandler(),
+        default=ASGIStaticFilesHandler(django_http_application),
+    )
 )
-application = ProtocolTypeRouter({"http": http_application, "lifespan": lifespan})
+application = ProtocolTypeRouter(
+    {"http": http_application, "lifespan": make_lifespan(http_application)}
+)

@@ -1,9 +1,11 @@
 """The Celery application: Redis broker, tasks autodiscovered from each app's ``tasks.py``."""
 
 import os
+import signal
+import threading
 
 from celery import Celery
-from celery.signals import beat_init
+from celery.signals import beat_init, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -20,3 +22,22 @@ def send_startup_tasks(sender=None, **kwargs) -> None:
     """Beat is the one scheduler of the system: its start is the system's start-up."""
     for name, countdown in STARTUP_TASKS:
         app.send_task(name, countdown=countdown)
+
+
+@worker_shutting_down.connect
+def hand_back_unfinished_jobs_after_the_drain(how: str, **_) -> None:
+    """SIGTERM (and Ctrl-C) start Celery's warm shutdown: no new jobs, running ones finish and
+    the worker exits as soon as they have. A job still running after WORKER_DRAIN_TIMEOUT_SECONDS
+    is handed back instead: SIGQUIT turns the stop into Celery's cold shutdown, which cancels it
+    and, its message not being acknowledged yet (acks_late), returns it to the queue for the next
+    worker, rather than waiting for compose's SIGKILL, after which Redis would hold the message
+    back for the whole visibility timeout (1 h)."""
+    if how != "Warm":
+        return
+    from django.conf import settings
+
+    timer = threading.Timer(
+        settings.WORKER_DRAIN_TIMEOUT_SECONDS, os.kill, (os.getpid(), signal.SIGQUIT)
+    )
+    timer.daemon = True
+    timer.start()

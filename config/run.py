@@ -9,7 +9,9 @@
     python -m config.run stop-embedded   stop the embedded PostgreSQL and Redis (data is kept)
 
 web, worker and beat run the start-up checks (config.startup) first and refuse to start, with a
-message saying why, when one fails.
+message saying why, when one fails. On SIGTERM each stops gracefully: web drains for up to
+WEB_DRAIN_TIMEOUT_SECONDS (config/drain.py); the worker lets running jobs finish for up to
+WORKER_DRAIN_TIMEOUT_SECONDS and hands the rest back to the queue; beat saves its schedule.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import urllib.error
 import urllib.request
 
 PROCESSES = ("web", "worker", "beat")
-_SHUTDOWN_GRACE_SECONDS = 20
+# `all` waits this long beyond the longer drain for its children before killing them.
+_SHUTDOWN_MARGIN_SECONDS = 5
 
 
 def _setup_django() -> None:
@@ -75,9 +78,12 @@ def _uvicorn_log_config() -> dict:
 def run_web() -> None:
     import uvicorn
     from django.conf import settings
+    from uvicorn.supervisors import Multiprocess
+
+    from config.drain import request_budget
 
     _refuse_or_continue("web")
-    uvicorn.run(
+    config = uvicorn.Config(
         "config.asgi:application",
         host=settings.HOST,
         port=settings.PORT,
@@ -88,7 +94,25 @@ def run_web() -> None:
         proxy_headers=False,
         server_header=False,
         log_config=_uvicorn_log_config(),
+        # After SIGTERM, requests in flight may finish for this long; then they are cancelled
+        # and the lifespan shutdown writes what they left (config/drain.py).
+        timeout_graceful_shutdown=request_budget(),
     )
+    if config.workers == 1:
+        uvicorn.Server(config).run()
+        return
+
+    class DrainingMultiprocess(Multiprocess):
+        """Closes the shared listening socket before telling the workers to stop, so that
+        during the drain new connections are refused instead of queueing unanswered in the
+        backlog until the exit."""
+
+        def terminate_all(self) -> None:
+            for listening in self.sockets:
+                listening.close()
+            super().terminate_all()
+
+    DrainingMultiprocess(config, sockets=[config.bind_socket()]).run()
 
 
 def run_celery(process: str) -> None:
@@ -133,10 +157,13 @@ def _wait_until_healthy(port: int, children: dict[str, subprocess.Popen]) -> boo
 
 
 def _stop(children: dict[str, subprocess.Popen]) -> None:
+    from django.conf import settings
+
     for child in children.values():
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + _SHUTDOWN_GRACE_SECONDS
+    longest_drain = max(settings.WEB_DRAIN_TIMEOUT_SECONDS, settings.WORKER_DRAIN_TIMEOUT_SECONDS)
+    deadline = time.monotonic() + longest_drain + _SHUTDOWN_MARGIN_SECONDS
     for child in children.values():
         remaining = max(0.1, deadline - time.monotonic())
         try:

@@ -42,6 +42,12 @@ PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
 HOST = env_str("HOST", "127.0.0.1")
 WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1, maximum=64)
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
+# Graceful stop on SIGTERM (config/drain.py): the longest a web process takes from the signal
+# to its exit (streams get all but the last 5 s), and how long a worker lets its running jobs
+# finish before it hands the rest back to the queue. Keep compose's stop_grace_period (and
+# Kubernetes' terminationGracePeriodSeconds) above both.
+WEB_DRAIN_TIMEOUT_SECONDS = env_int("WEB_DRAIN_TIMEOUT_SECONDS", 25, minimum=6, maximum=3600)
+WORKER_DRAIN_TIMEOUT_SECONDS = env_int("WORKER_DRAIN_TIMEOUT_SECONDS", 20, minimum=1, maximum=3600)
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
 
 # Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host and

@@ -62,13 +62,18 @@ class APIHandler(ASGIHandler):
             return
         responding = asyncio.create_task(self._respond(request, send))
         listening = asyncio.create_task(self._client_left(receive))
-        await asyncio.wait({responding, listening}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (listening, responding):
-            if not task.done():
-                # The client left: cancelling the view closes the upstream stream at once.
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        try:
+            await asyncio.wait({responding, listening}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Reached when the client left, and also when this request itself is cancelled
+            # (uvicorn at the end of a graceful stop's drain): the view is cancelled too, so it
+            # closes the upstream stream, releases its slot and hands over its ledger entry
+            # before this request counts as finished.
+            for task in (listening, responding):
+                if not task.done():
+                    task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _respond(self, request, send) -> None:
         response = await self.get_response_async(request)

@@ -13,12 +13,13 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5
 
 
-async def shutdown() -> None:
-    """Wait (briefly) for scheduled ledger writes and key touches, then close resources."""
+async def shutdown(*, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
+    """Wait (at most ``grace_seconds``) for scheduled ledger writes and key touches, then
+    close resources."""
     try:
-        await asyncio.wait_for(recording.await_pending_writes(), SHUTDOWN_GRACE_SECONDS)
+        await asyncio.wait_for(recording.await_pending_writes(), grace_seconds)
         await flush_key_touches()
     except TimeoutError:
-        logger.warning("ledger writes still pending after %ss at shutdown", SHUTDOWN_GRACE_SECONDS)
+        logger.warning("ledger writes still pending after %ss at shutdown", grace_seconds)
     finally:
         await close_current_loop_resources()

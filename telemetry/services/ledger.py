@@ -142,14 +142,15 @@ def ops_error_log_create(
 
 # --------------------------------------------------------------------------- batches
 
-_USAGE_COLUMNS = (
+# The COPY column order of each fact table (also used by the SQLite import).
+USAGE_COLUMNS = (
     "id", "request_id", "client_api_key_id", "kind", "route", "provider", "account_id", "model",
     "requested_model", "upstream_model", "service_tier", "status_code", "transport",
     "attempt_index", "response_id", "upstream_request_id", "latency_ms", "first_token_ms",
     "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "message",
     "metadata_json", "created_at",
 )  # fmt: skip
-_ERROR_COLUMNS = (
+ERROR_COLUMNS = (
     "id", "request_id", "client_api_key_id", "kind", "provider", "account_id", "route", "model",
     "status_code", "client_status_code", "upstream_status_code", "transport", "attempt_index",
     "failure_class", "response_id", "upstream_request_id", "latency_ms", "message",
@@ -230,16 +231,16 @@ def ledger_write_batch(
         raw_cursor = cursor.cursor
         if usage_facts:
             with raw_cursor.copy(
-                f"copy usage_records ({', '.join(_USAGE_COLUMNS)}) from stdin"
+                f"copy usage_records ({', '.join(USAGE_COLUMNS)}) from stdin"
             ) as copy:
                 for fact, record_id in zip(usage_facts, usage_ids, strict=True):
-                    copy.write_row(_row(fact, record_id, _USAGE_COLUMNS))
+                    copy.write_row(_row(fact, record_id, USAGE_COLUMNS))
         if error_facts:
             with raw_cursor.copy(
-                f"copy ops_error_logs ({', '.join(_ERROR_COLUMNS)}) from stdin"
+                f"copy ops_error_logs ({', '.join(ERROR_COLUMNS)}) from stdin"
             ) as copy:
                 for fact, record_id in zip(error_facts, error_ids, strict=True):
-                    copy.write_row(_row(fact, record_id, _ERROR_COLUMNS))
+                    copy.write_row(_row(fact, record_id, ERROR_COLUMNS))
     if increments:
         buckets_add(
             increments=merge_increments(increments),

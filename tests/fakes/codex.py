@@ -254,6 +254,8 @@ class FakeCodexUpstream:
         self.models_headers: dict[str, str] = {}
         # token -> how GET /codex/models fails: an HTTP status (int) or a non-JSON body (str)
         self.models_failures: dict[str, int | str] = {}
+        # seconds GET /codex/models waits before answering (a job that takes a while)
+        self.models_delay = 0.0
         self.compact_payload: dict | None = None
         # token -> usage payload (dict) or an HTTP status (int) for the usage endpoints
         self.usage: dict[str, dict | int] = {}
@@ -281,6 +283,7 @@ class FakeCodexUpstream:
             self.models_by_token.clear()
             self.models_failures.clear()
             self.models_payload = None
+            self.models_delay = 0.0
             self.models_headers = {}
             self.compact_payload = None
             self.default_deltas = self.DEFAULT_DELTAS
@@ -485,6 +488,8 @@ class FakeCodexUpstream:
         return web.json_response(answer)
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.models_delay:
+            await asyncio.sleep(self.models_delay)
         failure = self.models_failures.get(self._token(request))
         if isinstance(failure, int):
             return web.json_response({"detail": "models unavailable"}, status=failure)
