@@ -21,6 +21,7 @@ from config.env import (
     env_list,
     env_networks,
     env_str,
+    redis_url_with_password,
 )
 from config.secret_files import read_or_create_secret
 
@@ -97,7 +98,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SILENCED_SYSTEM_CHECKS = ["models.E034"]
 
 if EMBEDDED_REDIS:
+    # Loopback only, with a password generated into var/redis/password (config/embedded.py).
     REDIS_URL = embedded.ensure_redis(VAR_DIR)
+else:
+    # An external Redis's password (or an ACL user's, with the user in REDIS_URL), kept out of
+    # the URL so that any character works; never logged.
+    REDIS_URL = redis_url_with_password(REDIS_URL, env_str("REDIS_PASSWORD"))
 
 # Every key the project writes starts with this prefix (cache, runtime state, Celery).
 REDIS_KEY_PREFIX = env_str("REDIS_KEY_PREFIX", "cpr:")
