@@ -117,6 +117,9 @@ CACHES = {
         "OPTIONS": {
             "SOCKET_CONNECT_TIMEOUT": 2,
             "SOCKET_TIMEOUT": 2,
+            # JSON, never pickle: whoever can write a Redis value must not be able to run code
+            # in the web process by planting one.
+            "SERIALIZER": "django_redis.serializers.json.JSONSerializer",
         },
     }
 }
@@ -132,13 +135,32 @@ ADMIN_SESSION_TTL_MINUTES = env_int("ADMIN_SESSION_TTL_MINUTES", 1440, minimum=1
 # Where a generated default admin password is kept when the embedded stores are in use.
 GENERATED_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"
 
-# Django admin sessions live in Redis (never in PostgreSQL), like the proxy's admin sessions.
-SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+# The password rule (12+ characters, not a weak value) wherever a password is set.
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "proxy.password_validation.AdminPasswordValidator"}]
+
+# Admin sessions live in Redis under the SHA-256 of their token (seed §4B.1), never in
+# PostgreSQL: one store for the Django admin and the admin API (proxy/sessions.py).
+SESSION_ENGINE = "proxy.sessions"
+SESSION_COOKIE_NAME = "cpr_admin_session"
 SESSION_COOKIE_AGE = ADMIN_SESSION_TTL_MINUTES * 60
+# A session unused for this long ends, whatever is left of its lifetime.
+ADMIN_SESSION_IDLE_MINUTES = env_int("ADMIN_SESSION_IDLE_MINUTES", 60, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
+# On whenever the admin is served over https (docker-compose turns it on with its TLS proxy).
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# Log-in throttle of both admin surfaces (codex-proxy spec §6.2), counted in Redis so that it
+# holds across every worker: 5 failures in 15 minutes per client IP or per username lock that
+# IP or username out for 15 minutes.
+LOGIN_FAILURE_LIMIT = 5
+LOGIN_FAILURE_WINDOW_SECONDS = 15 * 60
+LOGIN_LOCKOUT_SECONDS = 15 * 60
+# Password hashes (Argon2, ~100 MiB each) one process runs at once; a log-in that cannot get a
+# slot within LOGIN_HASH_WAIT_SECONDS fails like a wrong password.
+LOGIN_CONCURRENT_HASHES = env_int("LOGIN_CONCURRENT_HASHES", 2, minimum=1, maximum=16)
+LOGIN_HASH_WAIT_SECONDS = 10
 
 # --------------------------------------------------------------------------- data
 
@@ -210,7 +232,9 @@ V1_MAX_BODY_BYTES = 16 * 1024 * 1024
 # --------------------------------------------------------------------------- Django
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin app with the operators' site (log-in throttle, password change through the
+    # services): config.apps.AdminSiteConfig.
+    "config.apps.AdminSiteConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.messages",
@@ -282,6 +306,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
 }
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_KEY_PREFIX}celery:"}
+# JSON only, never pickle: a message planted in the broker is data, not code.
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_EXPIRES = 3600
 # Tasks are idempotent (house style), so a task lost with a crashed worker is redelivered.

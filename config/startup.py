@@ -67,11 +67,8 @@ def ensure_default_admin(*, out: TextIO = sys.stdout) -> None:
     generated, kept in var/admin-password.txt (0600) and printed once.
     Raises StartupRefused when the table is missing or the configured password is unusable.
     """
-    from proxy.services.admin_users import (
-        admin_password_problem,
-        admin_user_create_default,
-        admin_user_exists,
-    )
+    from proxy.password_validation import admin_password_problem
+    from proxy.services.admin_users import admin_user_create_default, admin_user_exists
 
     try:
         if admin_user_exists():

@@ -9,7 +9,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from proxy.forms import AdminLoginForm
 from proxy.models import (
     Account,
     AccountCookie,
@@ -32,10 +31,6 @@ from proxy.services.accounts import (
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
 from telemetry.admin_helpers import ReadOnlyAdmin, masked
-
-admin.site.login_form = AdminLoginForm
-admin.site.site_header = "Operators' console"
-admin.site.site_title = "Operators' console"
 
 
 @admin.register(AdminUser)
