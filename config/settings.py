@@ -226,8 +226,11 @@ SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, m
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
 TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
 # Request bodies of /v1 may be this large (spec §1.1): config/v1_handler.py answers 413 beyond
-# it. Everything else (webhook, admin) keeps Django's DATA_UPLOAD_MAX_MEMORY_SIZE.
+# it, after the key check. Every other route (webhook, admin) is capped at 1 MiB (the largest
+# real Telegram update is a few KiB) before Django reads any of it.
 V1_MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_REQUEST_BODY_BYTES = 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
 
 # --------------------------------------------------------------------------- Django
 
