@@ -45,9 +45,12 @@ WEB_WORKERS = env_int("WEB_WORKERS", 2, minimum=1, maximum=64)
 CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2, minimum=1, maximum=64)
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
 
-# Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host and
-# CF-Connecting-IP headers are believed. From anyone else those headers are dropped.
+# Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host headers are
+# believed. From anyone else those headers are dropped.
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+# Believe Cloudflare's CF-Connecting-IP from a trusted proxy: only when that proxy is Cloudflare
+# or forwards Cloudflare's header (docker-compose's Caddy strips it unless this is on).
+TRUST_CF_CONNECTING_IP = env_bool("TRUST_CF_CONNECTING_IP", False)
 
 # --------------------------------------------------------------------------- stores
 

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse
 
+from proxy.admin_secrets import SecretLookupGuard
 from proxy.forms import TOO_MANY_ATTEMPTS, AdminLoginForm, AdminPasswordChangeForm
 
 
@@ -13,6 +14,14 @@ class OperatorsAdminSite(admin.AdminSite):
     site_header = "Operators' console"
     site_title = "Operators' console"
     login_form = AdminLoginForm
+
+    def register(self, model_or_iterable, admin_class=None, **options) -> None:
+        """Every admin of this site refuses list lookups through secret columns
+        (``proxy.admin_secrets``), whichever app registers it."""
+        base = admin_class or admin.ModelAdmin
+        if not issubclass(base, SecretLookupGuard):
+            base = type(base.__name__, (SecretLookupGuard, base), {"__module__": base.__module__})
+        super().register(model_or_iterable, base, **options)
 
     def login(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         """Django's log-in page; a throttled attempt is answered 429 with Retry-After."""
