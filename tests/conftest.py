@@ -31,6 +31,23 @@ def redis_client():
     client.close()
 
 
+def clear_login_throttle() -> None:
+    """Forget this run's log-in throttle counts and locks (tests that fail log-ins on purpose
+    must not lock the admin out of the tests after them)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}login:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_login_throttle():
+    """Every test starts with no log-in failures counted (all test clients are 127.0.0.1)."""
+    clear_login_throttle()
+    yield
+
+
 def project_environment(database_url: str, var_dir: Path, **variables: str) -> dict[str, str]:
     """The environment of a project process (manage.py, config.run) for this test run: the
     given database, this run's Redis and key prefix, its own var/ folder, then ``variables``."""
