@@ -31,20 +31,23 @@ def redis_client():
     client.close()
 
 
-def clear_login_throttle() -> None:
-    """Forget this run's log-in throttle counts and locks (tests that fail log-ins on purpose
-    must not lock the admin out of the tests after them)."""
+def clear_request_throttles() -> None:
+    """Forget this run's log-in throttle counts and locks and the selfcheck counters: tests
+    that fail log-ins on purpose must not lock the admin out of the tests after them, and
+    tests on a frozen clock share one selfcheck second."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    keys = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}login:*"))
-    if keys:
-        client.delete(*keys)
+    for pattern in ("login:*", "telegram:selfcheck:*"):
+        keys = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}{pattern}"))
+        if keys:
+            client.delete(*keys)
     client.close()
 
 
 @pytest.fixture(autouse=True)
-def fresh_login_throttle():
-    """Every test starts with no log-in failures counted (all test clients are 127.0.0.1)."""
-    clear_login_throttle()
+def fresh_request_throttles():
+    """Every test starts with no log-in failure and no selfcheck counted (all test clients
+    are 127.0.0.1)."""
+    clear_request_throttles()
     yield
 
 
