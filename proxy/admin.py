@@ -14,6 +14,7 @@ from proxy.models import (
     AccountCookie,
     AccountStatus,
     AccountUsage,
+    AdminLoginEvent,
     AdminUser,
     ClientApiKey,
     Fingerprint,
@@ -35,7 +36,8 @@ from telemetry.admin_helpers import ReadOnlyAdmin, masked
 
 @admin.register(AdminUser)
 class AdminUserAdmin(ReadOnlyAdmin):
-    """The password is changed with `manage.py set_admin_password`, never here."""
+    """The password is changed on the console's "Change password" page or with
+    `manage.py set_admin_password`, never by editing this row."""
 
     list_display = ("id", "created_at", "updated_at", "last_login")
     fields = ("id", "created_at", "updated_at", "last_login")
@@ -329,4 +331,15 @@ class FingerprintAdmin(ReadOnlyAdmin):
 class FingerprintUpdateHistoryAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "app_version", "build_number", "chromium_version", "source")
     list_filter = ("source",)
+    ordering = ("-created_at", "-id")
+
+
+@admin.register(AdminLoginEvent)
+class AdminLoginEventAdmin(ReadOnlyAdmin):
+    """The log-in audit: every password check of both admin surfaces, and each lock-out."""
+
+    list_display = ("created_at", "outcome", "reason", "locked_out", "client_ip", "surface")
+    list_filter = ("outcome", "locked_out", "surface")
+    search_fields = ("=client_ip",)
+    search_help_text = "A client IP (exact)."
     ordering = ("-created_at", "-id")

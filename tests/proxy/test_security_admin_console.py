@@ -109,3 +109,21 @@ def test_ordinary_filters_still_work(admin_client, secrets_in_the_console):
     assert response.status_code == 200
     assert b"victim@example.com" in response.content
     assert ACCESS_TOKEN.encode() not in response.content  # masked in the list
+
+
+def test_the_operator_reads_the_log_in_audit_in_the_console(db, settings):
+    admin_user_create_default(password=PASSWORD, now=datetime.now(UTC))
+    intruder = Client(REMOTE_ADDR="198.51.100.77")
+    intruder.post("/admin/login/", {"username": "root", "password": "hunter2 hunter2"})
+    operator = Client()
+    operator.post("/admin/login/", {"username": settings.CPR_ADMIN_USERNAME, "password": PASSWORD})
+
+    page = operator.get("/admin/proxy/adminloginevent/")
+
+    assert page.status_code == 200
+    rows = page.context["cl"].result_list
+    assert [(row.outcome, row.reason, row.client_ip) for row in rows] == [
+        ("success", None, "127.0.0.1"),
+        ("failure", "unknown_username", "198.51.100.77"),
+    ]
+    assert b"hunter2" not in page.content and b"root" not in page.content
