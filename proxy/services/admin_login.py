@@ -5,6 +5,14 @@ Order matters: the throttle is asked first (one Redis script; a locked IP or use
 hash at all), an unknown username is refused without hashing (no Argon2 memory for made-up
 names; the username is a setting, not a secret, so answering it faster reveals nothing worth
 the ~100 MiB), and at most LOGIN_CONCURRENT_HASHES Argon2 checks run at once in a process.
+
+Why not django-axes (the library the issue suggests): its cache handler slides the window on
+every failure instead of spec §6.2's fixed 15-minute lock, counts a failure only after the
+password was hashed (concurrent attempts all get through), lives in an auth backend and a
+middleware tied to Django's request (the admin API needs the same limiter as a plain call),
+brings three PostgreSQL tables outside the seed, and logs attempted usernames at WARNING (a
+password typed into the username field would land in the log). What is left is two short Lua
+scripts (``proxy.runtime_state.login_throttle``).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ folder; the Redis requires a generated password and keeps its files owner-only."
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,11 +22,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def var_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("var")
+def var_dir():
+    # Not under pytest's tmp_path: every pytest session on the machine (other runs included)
+    # resets /tmp/pytest-of-<user> to 0700, which locks the pgserver user out of its data.
+    directory = Path(tempfile.mkdtemp(prefix="cpr-embedded-"))
     yield directory
     embedded.stop_redis(directory)
     embedded.stop_postgres(directory)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_embedded_postgres_is_a_real_server_reused_across_starts(var_dir):
