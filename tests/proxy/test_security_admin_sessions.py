@@ -247,3 +247,21 @@ def test_with_tls_the_session_cookie_is_secure_and_http_only(admin, settings):
     assert cookie["secure"] is True
     assert cookie["httponly"] is True
     assert cookie["samesite"] == "Lax"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_refuses_a_pickled_task_planted_in_the_broker(celery_worker, tmp_path):
+    """Whoever can write to the broker sends a pickle-serialized task: the worker refuses to
+    deserialize it (so the payload never runs) and goes on working."""
+    from config.celery import app
+    from proxy.tasks import delete_expired_cookies_task
+
+    marker = tmp_path / "code-ran-in-the-worker"
+    app.send_task("proxy.delete_expired_cookies", args=[_Plant(marker)], serializer="pickle")
+
+    # The next (JSON) task is consumed after the planted one: once it is done, the planted
+    # message has been handled.
+    assert celery_worker.run(delete_expired_cookies_task) == 0
+    log = celery_worker.log_path.read_text()
+    assert "Refusing to deserialize untrusted content of type pickle" in log
+    assert not marker.exists()
