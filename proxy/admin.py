@@ -11,12 +11,12 @@ from django.contrib.admin.views.main import ChangeList
 from django.db import transaction
 from django.utils import timezone
 
-from proxy.forms import AdminLoginForm
 from proxy.models import (
     Account,
     AccountCookie,
     AccountStatus,
     AccountUsage,
+    AdminLoginEvent,
     AdminUser,
     ClientApiKey,
     Fingerprint,
@@ -40,14 +40,11 @@ from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
 from telemetry.admin_helpers import ReadOnlyAdmin, masked
 
-admin.site.login_form = AdminLoginForm
-admin.site.site_header = "Operators' console"
-admin.site.site_title = "Operators' console"
-
 
 @admin.register(AdminUser)
 class AdminUserAdmin(ReadOnlyAdmin):
-    """The password is changed with `manage.py set_admin_password`, never here."""
+    """The password is changed on the console's "Change password" page or with
+    `manage.py set_admin_password`, never by editing this row."""
 
     list_display = ("id", "created_at", "updated_at", "last_login")
     fields = ("id", "created_at", "updated_at", "last_login")
@@ -425,4 +422,15 @@ class FingerprintAdmin(ReadOnlyAdmin):
 class FingerprintUpdateHistoryAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "app_version", "build_number", "chromium_version", "source")
     list_filter = ("source",)
+    ordering = ("-created_at", "-id")
+
+
+@admin.register(AdminLoginEvent)
+class AdminLoginEventAdmin(ReadOnlyAdmin):
+    """The log-in audit: every password check of both admin surfaces, and each lock-out."""
+
+    list_display = ("created_at", "outcome", "reason", "locked_out", "client_ip", "surface")
+    list_filter = ("outcome", "locked_out", "surface")
+    search_fields = ("=client_ip",)
+    search_help_text = "A client IP (exact)."
     ordering = ("-created_at", "-id")

@@ -379,3 +379,40 @@ class FingerprintUpdateHistory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.app_version} ({self.build_number}) from {self.source}"
+
+
+class AdminLoginEvent(models.Model):
+    """``admin_login_events`` (seed 004 §8's extension path for log-in audit): one row per
+    log-in that reached the password check, and per attempt that set a lock-out.
+
+    Not a seed §4 table; the attempted username is never stored (a password typed into the
+    username field must not land in a table), only whether it was the admin's.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    created_at = models.DateTimeField()
+    # "admin" (the Django admin's form), "api" (the admin API), "auth" (any other
+    # django.contrib.auth.authenticate() call).
+    surface = models.TextField()
+    outcome = models.TextField()  # success | failure
+    # wrong_password | unknown_username | busy (no hash slot) | null on success
+    reason = models.TextField(null=True, blank=True)
+    # Whether this failure locked the client IP and/or the username out.
+    locked_out = models.BooleanField(default=False)
+    client_ip = models.TextField(null=True, blank=True)
+    user_agent = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "admin_login_events"
+        verbose_name = "admin log-in event"
+        constraints = [
+            _check("admin_login_events", "outcome", Q(outcome__in=["success", "failure"])),
+        ]
+        indexes = [
+            models.Index(
+                F("created_at").desc(), F("id").desc(), name="idx_admin_login_events_created_id"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} from {self.client_ip or 'unknown'} at {self.created_at}"

@@ -18,6 +18,23 @@ def admin_session(token_hash: str) -> str:
     return f"{_prefix()}admin:session:{token_hash}"
 
 
+def admin_user_sessions(user_id: str) -> str:
+    """Seed §8 ``cpr:admin:user_sessions:<user_id>`` — SET of the user's session token hashes;
+    EXPIRE = the full session lifetime on every add; deleted when a password change ends them."""
+    return f"{_prefix()}admin:user_sessions:{user_id}"
+
+
+def login_attempts(subject: str) -> str:
+    """Log-in attempts of one client IP (``ip:<address>``) or username (``user:<hmac>``) in the
+    current window: INCR, EXPIRE = the window (15 min) when the first attempt creates it."""
+    return f"{_prefix()}login:attempts:{subject}"
+
+
+def login_lock(subject: str) -> str:
+    """A lock-out of one client IP or username: SET with PX = the lock-out (15 min)."""
+    return f"{_prefix()}login:lock:{subject}"
+
+
 def refresh_lease(account_id: str) -> str:
     """§4B.2 ``cpr:lease:refresh:<account_id>`` — TTL = lease duration (PX)."""
     return f"{_prefix()}lease:refresh:{account_id}"

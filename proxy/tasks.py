@@ -7,7 +7,11 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
-from proxy.services.retention import account_cookies_delete_expired, fingerprint_history_trim
+from proxy.services.retention import (
+    account_cookies_delete_expired,
+    admin_login_events_trim,
+    fingerprint_history_trim,
+)
 from proxy.services.runtime_settings import runtime_settings_ensure
 from telemetry.services.retention import telemetry_trim
 
@@ -16,8 +20,9 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="proxy.trim_retention", soft_time_limit=600, time_limit=660)
 def trim_retention_task() -> dict[str, int]:
-    """Hourly: trim facts and buckets by runtime_settings' retention days, and the fingerprint
-    history to its newest 100 rows. Idempotent: a second run deletes nothing new."""
+    """Hourly: trim facts and buckets by runtime_settings' retention days, the fingerprint
+    history to its newest 100 rows, and the log-in audit to 90 days. Idempotent: a second run
+    deletes nothing new."""
     now = timezone.now()
     settings_row = runtime_settings_ensure(now=now)
     trimmed = telemetry_trim(
@@ -31,6 +36,7 @@ def trim_retention_task() -> dict[str, int]:
         "ops_error_logs": trimmed.ops_error_logs,
         "request_time_buckets": trimmed.request_time_buckets,
         "fingerprint_update_history": fingerprint_history_trim(),
+        "admin_login_events": admin_login_events_trim(now=now),
     }
     logger.info("retention trim: %s", result)
     return result

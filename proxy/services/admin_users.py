@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from datetime import datetime
 
+from django.conf import settings
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from redis import RedisError
 
 from proxy.models import AdminUser
+from proxy.password_validation import admin_password_problem
+from proxy.runtime_state.admin_sessions import admin_sessions_end_for_user
 
-MINIMUM_PASSWORD_LENGTH = 12
-# codex-proxy spec §6.2: values that must never become the admin password.
-WEAK_PASSWORDS = frozenset(
-    {"", "admin", "123456", "password", "changeme", "change-me", "replace-me", "codex-proxy-rs"}
-)
+logger = logging.getLogger(__name__)
 
 
 class AdminPasswordRejected(ValueError):
     """The proposed admin password is missing, too short or on the weak list."""
-
-
-def admin_password_problem(password: str | None) -> str | None:
-    """Return why ``password`` may not be the admin password, or None when it is acceptable."""
-    if password is None or password == "":
-        return "is missing"
-    if password.strip().lower() in WEAK_PASSWORDS:
-        return "is a well-known weak value"
-    if len(password) < MINIMUM_PASSWORD_LENGTH:
-        return f"is shorter than {MINIMUM_PASSWORD_LENGTH} characters"
-    return None
 
 
 def admin_user_exists() -> bool:
@@ -53,6 +46,8 @@ def admin_user_set_password(*, password: str, now: datetime) -> AdminUser:
     """Set the password of the (single) admin, creating the row if the table is empty.
 
     Under the same table lock as the first-start insert, so it cannot add a second admin.
+    Then every session of the admin ends (both admin surfaces), and the generated first-start
+    password file is removed: it no longer holds the password.
     Raises AdminPasswordRejected when the password is not acceptable.
     """
     _reject_unacceptable(password)
@@ -60,17 +55,37 @@ def admin_user_set_password(*, password: str, now: datetime) -> AdminUser:
         _lock_admin_users()
         admin = AdminUser.objects.order_by("created_at", "id").first()
         if admin is None:
-            return _insert_admin(password=password, now=now)
-        admin.set_password(password)
-        admin.updated_at = now
-        admin.save(update_fields=["password", "updated_at"])
+            admin = _insert_admin(password=password, now=now)
+        else:
+            admin.set_password(password)
+            admin.updated_at = now
+            admin.save(update_fields=["password", "updated_at"])
+    _end_sessions(admin)
+    with contextlib.suppress(FileNotFoundError):
+        settings.GENERATED_ADMIN_PASSWORD_FILE.unlink()
     return admin
 
 
+def _end_sessions(admin: AdminUser) -> None:
+    try:
+        ended = admin_sessions_end_for_user(user_id=admin.pk)
+    except RedisError:
+        # Each session also carries the hash of the password it logged in with, so a session
+        # missed here stops working at its next request all the same.
+        logger.warning("password changed; Redis unavailable, sessions end at their next use")
+        return
+    logger.info("password changed; %s admin session(s) ended", ended)
+
+
 def _reject_unacceptable(password: str) -> None:
+    """The configured password validators (AUTH_PASSWORD_VALIDATORS: the admin rule)."""
     problem = admin_password_problem(password)
     if problem is not None:
         raise AdminPasswordRejected(f"the admin password {problem}")
+    try:
+        validate_password(password)
+    except ValidationError as error:
+        raise AdminPasswordRejected("the admin password " + " ".join(error.messages)) from None
 
 
 def _lock_admin_users() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from proxy.catalog_cache import recognised_catalog
@@ -19,6 +21,7 @@ from proxy.v1.auth import AuthenticatedClient, KeyHolder, KeyLookupUnavailable, 
 from proxy.v1.errors import (
     DATABASE_RETRY_AFTER_SECONDS,
     DATABASE_UNAVAILABLE,
+    INTERNAL,
     INVALID_REQUEST,
     MISSING_KEY,
     MODEL_NOT_FOUND,
@@ -26,8 +29,16 @@ from proxy.v1.errors import (
     request_id_for,
 )
 
+logger = logging.getLogger(__name__)
+
 ALLOWED_SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "collab_spawn"})
 Client = TypeVar("Client", bound=KeyHolder)
+
+
+# The POST routes, whose key the /v1 handler checks before it reads the body.
+BODY_ROUTES = frozenset(
+    {"v1-responses", "v1-responses-review", "v1-responses-compact", "v1-chat-completions"}
+)
 
 
 async def authenticated(
@@ -36,7 +47,10 @@ async def authenticated(
 ) -> tuple[str, Client] | HttpResponse:
     """The request id and the client ``lookup`` verifies from ``Authorization``, or the answer
     to send: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with ``Retry-After`` when
-    the database could not say."""
+    the database could not say. A key already checked before the body was read is reused."""
+    early = getattr(request, "v1_authenticated", None)
+    if early is not None:
+        return early
     request_id = request_id_for(request)
     try:
         client = await lookup(request.headers.get("authorization"))
@@ -73,6 +87,28 @@ def _key_lookup_failure_entry(request: HttpRequest, request_id: str) -> recordin
             }
         ]
     )
+
+
+async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
+    """On a POST route, check the client key from the headers alone (the body is not read yet)
+    and keep the result for the view; return the 401 (or 500) to send instead, else None."""
+    if request.method != "POST":
+        return None
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    if match.url_name not in BODY_ROUTES:
+        return None
+    try:
+        checked = await authenticated(request)
+    except Exception:
+        logger.exception("client key check failed before the body was read")
+        return error_response(INTERNAL, request_id_for(request))
+    if isinstance(checked, HttpResponse):
+        return checked
+    request.v1_authenticated = checked
+    return None
 
 
 def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dict[str, str]):
@@ -115,7 +151,8 @@ async def validate(
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
         body = json.loads(request.read())
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser's recursion limit.
         return error_response(INVALID_REQUEST, request_id)
     if not isinstance(body, dict):
         return error_response(INVALID_REQUEST, request_id)

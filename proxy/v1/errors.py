@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from proxy.dispatch.failures import ClientError
 from proxy.dispatch.sse import DONE_FRAME, failure_event
+from proxy.dispatch.upstream_request import InvalidHeaderValue
 
 logger = logging.getLogger("proxy.v1")
 
@@ -29,6 +30,10 @@ DATABASE_UNAVAILABLE = ClientError(
     "The proxy could not reach its database. Retry the request shortly.",
 )
 DATABASE_RETRY_AFTER_SECONDS = 1
+INVALID_HOST = ClientError(400, "invalid_request_error", "invalid_host", "Invalid Host header")
+TOO_DEEP = ClientError(
+    400, "invalid_request_error", "invalid_request", "Request JSON is nested too deeply"
+)
 INTERNAL = ClientError(
     500, "server_error", "internal_error", "The proxy failed to handle the request"
 )
@@ -77,14 +82,30 @@ def stream_error_body(error: ClientError) -> bytes:
     return failure_event(error_type=error.error_type, code=error.code, message=message) + DONE_FRAME
 
 
+def invalid_header_value(header: str) -> ClientError:
+    """400 for a body field bound for an upstream header that no header may carry."""
+    return ClientError(
+        400,
+        "invalid_request_error",
+        "invalid_header_value",
+        f"Invalid value for {header}: control characters or too long",
+    )
+
+
 def openai_errors(view):
     """Answer an unexpected failure of a ``/v1`` view in the OpenAI envelope (500), logged,
-    instead of Django's HTML page — clients parse JSON. No exception text reaches the client."""
+    instead of Django's HTML page — clients parse JSON. No exception text reaches the client.
+    Input no upstream request can carry (a CRLF bound for a header, JSON too deep to walk) is
+    the client's error: 400."""
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):
         try:
             return await view(request, *args, **kwargs)
+        except InvalidHeaderValue as error:
+            return error_response(invalid_header_value(error.header), request_id_for(request))
+        except RecursionError:
+            return error_response(TOO_DEEP, request_id_for(request))
         except Exception:
             logger.exception("unexpected failure in %s", request.path)
             return error_response(INTERNAL, request_id_for(request))

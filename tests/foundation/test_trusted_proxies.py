@@ -45,16 +45,30 @@ def test_rightmost_untrusted_forwarded_address_is_the_client():
     assert meta["HTTP_X_FORWARDED_PROTO"] == "https"
 
 
-def test_cf_connecting_ip_wins_from_a_trusted_peer():
+def test_cf_connecting_ip_wins_from_a_trusted_peer_when_cloudflare_is_trusted():
     meta = {
         "REMOTE_ADDR": "127.0.0.1",
         "HTTP_X_FORWARDED_FOR": "198.51.100.7",
         "HTTP_CF_CONNECTING_IP": "2001:db8::1",
     }
 
-    resolve_forwarded_request(meta, TRUSTED)
+    resolve_forwarded_request(meta, TRUSTED, trust_cf_connecting_ip=True)
 
     assert meta["REMOTE_ADDR"] == "2001:db8::1"
+
+
+def test_a_spoofed_cf_connecting_ip_through_a_trusted_proxy_is_dropped_by_default(settings):
+    """Finding 8: any client could send CF-Connecting-IP through a proxy that passes it on."""
+    assert settings.TRUST_CF_CONNECTING_IP is False
+    meta = {
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_X_FORWARDED_FOR": "198.51.100.7",
+        "HTTP_CF_CONNECTING_IP": "203.0.113.66",
+    }
+
+    resolve_forwarded_request(meta, TRUSTED)
+
+    assert meta == {"REMOTE_ADDR": "198.51.100.7", "HTTP_X_FORWARDED_FOR": "198.51.100.7"}
 
 
 def test_garbage_forwarded_values_leave_the_peer_address():

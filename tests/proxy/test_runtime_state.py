@@ -44,28 +44,33 @@ def unique():
 # ----------------------------------------------------------------------------- admin sessions
 
 
-def test_admin_session_is_stored_under_the_token_hash_with_a_ttl(redis_client, unique):
+def test_admin_session_is_stored_under_the_token_hash_with_a_ttl(redis_client, unique, settings):
+    settings.ADMIN_SESSION_TTL_MINUTES = 30
     now = datetime.now(UTC)
-    token, expires_at = admin_session_create(user_id=f"admin_{unique}", now=now, ttl_minutes=30)
+    token, expires_at = admin_session_create(
+        user_id=f"admin_{unique}", auth_hash="hash-of-the-password", now=now
+    )
 
     token_key = key(f"admin:session:{hashlib.sha256(token.encode()).hexdigest()}")
     assert token.startswith("sess_") and len(token) == len("sess_") + 43
     assert json.loads(redis_client.get(token_key)) == {
         "userId": f"admin_{unique}",
         "createdAt": now.isoformat(),
+        "lastSeenAt": now.isoformat(),
+        "authHash": "hash-of-the-password",
     }
     assert 1790 <= redis_client.ttl(token_key) <= 1800
     assert expires_at == now + timedelta(minutes=30)
     assert not list(redis_client.scan_iter(match=f"*{token}*"))  # the token itself is nowhere
-    assert admin_session_get(token).user_id == f"admin_{unique}"
+    assert admin_session_get(token, now=now).user_id == f"admin_{unique}"
 
     assert admin_session_delete(token) is True
-    assert admin_session_get(token) is None
+    assert admin_session_get(token, now=now) is None
     assert admin_session_delete(token) is False
 
 
 def test_unknown_session_token_is_not_a_session():
-    assert admin_session_get("sess_forged") is None
+    assert admin_session_get("sess_forged", now=datetime.now(UTC)) is None
 
 
 # ----------------------------------------------------------------------------- refresh leases

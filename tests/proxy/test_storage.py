@@ -14,6 +14,7 @@ from proxy.models import (
     Account,
     AccountCookie,
     AccountUsage,
+    AdminLoginEvent,
     FingerprintUpdateHistory,
     RuntimeSettings,
 )
@@ -215,6 +216,10 @@ def test_hourly_trim_runs_in_a_real_worker(celery_worker):
             source="auto_update",
             created_at=now - timedelta(minutes=index),
         )
+    for days_ago in (1, 89, 91, 120):
+        AdminLoginEvent.objects.create(
+            created_at=now - timedelta(days=days_ago), surface="admin", outcome="failure"
+        )
 
     result = celery_worker.run(trim_retention_task)
 
@@ -223,7 +228,9 @@ def test_hourly_trim_runs_in_a_real_worker(celery_worker):
         "ops_error_logs": 0,
         "request_time_buckets": 0,
         "fingerprint_update_history": 5,
+        "admin_login_events": 2,
     }
+    assert AdminLoginEvent.objects.count() == 2  # the log-in audit keeps 90 days
     assert UsageRecord.objects.count() == 1
     kept = set(FingerprintUpdateHistory.objects.values_list("id", flat=True))
     assert kept == {f"fph_{index:03d}" for index in range(100)}  # the newest 100

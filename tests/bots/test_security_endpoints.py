@@ -1,0 +1,63 @@
+"""Findings 7 and 10 on the bot: the anonymous selfcheck cannot be used to flood Telegram, and a
+webhook body nested too deep is acknowledged (200) instead of a 500 Telegram redelivers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from bots.models import ProcessedUpdate
+from bots.selfcheck_throttle import SELFCHECK_LIVE_CHECKS_PER_SECOND, selfcheck_slot_take
+from tests.bots.conftest import ADMIN_SECRET, WEBHOOK_SECRET
+
+
+@pytest.fixture
+def bound(client, bot_settings, telegram, clock):
+    """A configured deployment whose webhook points at us, on a clock the test moves."""
+    assert client.get(f"/telegram/setwebhook/{ADMIN_SECRET}", secure=True).status_code == 200
+    telegram.forget_calls()
+    return bot_settings
+
+
+@pytest.mark.django_db
+def test_a_burst_of_selfchecks_reaches_telegram_only_a_few_times_a_second(
+    client, bound, telegram, clock
+):
+    answers = [client.get("/telegram/selfcheck", secure=True) for _ in range(6)]
+
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429, 429, 429]
+    assert answers[3].json() == {"error": "too_many_requests", "retry_after": 1}
+    assert answers[3]["Retry-After"] == "1"
+    assert len(telegram.calls("getWebhookInfo")) == SELFCHECK_LIVE_CHECKS_PER_SECOND == 3
+
+    clock.advance(seconds=1)
+    assert client.get("/telegram/selfcheck", secure=True).status_code == 200
+    assert len(telegram.calls("getWebhookInfo")) == 4
+
+
+def test_the_selfcheck_count_is_one_per_second_across_processes():
+    """The counter lives in Redis: two workers draw from the same three per second."""
+    second = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    taken = [selfcheck_slot_take(now=second) for _ in range(4)]
+    later = selfcheck_slot_take(now=second.replace(second=10))
+
+    assert taken == [True, True, True, False]
+    assert later is True
+
+
+@pytest.mark.django_db
+def test_a_webhook_body_nested_too_deep_is_acknowledged_and_nothing_happens(
+    client, bot_settings, bot_row, telegram
+):
+    response = client.post(
+        "/telegram/webhook",
+        data=b'{"update_id": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        content_type="application/json",
+        headers={"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET},
+    )
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+    assert ProcessedUpdate.objects.count() == 0
+    assert telegram.calls() == []
