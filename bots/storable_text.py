@@ -3,7 +3,8 @@
 Telegram delivers whatever a user typed, including a NUL character or half of a surrogate pair
 (JSON may carry both as ``\\u`` escapes). PostgreSQL text columns accept neither, so a user
 named with one would be refused by every write and never relayed. The webhook cleans the
-whole update once, at the door.
+whole update once, at the door. (The proxy's ledger has its own copy,
+``telemetry.services.ledger.storable``: the bot and the proxy share no code.)
 """
 
 from __future__ import annotations

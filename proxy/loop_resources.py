@@ -91,31 +91,53 @@ def database_conninfo() -> str:
     )
 
 
-def connection_is_alive(connection: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+def connection_is_alive(connection: psycopg.AsyncConnection) -> bool:
     """Whether an idle pooled connection can still be used, at no round trip's cost (the hot
     path's budget is one statement per request).
 
     An idle connection has nothing to read, so a readable socket means the server has spoken
     since: a terminated backend (a failover, ``pg_terminate_backend``, an idle timeout) sends
-    its FATAL error and closes. A connection that died silently (a partition) is caught by the
-    caller's retry instead.
+    its FATAL error and closes. A connection that died silently (a partition) is caught by
+    libpq's TCP timeouts (settings) and the caller's retry instead. The twin of
+    ``config.postgres.pool.connection_is_alive`` (apps do not import config/).
     """
     if connection.closed or connection.broken or connection.pgconn.status != ConnStatus.OK:
         return False
-    readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
-    return not readable
+    poller = select.poll()  # not select.select: file descriptors above 1023 are common here
+    poller.register(connection.pgconn.socket, select.POLLIN)
+    return not poller.poll(0)
+
+
+class LiveAsyncConnectionPool(AsyncConnectionPool):
+    """An ``AsyncConnectionPool`` whose ``getconn`` closes dead idle connections (the pool
+    replaces them in the background) until it finds a live one or the acquire timeout passes.
+
+    Not the pool's ``check`` callback: the pool sleeps 1 s, 2 s, 4 s… after each failed check,
+    so a failover that kills all ten connections at once would make the next requests outlast
+    the acquire timeout (measured: 367 of 480 requests refused after three terminations, none
+    with this pool).
+    """
+
+    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            connection = await super().getconn(timeout=max(0.001, deadline - time.monotonic()))
+            try:
+                alive = connection_is_alive(connection)
+            except Exception:
+                alive = False
+            if alive:
+                return connection
+            await connection.close()
+            await self.putconn(connection)
 
 
 async def _open_database_pool() -> AsyncConnectionPool:
     # Seed 004 §1: 10 connections, 5 s to acquire one. Autocommit: every hot-path statement is
     # a single atomic read or conditional update. A failed reconnection is given up after a
     # few seconds so that the next request starts a fresh attempt instead of waiting out a
-    # long backoff once the database is back. Connections are checked by
-    # ``database_connection``, not by the pool's ``check`` callback: the pool sleeps 1 s, 2 s,
-    # 4 s… after each failed check, so a failover that kills all ten connections at once
-    # would make the next requests outlast the acquire timeout (measured: 367 of 480 requests
-    # refused after three terminations, none with the check below).
-    pool = AsyncConnectionPool(
+    # long backoff once the database is back.
+    pool = LiveAsyncConnectionPool(
         database_conninfo(),
         min_size=1,
         max_size=10,
@@ -130,24 +152,11 @@ async def _open_database_pool() -> AsyncConnectionPool:
 
 @contextlib.asynccontextmanager
 async def database_connection() -> AsyncIterator[psycopg.AsyncConnection]:
-    """A live connection of this loop's pool, returned to it afterwards.
-
-    Dead idle connections met on the way are closed (the pool then discards and replaces
-    them) at no round trip's cost. Raises ``PoolTimeout`` when no live connection comes within
-    the acquire timeout.
-    """
+    """A live connection of this loop's pool (``LiveAsyncConnectionPool``), returned to it
+    afterwards. Raises ``PoolTimeout`` when none comes within the acquire timeout."""
     pool = await database_pool.get()
-    deadline = time.monotonic() + DATABASE_ACQUIRE_TIMEOUT_SECONDS
-    while True:
-        connection = await pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
-        if connection_is_alive(connection):
-            break
-        await connection.close()
-        await pool.putconn(connection)
-    try:
+    async with pool.connection() as connection:
         yield connection
-    finally:
-        await pool.putconn(connection)
 
 
 async def _open_redis() -> redis_asyncio.Redis:

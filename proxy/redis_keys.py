@@ -104,3 +104,9 @@ def refresh_permits() -> str:
 def oauth_session(session_hash: str) -> str:
     """An OAuth onboarding session (spec §6.3), keyed by SHA-256 of its id; EX 30 minutes."""
     return f"{_prefix()}oauth:session:{session_hash}"
+
+
+def ledger_rows_given_up() -> str:
+    """How many finished requests the ledger writers have given up (their rows are lost):
+    INCRBY by the writer that gave them up, EXPIRE 30 days on every increment."""
+    return f"{_prefix()}telemetry:ledger_given_up"

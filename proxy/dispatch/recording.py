@@ -23,12 +23,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
+from psycopg_pool import PoolTimeout
 
 from proxy import redis_keys
 from proxy.dispatch.cookies import store_cookies
@@ -71,18 +79,19 @@ def ledger_stats() -> LedgerStats:
 
 @dataclass
 class _Unit:
-    """Entries to write in one transaction."""
+    """Entries to write."""
 
     entries: list[LedgerEntry]
     # The transaction of an earlier attempt whose COMMIT may have reached the server before
-    # the connection died: its fate is asked before the entries are written again.
+    # the connection died, and how many of the leading entries it held: its fate is asked
+    # before they are written again.
     in_doubt_transaction: int | None = None
+    in_doubt_count: int = 0
 
 
 @dataclass
 class _Attempt:
     transaction_id: int | None = None
-    written: list[LedgerEntry] = field(default_factory=list)
 
 
 class LedgerWriter:
@@ -118,6 +127,7 @@ class LedgerWriter:
                 unit = _Unit([self._pending.popleft() for _ in range(count)])
             entries = unit.entries
             unit = await write_unit(unit)
+            await _publish_given_up()
             if unit is None:
                 if failures:
                     logger.warning(
@@ -167,27 +177,36 @@ async def write_unit(unit: _Unit) -> _Unit | None:
 
 def _write_unit_in_thread(unit: _Unit) -> _Unit | None:
     try:
+        entries = unit.entries
         if unit.in_doubt_transaction is not None:
             state = _transaction_state(unit.in_doubt_transaction)
-            if state == "committed":
-                _stats.entries_written += len(unit.entries)
-                return None
             if state == "in progress":  # the old backend is still finishing: ask again later
                 return unit
-        return _write_entries(unit.entries)
+            if state == "committed":
+                _stats.entries_written += unit.in_doubt_count
+                entries = entries[unit.in_doubt_count :]
+        return _write_entries(entries) if entries else None
     except (OperationalError, InterfaceError):
         return unit  # still unreachable (asking about the transaction failed)
     finally:
         # Return this thread's connection to the pool (no request cycle will do it); a dead
-        # one is discarded there and the pool's health check keeps the next one good.
+        # one is discarded there and the next checkout gets a live one.
         connection.close()
 
 
 def _transaction_state(transaction_id: int) -> str | None:
-    """'committed', 'aborted' or 'in progress' (None: too old to know)."""
-    with connection.cursor() as cursor:
-        cursor.execute("select txid_status(%s)", [transaction_id])
-        return cursor.fetchone()[0]
+    """'committed', 'aborted' or 'in progress'; None when the server cannot say (too old, or
+    "in the future" on a promoted standby that never received it): not committed here.
+    Raises OperationalError/InterfaceError while the database is unreachable."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("select txid_status(%s)", [transaction_id])
+            return cursor.fetchone()[0]
+    except DatabaseError as error:
+        if _is_connection_failure(error):
+            raise
+        logger.warning("transaction %s unknown to the server (%s)", transaction_id, error)
+        return None
 
 
 def _write_entries(entries: list[LedgerEntry]) -> _Unit | None:
@@ -201,7 +220,7 @@ def _write_entries(entries: list[LedgerEntry]) -> _Unit | None:
             return None
         except Exception as error:
             if _is_connection_failure(error):
-                return _Unit(entries, attempt.transaction_id)
+                return _Unit(entries, attempt.transaction_id, len(entries))
             if len(entries) == 1 and sanitize:
                 _give_up(entries, type(error).__name__, exc_info=True)
                 return None
@@ -213,18 +232,29 @@ def _write_entries(entries: list[LedgerEntry]) -> _Unit | None:
             _stats.entries_written += 1
         except Exception as error:
             if _is_connection_failure(error):
-                return _Unit(entries[index:], attempt.transaction_id)
+                return _Unit(entries[index:], attempt.transaction_id, 1)
             _give_up([entry], type(error).__name__, exc_info=True)
     return None
 
 
+# SQLSTATE classes that say "try again later", not "this row is wrong": connection exceptions,
+# operator intervention (admin/crash shutdown, cannot connect now), insufficient resources,
+# serialization failures and deadlocks. Other OperationalErrors (a statement timeout, an index
+# row too large) refuse what was sent and must not block the queue.
+_RETRYABLE_SQLSTATES = ("08", "57P", "53", "40001", "40P01")
+
+
 def _is_connection_failure(error: Exception) -> bool:
     """Whether ``error`` says the database could not be talked to (retry), as opposed to it
-    refusing what was sent (a CHECK, bad text: never retried as is)."""
-    if isinstance(error, OperationalError | InterfaceError):
-        return True
+    refusing what was sent (a CHECK, bad text, a value too large: never retried as is)."""
     raw = connection.connection
-    return raw is not None and (raw.closed or raw.broken)
+    if raw is None or raw.closed or raw.broken:
+        return True
+    cause = error.__cause__ if error.__cause__ is not None else error
+    if isinstance(cause, PoolTimeout):
+        return True
+    sqlstate = getattr(cause, "sqlstate", None)
+    return bool(sqlstate) and sqlstate.startswith(_RETRYABLE_SQLSTATES)
 
 
 def _write_atomically(entries: list[LedgerEntry], attempt: _Attempt, *, sanitize: bool) -> None:
@@ -266,6 +296,27 @@ def _add_counters(counters: list) -> None:
                 account_usage_add_many(increments=own, now=now)
         except IntegrityError:
             logger.info("counters of a deleted account dropped (%d increments)", len(own))
+
+
+_published_given_up = 0
+GIVEN_UP_COUNTER_TTL_SECONDS = 30 * 86400
+
+
+async def _publish_given_up() -> None:
+    """Add this process's newly given-up entries to the Redis counter operators can read
+    (``redis_keys.ledger_rows_given_up``); the log line stays the record when Redis fails."""
+    global _published_given_up
+    delta = _stats.entries_given_up - _published_given_up
+    if delta <= 0:
+        return
+    _published_given_up = _stats.entries_given_up
+    try:
+        redis = await async_redis.get()
+        key = redis_keys.ledger_rows_given_up()
+        async with redis.pipeline(transaction=True) as pipe:
+            await pipe.incrby(key, delta).expire(key, GIVEN_UP_COUNTER_TTL_SECONDS).execute()
+    except Exception:
+        logger.warning("could not count %d given-up ledger entries in Redis", delta)
 
 
 def _give_up(entries: list[LedgerEntry], reason: str, *, exc_info: bool = False) -> None:

@@ -20,7 +20,12 @@ from psycopg_pool import PoolTimeout
 from proxy.dispatch.accounts import CANDIDATES_JSON_SQL, AccountView, accounts_from_json
 from proxy.dispatch.scheduler import SchedulerSettings
 from proxy.dispatch.upstream_request import FingerprintHeaders, render_fingerprint
-from proxy.loop_resources import PerLoop, database_connection, discard_dead_connections
+from proxy.loop_resources import (
+    DATABASE_ACQUIRE_TIMEOUT_SECONDS,
+    PerLoop,
+    database_connection,
+    discard_dead_connections,
+)
 from proxy.models_catalog import clean_aliases
 
 logger = logging.getLogger(__name__)
@@ -108,12 +113,16 @@ async def _key_row(authorization: str | None, sql: str) -> tuple | None:
     parameters = {"key": token, "now": timezone.now()}
     for attempt in (1, 2):
         try:
-            async with database_connection() as connection:
-                cursor = await connection.execute(sql, parameters)
-                row = await cursor.fetchone()
+            # A server that stopped answering (no reset, no reply) must not hang the request.
+            async with asyncio.timeout(DATABASE_ACQUIRE_TIMEOUT_SECONDS):
+                async with database_connection() as connection:
+                    cursor = await connection.execute(sql, parameters)
+                    row = await cursor.fetchone()
             break
-        except PoolTimeout as error:  # no connection within the acquire timeout: no retry
-            logger.warning("client key lookup: no database connection (%s)", type(error).__name__)
+        except (PoolTimeout, TimeoutError) as error:  # nothing within the budget: no retry
+            logger.warning(
+                "client key lookup: the database did not answer (%s)", type(error).__name__
+            )
             raise KeyLookupUnavailable from error
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             if attempt == 2:

@@ -42,6 +42,7 @@ def event_kind(route: str | None) -> str:
 
 
 # Neither a NUL character nor half of a surrogate pair can be stored in PostgreSQL text or jsonb.
+# (The bot has its own copy, bots/storable_text.py: the bot and the proxy share no code.)
 _UNSTORABLE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
 
 

@@ -21,7 +21,7 @@ from proxy.models import AccountUsage, RuntimeSettings
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
-from tests.database_relay import DatabaseRelay
+from tests.database_faults import DatabaseRelay
 from tests.proxy.conftest import UvicornProcess, make_pool_account, post_responses
 
 
@@ -195,3 +195,28 @@ def test_a_key_that_cannot_be_checked_is_a_503_and_the_process_recovers(
         time.sleep(0.2)
     assert refusal_rows() == [(503, "database_unavailable", "/v1/responses")]
     assert not UsageRecord.objects.filter(request_id="during-outage").exists()
+
+
+def test_a_database_that_stops_answering_is_a_503_not_a_hung_request(
+    relayed_process, upstream, client_key
+):
+    """A partition: connections stay open but nothing comes back. The key lookup gives up
+    within its budget instead of waiting for the kernel's TCP timeouts."""
+    relay, process = relayed_process
+    make_pool_account("tok-frozen")
+    assert _post(process.url, client_key.key, "before-freeze").status_code == 200
+
+    relay.freeze()
+    try:
+        refused = _post(process.url, client_key.key, "frozen")  # the request's own timeout: 30 s
+    finally:
+        relay.thaw()
+
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "database_unavailable"
+    statuses = []
+    for index in range(40):
+        statuses.append(_post(process.url, client_key.key, f"thawed-{index}").status_code)
+        if statuses[-1] == 200:
+            break
+    assert statuses[-1] == 200, statuses

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from proxy import redis_keys
 from proxy.dispatch import recording
 from proxy.dispatch.recording import LedgerEntry, _Attempt, _Unit, _write_unit_in_thread
+from proxy.loop_resources import close_current_loop_resources
 from proxy.models import AccountUsage
 from proxy.services.account_usage import AccountUsageIncrement
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
@@ -51,7 +54,8 @@ def test_a_retry_after_a_commit_that_landed_writes_nothing_twice():
     # The first attempt committed, but its connection died before the client heard so.
     committed = _written_in_own_transaction(entries)
 
-    assert _write_unit_in_thread(_Unit(entries, in_doubt_transaction=committed)) is None
+    unit = _Unit(entries, in_doubt_transaction=committed, in_doubt_count=len(entries))
+    assert _write_unit_in_thread(unit) is None
 
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-a", "req-b"]
     assert AccountUsage.objects.get(account=account).request_count == 2
@@ -67,7 +71,8 @@ def test_a_retry_after_a_commit_that_did_not_land_writes_everything_once():
         aborted = cursor.fetchone()[0]
         cursor.execute("rollback")
 
-    assert _write_unit_in_thread(_Unit(entries, in_doubt_transaction=aborted)) is None
+    unit = _Unit(entries, in_doubt_transaction=aborted, in_doubt_count=len(entries))
+    assert _write_unit_in_thread(unit) is None
 
     assert list(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-a"]
     assert AccountUsage.objects.get(account=account).request_count == 1
@@ -114,11 +119,15 @@ def test_only_a_row_the_database_keeps_refusing_is_given_up_loudly_and_counted(c
     assert "req-refused" in caplog.text
 
 
-def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog):
-    """Past MAX_BACKLOG the oldest held entries are given up, not the worker's memory."""
+def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog, redis_client):
+    """Past MAX_BACKLOG the oldest held entries are given up, not the worker's memory; the
+    count of given-up entries is where operators can read it (Redis), not only in the log."""
     account = make_account()
     monkeypatch.setattr(recording, "MAX_BACKLOG", 3)
     before = recording.ledger_stats().entries_given_up
+    monkeypatch.setattr(recording, "_published_given_up", before)  # earlier tests' are not ours
+    counter = redis_keys.ledger_rows_given_up()
+    counted_before = int(redis_client.get(counter) or 0)
 
     async def submit_five() -> None:
         writer = recording.LedgerWriter()
@@ -126,6 +135,7 @@ def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog):
             writer.submit(_success(account, f"req-{index}"))
         assert writer.backlog == 3
         await writer.flush()
+        await close_current_loop_resources()
 
     with caplog.at_level(logging.ERROR, logger="proxy.dispatch.recording"):
         asyncio.run(submit_five())
@@ -137,3 +147,87 @@ def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog):
     ]
     assert recording.ledger_stats().entries_given_up == before + 2
     assert "the in-memory backlog is full" in caplog.text
+    assert int(redis_client.get(counter)) == counted_before + 2
+    assert 0 < redis_client.ttl(counter) <= recording.GIVEN_UP_COUNTER_TTL_SECONDS
+
+
+def test_a_retry_writes_what_the_in_doubt_transaction_did_not_hold():
+    """Row by row, a COMMIT whose answer was lost covered one entry: the next ones are still
+    written once that one is known to have landed."""
+    account = make_account()
+    first, second = _success(account, "req-1"), _success(account, "req-2")
+    committed = _written_in_own_transaction([first])
+
+    unit = _Unit([first, second], in_doubt_transaction=committed, in_doubt_count=1)
+    assert _write_unit_in_thread(unit) is None
+
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-1", "req-2"]
+    assert AccountUsage.objects.get(account=account).request_count == 2
+
+
+def test_a_transaction_the_server_does_not_know_is_written_again_not_given_up():
+    """After a failover to a standby that never received the old COMMIT, txid_status answers
+    "in the future": the entries did not commit there and are written."""
+    account = make_account()
+    before = recording.ledger_stats().entries_given_up
+    entries = [_success(account, "req-a"), _success(account, "req-b")]
+
+    unit = _Unit(entries, in_doubt_transaction=10**12, in_doubt_count=2)
+    assert _write_unit_in_thread(unit) is None
+
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-a", "req-b"]
+    assert recording.ledger_stats().entries_given_up == before
+
+
+def test_a_value_the_database_refuses_is_not_retried_forever():
+    """An index row too large is an OperationalError in psycopg's classes, but it is the row
+    that is wrong: it is given up and the good row beside it is written at once."""
+    account = make_account()
+    before = recording.ledger_stats().entries_given_up
+    incompressible = secrets.token_urlsafe(15_000)  # ~20,000 characters, past a btree entry
+    entries = [_success(account, "req-huge", response_id=incompressible), _success(account, "ok")]
+
+    assert _write_unit_in_thread(_Unit(entries)) is None  # nothing left to retry
+
+    assert list(UsageRecord.objects.values_list("request_id", flat=True)) == ["ok"]
+    assert recording.ledger_stats().entries_given_up == before + 1
+
+
+@pytest.fixture
+def connection_killed_once_during_copy():
+    """The first usage_records row written kills its own backend (a failover mid-batch); the
+    sequence is not transactional, so the retry's rows go through."""
+    with connection.cursor() as cursor:
+        cursor.execute("create sequence ledger_kill_once")
+        cursor.execute(
+            "create function ledger_kill_once() returns trigger language plpgsql as $$"
+            " begin if nextval('ledger_kill_once') = 1 then"
+            " perform pg_terminate_backend(pg_backend_pid()); end if; return new; end $$"
+        )
+        cursor.execute(
+            "create trigger ledger_kill_once before insert on usage_records"
+            " for each row execute function ledger_kill_once()"
+        )
+    yield
+    connection.close()
+    with connection.cursor() as cursor:
+        cursor.execute("drop trigger if exists ledger_kill_once on usage_records")
+        cursor.execute("drop function if exists ledger_kill_once()")
+        cursor.execute("drop sequence if exists ledger_kill_once")
+
+
+def test_a_batch_cut_by_a_dying_connection_is_retried_and_written_once(
+    connection_killed_once_during_copy,
+):
+    account = make_account()
+    entries = [_success(account, f"req-{index}") for index in range(5)]
+    connection.close()
+
+    left = _write_unit_in_thread(_Unit(entries))
+
+    assert left is not None and len(left.entries) == 5  # all of it, to be written again
+    assert not UsageRecord.objects.exists()  # the cut transaction left nothing behind
+    assert _write_unit_in_thread(left) is None
+    assert UsageRecord.objects.count() == 5
+    assert AccountUsage.objects.get(account=account).request_count == 5
+    assert RequestTimeBucket.objects.get().success_count == 5

@@ -1,17 +1,61 @@
-"""A TCP relay in front of the test run's PostgreSQL that a test can cut and restore, so a
-project process sees the database become unreachable (connections reset, new ones refused)
-and come back on the same address — as after a failover or a network outage."""
+"""Database faults for tests: killing connections the way a failover or an idle timeout does,
+filling Django's pool with idle connections first, and a TCP relay in front of the test run's
+PostgreSQL that a test can cut (connections reset, new ones refused), freeze (nothing passes,
+as in a partition) and restore on the same address."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from config.embedded import database_url_for, free_port
+from config.embedded import database_url_for, free_port, maintenance_connection
+
+
+def terminate_connections(server: Mapping[str, Any], database: str) -> int:
+    """pg_terminate_backend for every connection to ``database`` (the server stays up), once
+    their backends have exited. Returns how many were killed."""
+    with maintenance_connection(server) as admin:
+        killed = admin.execute(
+            "select coalesce(array_agg(pid) filter (where pg_terminate_backend(pid)), '{}')"
+            " from pg_stat_activity where datname = %s",
+            [database],
+        ).fetchone()[0]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            alive = admin.execute(
+                "select count(*) from pg_stat_activity where pid = any(%s)", [killed]
+            ).fetchone()[0]
+            if alive == 0:
+                break
+            time.sleep(0.01)
+    return len(killed)
+
+
+def fill_django_pool(count: int) -> None:
+    """Leave ``count`` idle connections in Django's pool: as many threads query at once, then
+    give their connections back (what the end of a request does)."""
+    from django.db import connection
+
+    barrier = threading.Barrier(count)
+
+    def hold() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("select 1")
+                barrier.wait(10)  # all checked out at the same time: the pool grows
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=hold) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
 
 
 class DatabaseRelay:
@@ -24,6 +68,8 @@ class DatabaseRelay:
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self._listener: socket.socket | None = None
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.restore()
 
     def url(self, database: str) -> str:
@@ -42,6 +88,14 @@ class DatabaseRelay:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
             connection.close()
+
+    def freeze(self) -> None:
+        """Keep every connection open but pass nothing on (a partition, a hung server): what
+        is sent waits in the relay until ``thaw``; new connections are accepted and hang."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     def restore(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -83,6 +137,7 @@ class DatabaseRelay:
     def _copy(self, source: socket.socket, target: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
                 target.sendall(data)
         except OSError:
             pass
