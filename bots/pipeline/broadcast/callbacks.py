@@ -13,7 +13,9 @@ status:
   re-read and decide again. The winner answers "confirmed, sending" and queues the send loop
   (``bots.pipeline.broadcast.sending``) once the UPDATE is committed: the webhook answers at
   once;
-* sending ⇒ "sending, please wait" (never a second loop);
+* sending ⇒ "sending, please wait" (never a second loop: when no loop holds the broadcast — the
+  confirming delivery died before its run was queued — a run is queued, which stops at once if a
+  loop has started meanwhile);
 * completed ⇒ the repair path: the final statistics shown, the row deleted (nothing resent);
 * cancelled, expired, failed ⇒ their end shown, the row deleted.
 """
@@ -30,6 +32,7 @@ from bots.pipeline.broadcast.jobs import start_sending
 from bots.pipeline.confirmations import toast, toast_best_effort
 from bots.pipeline.context import UpdateContext
 from bots.selectors import broadcast_eligible_user_ids, broadcast_get
+from bots.services.broadcast_progress import sender_lease_held
 from bots.services.broadcasts import (
     BUSY,
     WON,
@@ -124,6 +127,8 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
 
 def _show_state(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> None:
     if row.status == BroadcastStatus.SENDING:
+        if not sender_lease_held(broadcast_id=row.id):
+            start_sending(broadcast_id=row.id)
         toast(ctx, callback_id, copy.toast_broadcast_sending())
         return
     if row.status == BroadcastStatus.PREPARING:

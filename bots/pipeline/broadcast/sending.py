@@ -332,8 +332,10 @@ class Sender:
 
     def _complete(self) -> str:
         if broadcast_complete(broadcast_id=self.row.id, now=timezone.now()):
-            self.row.status = BroadcastStatus.COMPLETED
-            finish(self.ctx, self.row, edit=self.paced)
+            # The statistics as stored (what every claim and success wrote).
+            done = Broadcast.objects.filter(id=self.row.id).first() or self.row
+            done.status = BroadcastStatus.COMPLETED
+            finish(self.ctx, done, edit=self.paced)
             return COMPLETED
         return self._stopped()
 

@@ -3,8 +3,12 @@ the send loop in this process (the same code the Celery task runs)."""
 
 from __future__ import annotations
 
+import base64
+import json
 from dataclasses import dataclass
 from datetime import datetime
+
+from django.conf import settings
 
 from bots.models import BotUser, Broadcast, Topic
 from bots.pipeline.broadcast.jobs import SendJob
@@ -94,9 +98,28 @@ def click(webhook, telegram: FakeTelegram, who: FakeUser, control: Control, data
     return telegram.callback_answer(update["callback_query"]["id"])
 
 
-def run_loop(broadcast_id: int) -> str:
+# Where runs queued by a run of the loop in a test go: a queue no worker consumes (a test's rows
+# are not committed, so no worker could run them anyway).
+UNCONSUMED_QUEUE = "tests.broadcast.unconsumed"
+
+
+def run_loop(broadcast_id: int | SendJob) -> str:
     """One run of the send loop here (the Celery task's body); what it ended with."""
-    return run_send_job(SendJob(broadcast_id=broadcast_id))
+    job = broadcast_id if isinstance(broadcast_id, SendJob) else SendJob(broadcast_id=broadcast_id)
+    return run_send_job(job, queue=UNCONSUMED_QUEUE)
+
+
+def take_queued_runs(redis_client) -> list[SendJob]:
+    """The runs the loop queued on UNCONSUMED_QUEUE (taken off the queue): Celery's messages
+    as the broker holds them, decoded."""
+    queue = f"{settings.CELERY_BROKER_TRANSPORT_OPTIONS['global_keyprefix']}{UNCONSUMED_QUEUE}"
+    jobs = []
+    while (raw := redis_client.rpop(queue)) is not None:
+        message = json.loads(raw)
+        assert message["headers"]["task"] == "bots.tasks.broadcast_send_task"
+        _, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+        jobs.append(SendJob(**kwargs))
+    return jobs
 
 
 def received(telegram: FakeTelegram, person: FakeUser) -> list[str | None]:
@@ -106,3 +129,28 @@ def received(telegram: FakeTelegram, person: FakeUser) -> list[str | None]:
 
 def row(broadcast_id: int) -> Broadcast | None:
     return Broadcast.objects.filter(id=broadcast_id).first()
+
+
+def make_broadcast(
+    telegram: FakeTelegram, *, initiator: FakeUser, now: datetime, status: str, **fields
+) -> Broadcast:
+    """A broadcast row in ``status`` with a control message of the bot in General (as a
+    broadcast that got that far has), for states the buttons alone cannot reach quickly."""
+    chat = telegram.support_chat_id
+    preview = telegram.bot_sends(chat, text="📣 earlier")
+    control = telegram.bot_sends(chat, text="📤 正在发送……")
+    values = {
+        "bot_id": telegram.bot.id,
+        "source_update_id": 1,
+        "initiator_user_id": initiator.id,
+        "support_chat_id": chat,
+        "message_html": "<b>📣 earlier</b>",
+        "status": status,
+        "preview_msg_id": preview,
+        "control_msg_id": control,
+        "expires_at": now,
+        "created_at": now,
+        "updated_at": now,
+        **fields,
+    }
+    return Broadcast.objects.create(**values)
