@@ -41,7 +41,7 @@ def wipe_continue_task(*, job: dict) -> str | None:
 
 @shared_task(name="bots.tasks.broadcast_send_task", bind=True)
 def broadcast_send_task(
-    self, *, broadcast_id: int, lease_token: str | None = None, retries: int = 0
+    self, *, bot_id: int, broadcast_id: int, lease_token: str | None = None, retries: int = 0
 ) -> str:
     """One run of a confirmed broadcast's send loop (at most 120 s; each run queues the next on
     the queue it came from); returns what the run ended with.
@@ -52,7 +52,7 @@ def broadcast_send_task(
     """
     queue = (self.request.delivery_info or {}).get("routing_key")
     return run_send_job(
-        SendJob(broadcast_id=broadcast_id, lease_token=lease_token, retries=retries),
+        SendJob(bot_id=bot_id, broadcast_id=broadcast_id, lease_token=lease_token, retries=retries),
         queue=queue,
     )
 

@@ -76,50 +76,67 @@ def broadcast_create(
         return None
 
 
-def broadcast_attach_preview(*, broadcast_id: int, preview_msg_id: int, now: datetime) -> bool:
+def broadcast_attach_preview(
+    *, bot_id: int, broadcast_id: int, preview_msg_id: int, now: datetime
+) -> bool:
     """Store the preview's message id on a preparing row that has none yet."""
     return (
         Broadcast.objects.filter(
-            id=broadcast_id, status=BroadcastStatus.PREPARING, preview_msg_id__isnull=True
+            bot_id=bot_id,
+            id=broadcast_id,
+            status=BroadcastStatus.PREPARING,
+            preview_msg_id__isnull=True,
         ).update(preview_msg_id=preview_msg_id, updated_at=now)
         == 1
     )
 
 
-def broadcast_publish(*, broadcast_id: int, control_msg_id: int, now: datetime) -> bool:
+def broadcast_publish(
+    *, bot_id: int, broadcast_id: int, control_msg_id: int, now: datetime
+) -> bool:
     """preparing → pending with the control message's id (only once the preview is stored): the
     buttons work from now on."""
     return (
         Broadcast.objects.filter(
-            id=broadcast_id, status=BroadcastStatus.PREPARING, preview_msg_id__isnull=False
+            bot_id=bot_id,
+            id=broadcast_id,
+            status=BroadcastStatus.PREPARING,
+            preview_msg_id__isnull=False,
         ).update(control_msg_id=control_msg_id, status=BroadcastStatus.PENDING, updated_at=now)
         == 1
     )
 
 
-def broadcast_cancel(*, broadcast_id: int, initiator_user_id: int | None, now: datetime) -> bool:
+def broadcast_cancel(
+    *, bot_id: int, broadcast_id: int, initiator_user_id: int | None, now: datetime
+) -> bool:
     """pending → cancelled while unexpired, by its initiator (None: by an operator of the
     console, who may cancel any draft)."""
     rows = Broadcast.objects.filter(
-        id=broadcast_id, status=BroadcastStatus.PENDING, expires_at__gt=now
+        bot_id=bot_id, id=broadcast_id, status=BroadcastStatus.PENDING, expires_at__gt=now
     )
     if initiator_user_id is not None:
         rows = rows.filter(initiator_user_id=initiator_user_id)
     return rows.update(status=BroadcastStatus.CANCELLED, updated_at=now) == 1
 
 
-def broadcast_expire(*, broadcast_id: int, now: datetime) -> bool:
+def broadcast_expire(*, bot_id: int, broadcast_id: int, now: datetime) -> bool:
     """pending → expired once its preview's time is up."""
     return (
         Broadcast.objects.filter(
-            id=broadcast_id, status=BroadcastStatus.PENDING, expires_at__lte=now
+            bot_id=bot_id, id=broadcast_id, status=BroadcastStatus.PENDING, expires_at__lte=now
         ).update(status=BroadcastStatus.EXPIRED, updated_at=now)
         == 1
     )
 
 
 def broadcast_confirm(
-    *, broadcast_id: int, initiator_user_id: int, recipient_ids: Sequence[int], now: datetime
+    *,
+    bot_id: int,
+    broadcast_id: int,
+    initiator_user_id: int,
+    recipient_ids: Sequence[int],
+    now: datetime,
 ) -> str:
     """pending → sending with the frozen recipient list (ascending), by its initiator while
     unexpired. WON, LOST (not pending, expired or not theirs any more: re-read) or BUSY (the
@@ -127,6 +144,7 @@ def broadcast_confirm(
     try:
         with transaction.atomic():
             changed = Broadcast.objects.filter(
+                bot_id=bot_id,
                 id=broadcast_id,
                 status=BroadcastStatus.PENDING,
                 initiator_user_id=initiator_user_id,
@@ -145,13 +163,14 @@ def broadcast_confirm(
     return WON if changed == 1 else LOST
 
 
-def broadcast_claim_recipient(*, broadcast_id: int, index: int, now: datetime) -> bool:
+def broadcast_claim_recipient(*, bot_id: int, broadcast_id: int, index: int, now: datetime) -> bool:
     """Claim the recipient at ``index`` of the frozen list before sending to it: counted as a
     failure until ``broadcast_record_success`` says otherwise, heartbeat refreshed. False when
     the row left ``sending`` (wiped, stopped, stale) or another loop claimed that index already:
     stop before sending."""
     return (
         Broadcast.objects.filter(
+            bot_id=bot_id,
             id=broadcast_id,
             status=BroadcastStatus.SENDING,
             success_count=index - F("failure_count"),
@@ -160,11 +179,14 @@ def broadcast_claim_recipient(*, broadcast_id: int, index: int, now: datetime) -
     )
 
 
-def broadcast_unclaim_recipient(*, broadcast_id: int, index: int, now: datetime) -> bool:
+def broadcast_unclaim_recipient(
+    *, bot_id: int, broadcast_id: int, index: int, now: datetime
+) -> bool:
     """Give back the claim on ``index`` — only for a send Telegram refused with 429, which it
     never delivered — so that whoever runs next sends to that recipient after all."""
     return (
         Broadcast.objects.filter(
+            bot_id=bot_id,
             id=broadcast_id,
             status=BroadcastStatus.SENDING,
             failure_count__gt=0,
@@ -174,43 +196,44 @@ def broadcast_unclaim_recipient(*, broadcast_id: int, index: int, now: datetime)
     )
 
 
-def broadcast_record_success(*, broadcast_id: int) -> bool:
+def broadcast_record_success(*, bot_id: int, broadcast_id: int) -> bool:
     """Telegram accepted the claimed send: one failure becomes a success. (Whatever the row's
     status now: the count stays true when a wipe or a stop landed during the call.)"""
     return (
-        Broadcast.objects.filter(id=broadcast_id, failure_count__gt=0).update(
+        Broadcast.objects.filter(bot_id=bot_id, id=broadcast_id, failure_count__gt=0).update(
             failure_count=F("failure_count") - 1, success_count=F("success_count") + 1
         )
         == 1
     )
 
 
-def broadcast_fail_remaining(*, broadcast_id: int, now: datetime) -> bool:
+def broadcast_fail_remaining(*, bot_id: int, broadcast_id: int, now: datetime) -> bool:
     """Count every recipient not handled yet as a failure (a recipient list that cannot be
     decoded sends nothing)."""
     return (
-        Broadcast.objects.filter(id=broadcast_id, status=BroadcastStatus.SENDING).update(
-            failure_count=F("expected_count") - F("success_count"), updated_at=now
-        )
+        Broadcast.objects.filter(
+            bot_id=bot_id, id=broadcast_id, status=BroadcastStatus.SENDING
+        ).update(failure_count=F("expected_count") - F("success_count"), updated_at=now)
         == 1
     )
 
 
-def broadcast_heartbeat(*, broadcast_id: int, now: datetime) -> bool:
+def broadcast_heartbeat(*, bot_id: int, broadcast_id: int, now: datetime) -> bool:
     """The loop lives (while it waits): refresh ``updated_at``; False when the row left
     ``sending``."""
     return (
-        Broadcast.objects.filter(id=broadcast_id, status=BroadcastStatus.SENDING).update(
-            updated_at=now
-        )
+        Broadcast.objects.filter(
+            bot_id=bot_id, id=broadcast_id, status=BroadcastStatus.SENDING
+        ).update(updated_at=now)
         == 1
     )
 
 
-def broadcast_complete(*, broadcast_id: int, now: datetime) -> bool:
+def broadcast_complete(*, bot_id: int, broadcast_id: int, now: datetime) -> bool:
     """sending → completed once every recipient is counted."""
     return (
         Broadcast.objects.filter(
+            bot_id=bot_id,
             id=broadcast_id,
             status=BroadcastStatus.SENDING,
             success_count=F("expected_count") - F("failure_count"),
@@ -266,6 +289,6 @@ def broadcasts_expire_stale(*, bot_id: int, now: datetime) -> int:
     return drafts + stale
 
 
-def broadcast_delete(*, broadcast_id: int) -> None:
+def broadcast_delete(*, bot_id: int, broadcast_id: int) -> None:
     """The end is shown: the row goes (General's messages are the only history)."""
-    Broadcast.objects.filter(id=broadcast_id).delete()
+    Broadcast.objects.filter(bot_id=bot_id, id=broadcast_id).delete()

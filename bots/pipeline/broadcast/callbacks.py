@@ -77,10 +77,13 @@ def _decide(ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: s
             _show_state(ctx, row, callback_id=callback_id)
             return
         if row.expires_at <= ctx.now:
-            broadcast_expire(broadcast_id=row.id, now=ctx.now)
+            broadcast_expire(bot_id=ctx.bot_id, broadcast_id=row.id, now=ctx.now)
         elif not confirm:
             broadcast_cancel(
-                broadcast_id=row.id, initiator_user_id=row.initiator_user_id, now=ctx.now
+                bot_id=ctx.bot_id,
+                broadcast_id=row.id,
+                initiator_user_id=row.initiator_user_id,
+                now=ctx.now,
             )
         elif _confirm(ctx, row, callback_id=callback_id):
             return
@@ -98,7 +101,10 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
     recipients = broadcast_eligible_user_ids(bot_id=ctx.bot_id, limit=limit + 1)
     if not recipients or len(recipients) > limit:
         if not broadcast_cancel(
-            broadcast_id=row.id, initiator_user_id=row.initiator_user_id, now=ctx.now
+            bot_id=ctx.bot_id,
+            broadcast_id=row.id,
+            initiator_user_id=row.initiator_user_id,
+            now=ctx.now,
         ):
             return False
         text = (
@@ -110,6 +116,7 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
         toast_best_effort(ctx, callback_id, text)
         return True
     outcome = broadcast_confirm(
+        bot_id=ctx.bot_id,
         broadcast_id=row.id,
         initiator_user_id=row.initiator_user_id,
         recipient_ids=recipients,
@@ -120,7 +127,7 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
         return True
     if outcome != WON:
         return False
-    start_sending(broadcast_id=row.id)
+    start_sending(bot_id=ctx.bot_id, broadcast_id=row.id)
     toast_best_effort(ctx, callback_id, copy.toast_broadcast_confirmed())
     return True
 
@@ -128,7 +135,7 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
 def _show_state(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> None:
     if row.status == BroadcastStatus.SENDING:
         if not sender_lease_held(broadcast_id=row.id):
-            start_sending(broadcast_id=row.id)
+            start_sending(bot_id=ctx.bot_id, broadcast_id=row.id)
         toast(ctx, callback_id, copy.toast_broadcast_sending())
         return
     if row.status == BroadcastStatus.PREPARING:

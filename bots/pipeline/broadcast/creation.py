@@ -122,12 +122,15 @@ def _prepare(ctx: UpdateContext, row: Broadcast, *, eligible: int | None = None)
             ),
         )
         if preview is None:
-            broadcast_delete(broadcast_id=row.id)
+            broadcast_delete(bot_id=ctx.bot_id, broadcast_id=row.id)
             _reply(ctx, copy.broadcast_preview_failed())
             return
         try:
             stored = broadcast_attach_preview(
-                broadcast_id=row.id, preview_msg_id=preview["message_id"], now=ctx.now
+                bot_id=ctx.bot_id,
+                broadcast_id=row.id,
+                preview_msg_id=preview["message_id"],
+                now=ctx.now,
             )
         except Exception:
             _reply(ctx, copy.broadcast_preview_failed())
@@ -145,13 +148,16 @@ def _prepare(ctx: UpdateContext, row: Broadcast, *, eligible: int | None = None)
         ),
     )
     if control is None:
-        broadcast_delete(broadcast_id=row.id)
+        broadcast_delete(bot_id=ctx.bot_id, broadcast_id=row.id)
         _reply(ctx, copy.broadcast_control_failed())
         return
     published = False
     try:
         published = broadcast_publish(
-            broadcast_id=row.id, control_msg_id=control["message_id"], now=ctx.now
+            bot_id=ctx.bot_id,
+            broadcast_id=row.id,
+            control_msg_id=control["message_id"],
+            now=ctx.now,
         )
     finally:
         if not published:

@@ -125,7 +125,7 @@ def finish(
     (whoever runs next finishes it)."""
     text = final_text(row) if text is None else text
     edit_control(ctx, row, text, edit=edit)
-    broadcast_delete(broadcast_id=row.id)
+    broadcast_delete(bot_id=row.bot_id, broadcast_id=row.id)
     progress_forget(broadcast_id=row.id)
     return text
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -39,8 +40,9 @@ RESUME_AFTER_START_SECONDS = SENDER_LEASE_SECONDS + 1
 class SendJob:
     """One run of a broadcast's send loop, as it travels through the Celery queue."""
 
+    bot_id: int
     broadcast_id: int
-    lease_token: str | None = None  # None: take the lease anew (a first run, a resume)
+    lease_token: str | None = None  # None: take the lease anew (a resume by the sweep)
     retries: int = 0  # retryable failures in a row (database, the final edit)
 
 
@@ -50,10 +52,15 @@ def _send_task():
     return broadcast_send_task
 
 
-def start_sending(*, broadcast_id: int) -> None:
-    """Queue the first run once the confirming transaction is committed."""
+def start_sending(*, bot_id: int, broadcast_id: int) -> None:
+    """Queue the first run once the confirming transaction is committed.
+
+    The run carries its lease token from the start: should its process die, Celery redelivers
+    this very message, and the redelivered run holds the dead one's lease at once (a run with
+    another token would have to wait for it to lapse)."""
     task = _send_task()
-    transaction.on_commit(lambda: task.apply_async(kwargs={"broadcast_id": broadcast_id}))
+    job = SendJob(bot_id=bot_id, broadcast_id=broadcast_id, lease_token=secrets.token_hex(16))
+    transaction.on_commit(lambda: task.apply_async(kwargs=dataclasses.asdict(job)))
 
 
 def queue_run(job: SendJob, *, countdown: float, queue: str | None) -> bool:
@@ -89,5 +96,5 @@ def broadcasts_resume(*, queue: str | None = None) -> list[int]:
     ]
     for broadcast_id in orphaned:
         logger.warning("broadcast %s has no send loop: resuming it", broadcast_id)
-        queue_run(SendJob(broadcast_id=broadcast_id), countdown=0, queue=queue)
+        queue_run(SendJob(bot_id=bot_id, broadcast_id=broadcast_id), countdown=0, queue=queue)
     return orphaned

@@ -137,7 +137,7 @@ def run_send_job(
     """One run of the loop (``bots.tasks.broadcast_send_task``); returns what it ended with.
 
     ``queue``: where the next run goes (the queue this one came from)."""
-    row = Broadcast.objects.filter(id=job.broadcast_id).first()
+    row = Broadcast.objects.filter(bot_id=job.bot_id, id=job.broadcast_id).first()
     if row is None:
         return GONE
     ctx = worker_context(row.bot_id, in_place_retry=False)
@@ -213,7 +213,7 @@ class Sender:
         recipients = decode_recipients(row)
         if recipients is None:
             logger.error("broadcast %s: recipient list unreadable; nothing sent", row.id)
-            broadcast_fail_remaining(broadcast_id=row.id, now=timezone.now())
+            broadcast_fail_remaining(bot_id=row.bot_id, broadcast_id=row.id, now=timezone.now())
         else:
             self._note_unknown()
             if self._handled == 0:
@@ -289,21 +289,25 @@ class Sender:
         finally:
             self.limiter.release(permit)
         if outcome == SENT:
-            broadcast_record_success(broadcast_id=row.id)
+            broadcast_record_success(bot_id=row.bot_id, broadcast_id=row.id)
             row.failure_count -= 1
             row.success_count += 1
         elif (
             outcome == RATE_LIMITED
             and not keep_claim
             # Telegram refused it unseen: whoever sends next sends it again.
-            and broadcast_unclaim_recipient(broadcast_id=row.id, index=index, now=timezone.now())
+            and broadcast_unclaim_recipient(
+                bot_id=row.bot_id, broadcast_id=row.id, index=index, now=timezone.now()
+            )
         ):
             row.failure_count -= 1
         in_flight_clear(broadcast_id=row.id)
         return outcome
 
     def _claim(self, index: int) -> bool:
-        if not broadcast_claim_recipient(broadcast_id=self.row.id, index=index, now=timezone.now()):
+        if not broadcast_claim_recipient(
+            bot_id=self.row.bot_id, broadcast_id=self.row.id, index=index, now=timezone.now()
+        ):
             return False
         self.row.failure_count += 1
         self.heartbeat_at = self.monotonic()
@@ -331,9 +335,11 @@ class Sender:
         self.limiter.block(seconds=seconds)
 
     def _complete(self) -> str:
-        if broadcast_complete(broadcast_id=self.row.id, now=timezone.now()):
+        if broadcast_complete(bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()):
             # The statistics as stored (what every claim and success wrote).
-            done = Broadcast.objects.filter(id=self.row.id).first() or self.row
+            done = (
+                Broadcast.objects.filter(bot_id=self.row.bot_id, id=self.row.id).first() or self.row
+            )
             done.status = BroadcastStatus.COMPLETED
             finish(self.ctx, done, edit=self.paced)
             return COMPLETED
@@ -341,7 +347,7 @@ class Sender:
 
     def _stopped(self) -> str:
         """The row left ``sending``: show its end (the row may be gone: a wipe deleted it)."""
-        current = Broadcast.objects.filter(id=self.row.id).first()
+        current = Broadcast.objects.filter(bot_id=self.row.bot_id, id=self.row.id).first()
         if current is not None and current.status in (
             BroadcastStatus.SENDING,
             BroadcastStatus.COMPLETED,
@@ -370,7 +376,9 @@ class Sender:
         """Called while the limiter makes the loop wait: keep the lease and the heartbeat."""
         self._keep_lease_if_due()
         if self.monotonic() - self.heartbeat_at >= HEARTBEAT_SECONDS:
-            if not broadcast_heartbeat(broadcast_id=self.row.id, now=timezone.now()):
+            if not broadcast_heartbeat(
+                bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()
+            ):
                 raise LeftSending(f"broadcast {self.row.id} left sending")
             self.heartbeat_at = self.monotonic()
 

@@ -14,7 +14,7 @@ from bots.models import BotUser, Broadcast, Topic
 from bots.pipeline.broadcast.jobs import SendJob
 from bots.pipeline.broadcast.sending import run_send_job
 from tests.bots.helpers import keyboard_data
-from tests.fakes.telegram import FakeMessage, FakeTelegram, FakeUser
+from tests.fakes.telegram import BOT_ID, FakeMessage, FakeTelegram, FakeUser
 
 TITLE_AND_BODY = "/broadcast Service window\nWe upgrade on Sunday.\n\nThanks for waiting!"
 # What users get for TITLE_AND_BODY from the fake's bot (first name "Hodor").
@@ -105,7 +105,11 @@ UNCONSUMED_QUEUE = "tests.broadcast.unconsumed"
 
 def run_loop(broadcast_id: int | SendJob) -> str:
     """One run of the send loop here (the Celery task's body); what it ended with."""
-    job = broadcast_id if isinstance(broadcast_id, SendJob) else SendJob(broadcast_id=broadcast_id)
+    job = (
+        broadcast_id
+        if isinstance(broadcast_id, SendJob)
+        else SendJob(bot_id=BOT_ID, broadcast_id=broadcast_id)
+    )
     return run_send_job(job, queue=UNCONSUMED_QUEUE)
 
 
