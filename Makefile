@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test bench lint format stop-embedded migrate clean-venv
+.PHONY: run test bench bench-broadcast lint format stop-embedded migrate clean-venv
 
 $(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,9 +20,14 @@ run: $(INSTALLED)
 test: lint
 	$(PY) -m pytest
 
-# Not part of `make test`: several minutes of load against the project and its peers.
+# Not part of `make test`: several minutes of load against the project and its peers, then the
+# support bot's broadcast rate (bench/README.md).
 bench: $(INSTALLED)
 	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.broadcast
+
+bench-broadcast: $(INSTALLED)
+	$(PY) -m bench.broadcast
 
 lint: $(INSTALLED)
 	$(PY) -m ruff check .

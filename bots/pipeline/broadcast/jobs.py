@@ -9,7 +9,8 @@
   and the new run resumes from the row's counts. A whole worker that dies leaves its task with
   the broker until the visibility timeout (an hour); for that, beat runs this sweep every minute
   and a worker runs it when it starts (after the dead loop's lease has lapsed): every sending
-  broadcast whose sender lease is free gets a new run.
+  broadcast whose sender lease is free gets a new run (and so does one that ended without its
+  end being shown: completed, or stopped from the console).
 """
 
 from __future__ import annotations
@@ -80,15 +81,21 @@ def queue_run(job: SendJob, *, countdown: float, queue: str | None) -> bool:
 
 
 def broadcasts_resume(*, queue: str | None = None) -> list[int]:
-    """Queue a run for every broadcast of the bot that should have a loop and has none: sending
-    (or completed but not shown yet) with a free sender lease. Returns their ids."""
+    """Queue a run for every broadcast of the bot that should have a loop and has none: sending,
+    or completed / failed (stopped) but not shown yet, with a free sender lease. Returns their
+    ids."""
     bot_id = bot_current_id()
     if bot_id is None:
         return []
     orphaned = [
         broadcast_id
         for broadcast_id in Broadcast.objects.filter(
-            bot_id=bot_id, status__in=[BroadcastStatus.SENDING, BroadcastStatus.COMPLETED]
+            bot_id=bot_id,
+            status__in=[
+                BroadcastStatus.SENDING,
+                BroadcastStatus.COMPLETED,
+                BroadcastStatus.FAILED,
+            ],
         )
         .order_by("id")
         .values_list("id", flat=True)

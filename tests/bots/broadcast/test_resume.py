@@ -42,17 +42,21 @@ def test_the_sweep_queues_a_run_for_each_broadcast_of_the_bot_without_a_live_loo
         telegram, initiator=admin, now=clock.now, status="completed", source_update_id=3
     )
     sender_lease_take(broadcast_id=live.id, token=None, ttl_seconds=30)
-    make_broadcast(telegram, initiator=admin, now=clock.now, status="pending", source_update_id=4)
+    stopped = make_broadcast(
+        telegram, initiator=admin, now=clock.now, status="failed", source_update_id=4
+    )
+    make_broadcast(telegram, initiator=admin, now=clock.now, status="pending", source_update_id=5)
     make_broadcast(  # another bot's: not this deployment's
         telegram, initiator=admin, now=clock.now, status="sending", bot_id=BOT_ID + 1
     )
 
-    assert jobs.broadcasts_resume(queue=UNCONSUMED_QUEUE) == [orphan.id, unshown.id]
+    assert jobs.broadcasts_resume(queue=UNCONSUMED_QUEUE) == [orphan.id, unshown.id, stopped.id]
 
     runs = take_queued_runs(redis_client)
     assert [(run.bot_id, run.broadcast_id, run.lease_token) for run in runs] == [
         (BOT_ID, orphan.id, None),
         (BOT_ID, unshown.id, None),
+        (BOT_ID, stopped.id, None),
     ]
 
 
