@@ -98,17 +98,8 @@ def populate(recipients: int, *, preview_id: int, control_id: int) -> dict:
 # ------------------------------------------------------------------ the orchestrator
 
 
-def _most_in_one_second(arrivals: list[float]) -> int:
-    most, start = 0, 0
-    for end, at in enumerate(arrivals):
-        while arrivals[start] <= at - 1.0:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
-
-
 def measure(recipients: int, *, flood_control: bool) -> dict:
-    from tests.fakes.telegram import FakeTelegram
+    from tests.fakes.telegram import FakeTelegram, most_in_one_second
 
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = ROOT / "var" / "bench" / f"broadcast-{run_id}"
@@ -219,7 +210,7 @@ def measure(recipients: int, *, flood_control: bool) -> dict:
             "seconds": round(span, 2),
             "sends_per_second": round(rate, 2),
             "of_the_ceiling": round(rate / TELEGRAM_CEILING, 3),
-            "most_in_one_second": _most_in_one_second([call.at for call in messages]),
+            "most_in_one_second": most_in_one_second([call.at for call in messages]),
             "closest_into_one_chat_seconds": round(min(gaps), 3) if gaps else None,
             "final_text": telegram.message(chat, control_id).text,
         }

@@ -87,12 +87,9 @@ class Permit:
     granted_at_ms: int  # Redis TIME
 
 
-# KEYS: 1 global permits (ZSET permit → end ms), 2 next global start (ms), 3 the chat
-# ("<free at ms>:<permit>"), 4 blocked until (ms).
-# ARGV: 1 now ms or '' (Redis TIME), 2 per window, 3 window ms, 4 spacing ms,
-# 5 chat interval ms, 6 lease ms, 7 permit id.
-# Returns {1, now} when granted, {0, wait ms} otherwise.
-_ACQUIRE = """
+# Every script starts with the clock: ARGV[1] (epoch ms) when a test steps time by hand, else
+# Redis TIME — one clock for every process and host.
+_NOW = """
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -100,6 +97,16 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+"""
+
+# KEYS: 1 global permits (ZSET permit → end ms), 2 next global start (ms), 3 the chat
+# ("<free at ms>:<permit>"), 4 blocked until (ms).
+# ARGV: 1 now ms or '' (Redis TIME), 2 per window, 3 window ms, 4 spacing ms,
+# 5 chat interval ms, 6 lease ms, 7 permit id.
+# Returns {1, now} when granted, {0, wait ms} otherwise.
+_ACQUIRE = (
+    _NOW
+    + """
 local per_window = tonumber(ARGV[2])
 local window = tonumber(ARGV[3])
 local spacing = tonumber(ARGV[4])
@@ -132,17 +139,13 @@ local chat_free_at = now + lease + chat_interval
 redis.call('SET', KEYS[3], chat_free_at .. ':' .. ARGV[7], 'PX', lease + chat_interval)
 return {1, now}
 """
+)
 
 # KEYS: 1 global permits, 2 the chat. ARGV: 1 now ms or '', 2 permit id, 3 window ms,
 # 4 chat interval ms. The permit's call ended now.
-_RELEASE = """
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+_RELEASE = (
+    _NOW
+    + """
 local window = tonumber(ARGV[3])
 local chat_interval = tonumber(ARGV[4])
 if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
@@ -157,16 +160,12 @@ if chat and string.match(chat, ':(.+)$') == ARGV[2] then
 end
 return now
 """
+)
 
 # KEYS: 1 blocked until. ARGV: 1 now ms or '', 2 block ms. Never shortens a longer block.
-_BLOCK = """
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+_BLOCK = (
+    _NOW
+    + """
 local until_ms = now + tonumber(ARGV[2])
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 if until_ms > current then
@@ -175,6 +174,7 @@ if until_ms > current then
 end
 return current
 """
+)
 
 
 def _milliseconds(seconds: float) -> int:

@@ -25,7 +25,6 @@ send was in flight counts as a failure whose outcome is unknown — never resent
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -39,11 +38,11 @@ from bots.clients.telegram import (
     TelegramPermanentError,
     TelegramRetryableError,
 )
-from bots.conf import MAX_SAFE_INTEGER
 from bots.models import Broadcast, BroadcastStatus
 from bots.outbound.limiter import OutboundLimiter, Permit, Priority
 from bots.pipeline.broadcast.display import edit_control, finish, progress_text
 from bots.pipeline.broadcast.jobs import SendJob, queue_run
+from bots.pipeline.broadcast.recipients import decode_recipients
 from bots.pipeline.context import BotContext, worker_context
 from bots.selectors import broadcast_eligible_user_ids
 from bots.services.broadcast_progress import (
@@ -107,25 +106,6 @@ class LeaseLost(Exception):
 
 class LeftSending(Exception):
     """The row left ``sending`` while the loop waited."""
-
-
-def decode_recipients(row: Broadcast) -> list[int] | None:
-    """The frozen list, or None when it is not exactly ``expected_count`` positive safe
-    integers in strictly ascending order (fail closed: send nothing)."""
-    try:
-        ids = json.loads(row.recipient_ids_json)
-    except ValueError:
-        return None
-    if not isinstance(ids, list) or len(ids) != row.expected_count:
-        return None
-    previous = 0
-    for user_id in ids:
-        if not isinstance(user_id, int) or isinstance(user_id, bool):
-            return None
-        if not previous < user_id <= MAX_SAFE_INTEGER:
-            return None
-        previous = user_id
-    return ids
 
 
 def run_send_job(

@@ -21,6 +21,8 @@ TITLE_AND_BODY = "/broadcast Service window\nWe upgrade on Sunday.\n\nThanks for
 ANNOUNCEMENT_HTML = (
     "<b>📣 Service window</b>\n\nWe upgrade on Sunday.\n\nThanks for waiting!\n\n<i>— Hodor</i>"
 )
+# The ``people`` fixture's users.
+PEOPLE = [6001, 6002, 6003]
 ANNOUNCEMENT_TEXT = "📣 Service window\n\nWe upgrade on Sunday.\n\nThanks for waiting!\n\n— Hodor"
 
 
@@ -136,10 +138,17 @@ def row(broadcast_id: int) -> Broadcast | None:
 
 
 def make_broadcast(
-    telegram: FakeTelegram, *, initiator: FakeUser, now: datetime, status: str, **fields
+    telegram: FakeTelegram,
+    *,
+    initiator: FakeUser,
+    now: datetime,
+    status: str,
+    recipients: list[int] | None = None,
+    **fields,
 ) -> Broadcast:
     """A broadcast row in ``status`` with a control message of the bot in General (as a
-    broadcast that got that far has), for states the buttons alone cannot reach quickly."""
+    broadcast that got that far has), for states the buttons alone cannot reach quickly;
+    ``recipients``: its frozen list (and expected count)."""
     chat = telegram.support_chat_id
     preview = telegram.bot_sends(chat, text="📣 earlier")
     control = telegram.bot_sends(chat, text="📤 正在发送……")
@@ -155,6 +164,25 @@ def make_broadcast(
         "expires_at": now,
         "created_at": now,
         "updated_at": now,
+        **(
+            {"recipient_ids_json": json.dumps(recipients), "expected_count": len(recipients)}
+            if recipients is not None
+            else {}
+        ),
         **fields,
     }
     return Broadcast.objects.create(**values)
+
+
+def people_broadcast(
+    telegram: FakeTelegram, *, initiator: FakeUser, now: datetime, status: str, **fields
+) -> Broadcast:
+    """``make_broadcast`` to the ``people`` fixture's three users."""
+    return make_broadcast(
+        telegram, initiator=initiator, now=now, status=status, recipients=PEOPLE, **fields
+    )
+
+
+def control_text(telegram: FakeTelegram, broadcast: Broadcast) -> str | None:
+    """What the broadcast's control message says now."""
+    return telegram.message(telegram.support_chat_id, broadcast.control_msg_id).text

@@ -15,9 +15,11 @@ from bots.services.broadcast_progress import sender_lease_take
 from tests.bots.broadcast.helpers import (
     Control,
     click,
+    control_text,
     eligible_users,
     general_messages,
     make_broadcast,
+    people_broadcast,
     received,
     row,
     run_loop,
@@ -26,13 +28,6 @@ from tests.bots.broadcast.helpers import (
 from tests.bots.conftest import SECOND_ADMIN_ID
 
 NO_BUTTONS = None  # how the fake stores a message whose keyboard was removed
-
-
-@pytest.fixture
-def people(telegram, clock, webhook):
-    return eligible_users(
-        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(6001, 6004)
-    )
 
 
 @pytest.fixture
@@ -321,13 +316,11 @@ def test_a_confirm_redelivered_after_a_crash_resumes_one_send_loop(
 
 
 def _stale_send(telegram, admin, clock) -> Broadcast:
-    return make_broadcast(
+    return people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="sending",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=1,
         failure_count=1,
         updated_at=clock.now - timedelta(minutes=10),
@@ -347,7 +340,7 @@ def test_a_stale_send_is_failed_shown_and_deleted_by_the_next_click(
     toast = click(webhook, telegram, admin, elsewhere, elsewhere.confirm)
 
     assert toast == copy.toast_broadcast_missing()
-    text = telegram.message(telegram.support_chat_id, stale.control_msg_id).text
+    text = control_text(telegram, stale)
     assert text == copy.broadcast_interrupted(sent=1, failed=1, remaining=1)
     assert text == "⚠️ 广播已中断：已发送 1，失败 1，未发送 1；不会自动补发。"
     assert Broadcast.objects.count() == 0
@@ -358,7 +351,7 @@ def test_a_stale_send_is_cleaned_up_before_a_new_broadcast(webhook, telegram, ad
 
     draft = start_draft(webhook, telegram, admin)
 
-    text = telegram.message(telegram.support_chat_id, stale.control_msg_id).text
+    text = control_text(telegram, stale)
     assert text == copy.broadcast_interrupted(sent=1, failed=1, remaining=1)
     assert list(Broadcast.objects.values_list("id", flat=True)) == [draft.broadcast_id]
 
@@ -382,13 +375,11 @@ def test_a_sending_row_younger_than_ten_minutes_is_not_stale(
 def test_a_completed_broadcast_whose_statistics_were_not_shown_is_repaired_by_a_click(
     webhook, telegram, admin, people, clock
 ):
-    done = make_broadcast(
+    done = people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="completed",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=2,
         failure_count=1,
     )
@@ -402,7 +393,7 @@ def test_a_completed_broadcast_whose_statistics_were_not_shown_is_repaired_by_a_
     toast = click(webhook, telegram, admin, control, control.confirm)
 
     assert toast == copy.toast_broadcast_completed()
-    assert telegram.message(telegram.support_chat_id, done.control_msg_id).text == (
+    assert control_text(telegram, done) == (
         "✅ 广播完成：成功 2，失败 1\n（成功 = Telegram 已接收，不代表已读；失败的不会重发）"
     )
     assert Broadcast.objects.count() == 0

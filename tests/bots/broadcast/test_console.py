@@ -10,8 +10,9 @@ from bots import copy
 from bots.models import Broadcast
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.broadcast.helpers import (
-    eligible_users,
+    control_text,
     make_broadcast,
+    people_broadcast,
     row,
     run_loop,
     start_draft,
@@ -28,13 +29,6 @@ def operator(client, db):
     return client
 
 
-@pytest.fixture
-def people(telegram, clock, webhook):
-    return eligible_users(
-        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(6001, 6004)
-    )
-
-
 def _stop(operator, *ids: int) -> list[str]:
     response = operator.post(
         BROADCASTS,
@@ -48,13 +42,11 @@ def _stop(operator, *ids: int) -> list[str]:
 def test_the_list_shows_what_is_in_progress_and_who_started_it(
     operator, webhook, telegram, admin, people, clock
 ):
-    running = make_broadcast(
+    running = people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="sending",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=1,
         failure_count=1,
     )
@@ -114,13 +106,11 @@ def test_stopping_a_draft_without_a_configured_bot_changes_only_the_row(
 def test_stopping_a_running_send_fails_it_and_its_next_run_shows_what_was_sent(
     operator, telegram, admin, people, clock
 ):
-    running = make_broadcast(
+    running = people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="sending",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=1,
     )
 
@@ -133,7 +123,7 @@ def test_stopping_a_running_send_fails_it_and_its_next_run_shows_what_was_sent(
     assert run_loop(running.id) == "stopped"  # the loop's next step, or the sweep's run
 
     assert telegram.calls("sendMessage") == []
-    text = telegram.message(telegram.support_chat_id, running.control_msg_id).text
+    text = control_text(telegram, running)
     assert text == copy.broadcast_interrupted(sent=1, failed=0, remaining=2)
 
 

@@ -21,13 +21,6 @@ from tests.bots.broadcast.helpers import (
 from tests.bots.helpers import general_texts, keyboard_data
 
 
-@pytest.fixture
-def people(telegram, clock, webhook):
-    return eligible_users(
-        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(6001, 6004)
-    )
-
-
 def _general(webhook, telegram, who, text: str) -> None:
     webhook.deliver_ok(telegram.group_message(who, thread_id=None, text=text))
 

@@ -4,8 +4,6 @@ killed workers is test_worker_crash.py."""
 
 from __future__ import annotations
 
-import pytest
-
 from bots import copy
 from bots.pipeline.broadcast import jobs, sending
 from bots.services.broadcast_progress import sender_lease_held, sender_lease_take
@@ -14,7 +12,6 @@ from config.schedule import BEAT_SCHEDULE
 from tests.bots.broadcast.helpers import (
     UNCONSUMED_QUEUE,
     click,
-    eligible_users,
     make_broadcast,
     received,
     run_loop,
@@ -22,13 +19,6 @@ from tests.bots.broadcast.helpers import (
     take_queued_runs,
 )
 from tests.fakes.telegram import BOT_ID
-
-
-@pytest.fixture
-def people(telegram, clock, webhook):
-    return eligible_users(
-        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(6001, 6004)
-    )
 
 
 def test_the_sweep_queues_a_run_for_each_broadcast_of_the_bot_without_a_live_loop(

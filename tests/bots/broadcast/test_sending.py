@@ -13,8 +13,9 @@ from bots.services.broadcast_progress import in_flight_mark, sender_lease_take, 
 from tests.bots.broadcast.helpers import (
     ANNOUNCEMENT_HTML,
     click,
-    eligible_users,
+    control_text,
     make_broadcast,
+    people_broadcast,
     received,
     row,
     run_loop,
@@ -22,13 +23,6 @@ from tests.bots.broadcast.helpers import (
     take_queued_runs,
 )
 from tests.bots.helpers import table_state
-
-
-@pytest.fixture
-def people(telegram, clock, webhook):
-    return eligible_users(
-        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(6001, 6004)
-    )
 
 
 @pytest.fixture
@@ -166,7 +160,7 @@ def test_an_unreadable_recipient_list_sends_nothing_and_counts_everybody_as_fail
     assert run_loop(broken.id) == "completed"
 
     assert telegram.calls("sendMessage") == []
-    text = telegram.message(telegram.support_chat_id, broken.control_msg_id).text
+    text = control_text(telegram, broken)
     assert text == copy.broadcast_done(sent=0, failed=3)
 
 
@@ -174,13 +168,11 @@ def test_a_run_after_a_crash_resumes_after_the_last_claim_and_names_the_unknown_
     telegram, admin, people, clock
 ):
     # A loop sent to the first recipient, claimed the second, and died during that send.
-    crashed = make_broadcast(
+    crashed = people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="sending",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=1,
         failure_count=1,
     )
@@ -189,7 +181,7 @@ def test_a_run_after_a_crash_resumes_after_the_last_claim_and_names_the_unknown_
     assert run_loop(crashed.id) == "completed"
 
     assert [call.params["chat_id"] for call in telegram.calls("sendMessage")] == [people[2].id]
-    text = telegram.message(telegram.support_chat_id, crashed.control_msg_id).text
+    text = control_text(telegram, crashed)
     assert text == (
         "✅ 广播完成：成功 2，失败 0\n（成功 = Telegram 已接收，不代表已读；失败的不会重发）\n"
         "另有 1 位在发送时发送进程中断，是否送达未知，不会重发。"
@@ -200,13 +192,11 @@ def test_a_marker_of_a_send_whose_success_was_recorded_is_not_unknown(
     telegram, admin, people, clock
 ):
     # The loop died after recording the second send's success, before clearing its marker.
-    crashed = make_broadcast(
+    crashed = people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="sending",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=2,
         failure_count=0,
     )
@@ -214,7 +204,7 @@ def test_a_marker_of_a_send_whose_success_was_recorded_is_not_unknown(
 
     assert run_loop(crashed.id) == "completed"
 
-    text = telegram.message(telegram.support_chat_id, crashed.control_msg_id).text
+    text = control_text(telegram, crashed)
     assert text == copy.broadcast_done(sent=3, failed=0)
     assert unknown_count(broadcast_id=crashed.id) == 0
 
@@ -231,19 +221,17 @@ def test_a_run_finding_another_loop_on_its_broadcast_does_nothing(telegram, peop
 def test_a_run_on_a_stopped_broadcast_shows_what_was_sent_and_deletes_it(
     telegram, admin, people, clock
 ):
-    stopped = make_broadcast(
+    stopped = people_broadcast(
         telegram,
         initiator=admin,
         now=clock.now,
         status="failed",
-        recipient_ids_json="[6001,6002,6003]",
-        expected_count=3,
         success_count=2,
     )
 
     assert run_loop(stopped.id) == "stopped"
 
-    text = telegram.message(telegram.support_chat_id, stopped.control_msg_id).text
+    text = control_text(telegram, stopped)
     assert text == copy.broadcast_interrupted(sent=2, failed=0, remaining=1)
     assert Broadcast.objects.count() == 0
     assert telegram.calls("sendMessage") == []

@@ -33,6 +33,7 @@ from tests.fakes.telegram.records import (
     FakeTopic,
     FakeUser,
     Hold,
+    most_in_one_second,
 )
 from tests.fakes.telegram.server import FakeTelegram
 
@@ -46,4 +47,5 @@ __all__ = [
     "FakeTopic",
     "FakeUser",
     "Hold",
+    "most_in_one_second",
 ]

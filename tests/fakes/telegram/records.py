@@ -99,6 +99,16 @@ class Call:
         return self.status == 200
 
 
+def most_in_one_second(arrivals: list[float]) -> int:
+    """The most of ``arrivals`` (ascending times, seconds) within any one-second window."""
+    most, start = 0, 0
+    for end, at in enumerate(arrivals):
+        while arrivals[start] <= at - 1.0:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
 @dataclass
 class Fault:
     method: str | None  # lower-cased method, or None for "any method"
