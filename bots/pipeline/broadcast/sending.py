@@ -132,10 +132,9 @@ def run_send_job(
     handed_off = False
     try:
         outcome = Sender(ctx, job, row, monotonic=monotonic).run()
+        job.retries = 0  # this run got through: the next one starts a fresh count
         if outcome == CONTINUES:
             handed_off = queue_run(job, countdown=0, queue=queue)
-        else:
-            job.retries = 0
         return outcome
     except LeaseLost:
         return BUSY
