@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test audit bench lint format stop-embedded migrate clean-venv
+.PHONY: run test audit bench bench-broadcast lint format stop-embedded migrate clean-venv
 
 $(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,9 +25,14 @@ test: lint audit
 audit: $(INSTALLED)
 	$(PY) .ci/audit.py
 
-# Not part of `make test`: several minutes of load against the project and its peers.
+# Not part of `make test`: several minutes of load against the project and its peers, then the
+# support bot's broadcast rate (bench/README.md).
 bench: $(INSTALLED)
 	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.broadcast
+
+bench-broadcast: $(INSTALLED)
+	$(PY) -m bench.broadcast
 
 lint: $(INSTALLED)
 	$(PY) -m ruff check .

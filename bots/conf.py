@@ -30,6 +30,9 @@ DEFAULT_MAX_ATTEMPTS = 3
 # about one message per second with short bursts allowed. Five a second stays well clear of
 # flood control in practice, and a 429's retry_after is honoured on top.
 DEFAULT_TELEGRAM_DELETES_PER_SECOND = 5
+# The most eligible users a /broadcast may go to (spec §11: the original's cap). Raising it is the
+# way past the original's limit: the send loop runs in Celery, paced and resumable.
+DEFAULT_BROADCAST_MAX_RECIPIENTS = 500
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 # The Turnstile web verification's outside parts (spec §5.5, §8.4). Settings, so that tests (and
 # the page in a browser) run against local fakes.
@@ -59,6 +62,7 @@ NUMERIC_RULES = (
     NumberRule("VERIFY_TTL_HOURS", DEFAULT_VERIFY_TTL_HOURS, 0),
     NumberRule("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, 1),
     NumberRule("TELEGRAM_DELETES_PER_SECOND", DEFAULT_TELEGRAM_DELETES_PER_SECOND, 1),
+    NumberRule("BROADCAST_MAX_RECIPIENTS", DEFAULT_BROADCAST_MAX_RECIPIENTS, 1),
 )
 
 
@@ -73,6 +77,7 @@ class BotConfig:
     verify_ttl_hours: int
     max_attempts: int
     deletes_per_second: int  # pace of bulk deletions into the support group (purge, wipe)
+    broadcast_max_recipients: int  # the most eligible users a /broadcast may go to
     welcome_text: str | None  # None: the built-in welcome (bots.copy)
     turnstile_site_key: str | None
     turnstile_secret_key: str | None
@@ -85,11 +90,16 @@ class BotConfig:
     def is_admin(self, user_id: int) -> bool:
         return user_id in self.admin_ids
 
-    def telegram_client(self) -> TelegramClient:
-        """The Bot API client of this configuration. Callers check ``bot_token`` first."""
+    def telegram_client(self, *, in_place_retry: bool = True) -> TelegramClient:
+        """The Bot API client of this configuration. Callers check ``bot_token`` first.
+
+        ``in_place_retry=False``: a 429 is raised at once (a paced sender hands its retry_after
+        to the shared limiter instead of sleeping on its own)."""
         if not self.bot_token:
             raise ValueError("TELEGRAM_BOT_TOKEN is not set")
-        return TelegramClient(token=self.bot_token, api_base=self.telegram_api_base)
+        return TelegramClient(
+            token=self.bot_token, api_base=self.telegram_api_base, in_place_retry=in_place_retry
+        )
 
 
 def raw_setting(name: str) -> str | None:
@@ -215,6 +225,7 @@ def load_config() -> BotConfig:
         verify_ttl_hours=numbers["VERIFY_TTL_HOURS"],
         max_attempts=numbers["MAX_ATTEMPTS"],
         deletes_per_second=numbers["TELEGRAM_DELETES_PER_SECOND"],
+        broadcast_max_recipients=numbers["BROADCAST_MAX_RECIPIENTS"],
         welcome_text=parse_welcome_text(raw_setting("WELCOME_TEXT")),
         turnstile_site_key=raw_setting("TURNSTILE_SITE_KEY"),
         turnstile_secret_key=raw_setting("TURNSTILE_SECRET_KEY"),

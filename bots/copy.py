@@ -264,6 +264,10 @@ def help_text(*, verification_enabled: bool, mode: str) -> str:
         _("/unnote — 清除备注"),
         _("/risk — 标记为高危用户"),
         _("/unrisk — 取消高危标记"),
+        _(
+            "/broadcast <标题> — 向全部用户发送公告"
+            "（在 General 中使用；正文从第二行起，先预览再确认）"
+        ),
         _("/archive — 归档会话：关闭话题并清除验证，资料和记录保留"),
         _("/deluser — 彻底删除该用户的数据（需二次确认）"),
         _("/purgemsg — 删除话题内已记录的消息"),
@@ -292,7 +296,7 @@ def help_text(*, verification_enabled: bool, mode: str) -> str:
 
 def command_menu() -> list[tuple[str, str]]:
     """The admin commands registered by setwebhook (spec §1.4), in menu order: the original's
-    18 but /broadcast, which is not built yet (the menu only lists what works)."""
+    18."""
     return [
         ("help", _("查看全部命令")),
         ("ban", _("禁言当前话题的用户")),
@@ -310,6 +314,7 @@ def command_menu() -> list[tuple[str, str]]:
         ("archive", _("归档当前会话")),
         ("deluser", _("彻底删除该用户的数据（需确认）")),
         ("purgemsg", _("删除话题内已记录的消息")),
+        ("broadcast", _("向全部用户发送公告（General）")),
         ("wipealldata", _("清空全部话题与数据（需确认）")),
     ]
 
@@ -441,6 +446,136 @@ def wipe_done() -> str:
 
 def wipe_interrupted() -> str:
     return _("⚠️ 清空中断：Telegram 多次没有响应，数据未清空。请再次发送 /wipealldata。")
+
+
+# ------------------------------------------------------------------ /broadcast (spec §7)
+
+
+def broadcast_usage() -> str:
+    return _("用法：在 General 中发送“/broadcast <标题>”，正文从第二行开始写。")
+
+
+def broadcast_bot_name_failed() -> str:
+    return _("无法获取机器人名称，广播未开始。")
+
+
+def broadcast_too_long(length: int) -> str:
+    return _(
+        "公告太长：可见文字共 {length} 个字符（按 UTF-16 计），超过 Telegram 的 4096 上限，"
+        "未创建广播。请缩短后重试。"
+    ).format(length=length)
+
+
+def broadcast_draft_exists() -> str:
+    return _("已有一条广播在等待确认：请先确认或取消它，或等它过期（5 分钟）。")
+
+
+def broadcast_no_recipients() -> str:
+    return _("没有符合条件的用户，未创建广播。")
+
+
+def broadcast_too_many(limit: int) -> str:
+    return _("符合条件的用户超过 {limit} 人，未创建广播。").format(limit=limit)
+
+
+def broadcast_preview_failed() -> str:
+    return _("预览发送失败，广播未发送。")
+
+
+def broadcast_control_failed() -> str:
+    return _("控制消息发送失败，确认按钮无效，广播未发送。")
+
+
+def broadcast_control(count: int) -> str:
+    return _(
+        "📋 广播确认（尚未发送）\n"
+        "预计收件人：{count}\n"
+        "请在 5 分钟内确认，超时作废；只有发起的管理员可以操作。"
+    ).format(count=count)
+
+
+def broadcast_confirm_label() -> str:
+    return _("确认发送")
+
+
+def broadcast_control_invalid() -> str:
+    return _("⚠️ 这条广播的按钮已失效（未发送），请重新发起。")
+
+
+def broadcast_expired() -> str:
+    return _("⌛ 广播预览已过期（未发送）。")
+
+
+def broadcast_cancelled() -> str:
+    return _("🚫 广播已取消（未发送）。")
+
+
+def broadcast_nobody_to_send() -> str:
+    return _("没有可发送的用户，广播已取消（未发送）。")
+
+
+def broadcast_too_many_to_send(limit: int) -> str:
+    return _("可发送的用户超过 {limit} 人，广播已取消（未发送）。").format(limit=limit)
+
+
+def broadcast_sending(sent: int, failed: int, remaining: int) -> str:
+    return _("📤 正在发送……\n已发送 {sent}，失败 {failed}，剩余 {remaining}").format(
+        sent=sent, failed=failed, remaining=remaining
+    )
+
+
+def broadcast_done(sent: int, failed: int) -> str:
+    return _(
+        "✅ 广播完成：成功 {sent}，失败 {failed}\n"
+        "（成功 = Telegram 已接收，不代表已读；失败的不会重发）"
+    ).format(sent=sent, failed=failed)
+
+
+def broadcast_interrupted(sent: int, failed: int, remaining: int) -> str:
+    return _(
+        "⚠️ 广播已中断：已发送 {sent}，失败 {failed}，未发送 {remaining}；不会自动补发。"
+    ).format(sent=sent, failed=failed, remaining=remaining)
+
+
+def broadcast_unknown(count: int) -> str:
+    """Added to the statistics when a send loop died during some sends."""
+    return _("另有 {count} 位在发送时发送进程中断，是否送达未知，不会重发。").format(count=count)
+
+
+def toast_broadcast_missing() -> str:
+    return _("这条广播已处理或不存在。")
+
+
+def toast_broadcast_not_initiator() -> str:
+    return _("只有发起广播的管理员可以确认或取消。")
+
+
+def toast_broadcast_expired() -> str:
+    return _("预览已过期，请重新发起广播。")
+
+
+def toast_broadcast_cancelled() -> str:
+    return _("广播已取消。")
+
+
+def toast_broadcast_busy() -> str:
+    return _("已有一条广播正在发送，请稍后再试。")
+
+
+def toast_broadcast_sending() -> str:
+    return _("正在发送，请稍候。")
+
+
+def toast_broadcast_completed() -> str:
+    return _("广播已完成。")
+
+
+def toast_broadcast_confirmed() -> str:
+    return _("已确认，开始发送。")
+
+
+def toast_broadcast_interrupted() -> str:
+    return _("广播已中断。")
 
 
 # ------------------------------------------------------------------ HTTP endpoints

@@ -230,7 +230,7 @@ class BroadcastStatus(models.TextChoices):
 
 
 class Broadcast(models.Model):
-    """``broadcasts``: one /broadcast task, alive only while it runs (written by a later issue)."""
+    """``broadcasts``: one /broadcast task, alive only while it runs (bots.services.broadcasts)."""
 
     id = models.BigAutoField(primary_key=True)
     bot_id = models.BigIntegerField()

@@ -1,8 +1,8 @@
 """Every Redis key the support bot writes, built from REDIS_KEY_PREFIX (``cpr:`` in production).
 
-The bot keeps its durable state in PostgreSQL; Redis only coordinates bulk deletions across
-processes (web and worker). docs/redis-keys.md lists each key with its TTL and what a FLUSHALL
-does to it.
+The bot keeps its durable state in PostgreSQL; Redis only coordinates work across processes
+(web and worker): bulk deletions, the outbound limiter, the broadcast sender.
+docs/redis-keys.md lists each key with its TTL and what a FLUSHALL does to it.
 """
 
 from __future__ import annotations
@@ -22,3 +22,44 @@ def bulk_deletion_lock(bot_id: int) -> str:
 def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     """The first click on a /wipealldata prompt ("cancelled" or "confirmed:<callback id>")."""
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"
+
+
+# ------------------------------------------------------------------ the outbound limiter
+
+
+def outbound_global(bot_id: int) -> str:
+    """ZSET of the bot's permits (permit id → when its call ended, or will at the latest)."""
+    return f"{_prefix()}outbound:{bot_id}:global"
+
+
+def outbound_next_start(bot_id: int) -> str:
+    """The earliest start of the bot's next call (epoch ms): calls spread over the second."""
+    return f"{_prefix()}outbound:{bot_id}:next_start"
+
+
+def outbound_chat(bot_id: int, chat_id: int) -> str:
+    """When the next call into ``chat_id`` may start, and the permit that set it."""
+    return f"{_prefix()}outbound:{bot_id}:chat:{chat_id}"
+
+
+def outbound_blocked(bot_id: int) -> str:
+    """Until when nobody may call (epoch ms): the last retry_after Telegram answered."""
+    return f"{_prefix()}outbound:{bot_id}:blocked"
+
+
+# ------------------------------------------------------------------ the broadcast sender
+
+
+def broadcast_sender(broadcast_id: int) -> str:
+    """The one send loop of a broadcast (its holder's token)."""
+    return f"{_prefix()}broadcast:{broadcast_id}:sender"
+
+
+def broadcast_in_flight(broadcast_id: int) -> str:
+    """The recipient index whose send is in flight (set before the call, deleted after it)."""
+    return f"{_prefix()}broadcast:{broadcast_id}:in_flight"
+
+
+def broadcast_unknown(broadcast_id: int) -> str:
+    """How many recipients were in flight when a send loop died (their outcome is unknown)."""
+    return f"{_prefix()}broadcast:{broadcast_id}:unknown"

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Case, Max, Value, When
+from django.db.models import Case, Exists, Max, OuterRef, Value, When
 
 from bots.conf import raw_setting
 from bots.models import (
     Bot,
     BotUser,
+    Broadcast,
     DeleteConfirmation,
     ProcessedUpdate,
     RelayedMessage,
@@ -189,3 +190,34 @@ def bound_thread_ids(*, bot_id: int, after_thread_id: int) -> list[int]:
         .order_by("thread_id")
         .values_list("thread_id", flat=True)
     )
+
+
+# ------------------------------------------------------------------ broadcasts
+
+
+def broadcast_eligible_user_ids(*, bot_id: int, limit: int | None = None) -> list[int]:
+    """The users a broadcast may go to (spec §7.2), ascending: a binding and a users row that is
+    not banned. Archived users, closed topics and unverified users are included; users without a
+    binding, orphan bindings and deleted users are not. At most ``limit`` ids (None: all)."""
+    not_banned = BotUser.objects.filter(
+        bot_id=OuterRef("bot_id"), user_id=OuterRef("user_id"), is_banned=False
+    )
+    ids = (
+        Topic.objects.filter(Exists(not_banned), bot_id=bot_id)
+        .order_by("user_id")
+        .values_list("user_id", flat=True)
+    )
+    return list(ids if limit is None else ids[:limit])
+
+
+def broadcast_get(*, bot_id: int, broadcast_id: int) -> Broadcast | None:
+    return Broadcast.objects.filter(bot_id=bot_id, id=broadcast_id).first()
+
+
+def broadcast_get_for_update_id(*, bot_id: int, source_update_id: int) -> Broadcast | None:
+    """The broadcast the command update ``source_update_id`` started, if any."""
+    return Broadcast.objects.filter(bot_id=bot_id, source_update_id=source_update_id).first()
+
+
+def broadcast_draft_exists(*, bot_id: int) -> bool:
+    return Broadcast.objects.filter(bot_id=bot_id, status__in=["preparing", "pending"]).exists()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from bots.pipeline.broadcast.jobs import SendJob, broadcasts_resume
+from bots.pipeline.broadcast.sending import run_send_job
 from bots.pipeline.purge import PurgeJob, continue_purge
 from bots.pipeline.wipe import WipeJob, continue_wipe
 from bots.services.processed_updates import processed_update_trim
@@ -35,3 +37,28 @@ def wipe_continue_task(*, job: dict) -> str | None:
     """The rest of a confirmed /wipealldata, one chunk per run; returns the outcome posted in
     General when the wipe ended. Idempotent like ``purge_continue_task``."""
     return continue_wipe(WipeJob(**job))
+
+
+@shared_task(name="bots.tasks.broadcast_send_task", bind=True)
+def broadcast_send_task(
+    self, *, bot_id: int, broadcast_id: int, lease_token: str | None = None, retries: int = 0
+) -> str:
+    """One run of a confirmed broadcast's send loop (at most 120 s; each run queues the next on
+    the queue it came from); returns what the run ended with.
+
+    Idempotent: the row's counts are the cursor, every send is claimed first, so a run
+    redelivered after its worker died resumes after the last claimed recipient and never sends
+    to anybody twice; a run whose broadcast has another live loop, or no row, does nothing.
+    """
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    return run_send_job(
+        SendJob(bot_id=bot_id, broadcast_id=broadcast_id, lease_token=lease_token, retries=retries),
+        queue=queue,
+    )
+
+
+@shared_task(name="bots.tasks.broadcasts_resume_task", bind=True)
+def broadcasts_resume_task(self) -> list[int]:
+    """Every minute (beat) and when a worker starts: queue a run for each sending broadcast
+    without a live loop (its worker died); returns their ids. Idempotent."""
+    return broadcasts_resume(queue=(self.request.delivery_info or {}).get("routing_key"))

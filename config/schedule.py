@@ -48,6 +48,11 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "bots.tasks.processed_updates_trim_task",
         "schedule": crontab(minute=23, hour=3),
     },
+    # Support bot: a broadcast whose worker died mid-send gets a new send loop (every minute).
+    "bots-resume-broadcasts": {
+        "task": "bots.tasks.broadcasts_resume_task",
+        "schedule": 60.0,
+    },
 }
 
 # (task name, countdown seconds): sent once when beat starts. spec §4.5: the model refresh 1 s

@@ -8,7 +8,9 @@
   on a topic's page "Purge messages…" (as /purgemsg, behind a confirmation page);
 * the message ledger and processed updates — read-only;
 * settings — the raw rows read-only, and a form for the verification switches;
-* the bots row — read-only.
+* the bots row — read-only;
+* broadcasts — in progress (state, counts, remaining, the admin who started it); the action
+  stops one (a draft is cancelled, a running send stops before its next recipient).
 
 **Composite primary keys.** Django 5.2's admin refuses models with one, so ``users``, ``topics``
 and ``processed_updates`` are listed through unmanaged mirror models (``bots.models.*Listing``)
@@ -31,4 +33,4 @@ says what Telegram step was skipped — except delete user and purge, which then
 """
 
 # Importing the screens registers them with the admin site (Django imports ``bots.admin``).
-from bots.admin import conversations, records, switches  # noqa: F401
+from bots.admin import broadcasts, conversations, records, switches  # noqa: F401

@@ -141,8 +141,10 @@ class TelegramClient:
         session: requests.Session | None = None,
         sleep: Callable[[float], None] = time.sleep,
         timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+        in_place_retry: bool = True,
     ) -> None:
         self._token = token
+        self._in_place_retry = in_place_retry
         self._api_base = api_base.rstrip("/")
         self._session = session or shared_session()
         self._sleep = sleep
@@ -160,7 +162,7 @@ class TelegramClient:
         try:
             return self._attempt(method, payload)
         except TelegramRetryableError as error:
-            if error.status != 429 or error.retry_after is None:
+            if not self._in_place_retry or error.status != 429 or error.retry_after is None:
                 raise
             if error.retry_after > IN_PLACE_RETRY_MAX_SECONDS:
                 raise
@@ -272,14 +274,22 @@ class TelegramClient:
         text: str,
         message_thread_id: int | None = None,
         reply_markup: dict | None = None,
+        parse_mode: str | None = None,
+        reply_to_message_id: int | None = None,
     ) -> dict:
+        """``parse_mode="HTML"`` only for broadcasts; ``reply_to_message_id`` only for the
+        broadcast's control message (sent as ``reply_parameters``)."""
         return self.call(
             "sendMessage",
             {
                 "chat_id": chat_id,
                 "message_thread_id": message_thread_id,
                 "text": text,
+                "parse_mode": parse_mode,
                 "reply_markup": reply_markup,
+                "reply_parameters": (
+                    {"message_id": reply_to_message_id} if reply_to_message_id is not None else None
+                ),
             },
         )
 

@@ -25,11 +25,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from django.utils import timezone
-
 from bots.clients.telegram import TelegramRetryableError
-from bots.conf import load_config
-from bots.pipeline.context import BotContext
+from bots.pipeline.context import BotContext, worker_context
 from bots.services.bulk_lock import bulk_lock_hold, bulk_lock_release
 
 logger = logging.getLogger(__name__)
@@ -181,18 +178,6 @@ def run_paced(
                 pacer.pause(wait)
         record(item, outcome)
     return None
-
-
-def worker_context(bot_id: int) -> BotContext | None:
-    """The Telegram context of a Celery continuation, or None when the bot is not configured in
-    the worker (no token or no valid SUPPORT_CHAT_ID)."""
-    config = load_config()
-    if not config.bot_token or config.support_chat_id is None:
-        logger.error("bulk deletion of bot %s: the worker has no bot configuration", bot_id)
-        return None
-    return BotContext(
-        bot_id=bot_id, config=config, client=config.telegram_client(), now=timezone.now()
-    )
 
 
 class BulkJob(Protocol):

@@ -6,11 +6,16 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.utils import timezone
+
 from bots.clients.telegram import TelegramClient
-from bots.conf import BotConfig
+from bots.conf import BotConfig, load_config
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,3 +45,19 @@ class UpdateContext(BotContext):
     def is_redelivery(self) -> bool:
         """An earlier attempt of this update ran and failed: some of its writes may be done."""
         return self.attempts > 0
+
+
+def worker_context(bot_id: int, *, in_place_retry: bool = True) -> BotContext | None:
+    """The Telegram context of a Celery job, or None when the bot is not configured in the
+    worker (no token or no valid SUPPORT_CHAT_ID). ``in_place_retry``: see
+    ``BotConfig.telegram_client``."""
+    config = load_config()
+    if not config.bot_token or config.support_chat_id is None:
+        logger.error("bot %s: the worker has no bot configuration", bot_id)
+        return None
+    return BotContext(
+        bot_id=bot_id,
+        config=config,
+        client=config.telegram_client(in_place_retry=in_place_retry),
+        now=timezone.now(),
+    )

@@ -1,13 +1,14 @@
 """Button presses in the support group (spec §1.7): routed by the payload's prefix.
 
-``d:`` → the /deluser prompt; ``b:`` → broadcast buttons (not built yet: ignored); anything else
-→ the /wipealldata prompt, whose handler ignores payloads that are not its own.
+``d:`` → the /deluser prompt; ``b:`` → a broadcast's control message; anything else → the
+/wipealldata prompt, whose handler ignores payloads that are not its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bots.pipeline.broadcast.callbacks import handle_broadcast_callback
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.deluser import handle_deletion_callback
 from bots.pipeline.wipe import handle_wipe_callback
@@ -20,6 +21,6 @@ def handle_group_callback(ctx: UpdateContext, callback: Mapping) -> None:
     if data.startswith("d:"):
         handle_deletion_callback(ctx, callback)
     elif data.startswith("b:"):
-        return  # /broadcast's buttons arrive with the broadcast itself
+        handle_broadcast_callback(ctx, callback)
     else:
         handle_wipe_callback(ctx, callback)

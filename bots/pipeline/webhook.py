@@ -30,6 +30,7 @@ from django.db import DatabaseError
 from bots.auth import secret_matches
 from bots.clients.telegram import TelegramError
 from bots.conf import BotConfig, load_config
+from bots.pipeline.broadcast.creation import handle_broadcast_command
 from bots.pipeline.classify import UpdateKind, classify_update, is_integer
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.group_callbacks import handle_group_callback
@@ -164,6 +165,7 @@ def dispatch(context: UpdateContext, update: Mapping) -> None:
         handle_topic_event(context, update["message"], thread_id=classification.thread_id)
     elif kind == UpdateKind.GROUP_CALLBACK:
         handle_group_callback(context, update["callback_query"])
+    elif kind == UpdateKind.BROADCAST:
+        handle_broadcast_command(context, update["message"])
     else:
-        # ignore; /broadcast arrives with a later issue and is acknowledged until then.
         logger.debug("update %s: %s, nothing to do", context.update_id, kind)

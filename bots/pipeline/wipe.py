@@ -53,11 +53,11 @@ from bots.pipeline.context import BotContext, UpdateContext
 from bots.pipeline.failures import best_effort
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import bound_thread_ids
+from bots.services.broadcasts import broadcasts_stop
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.wipe import (
     CANCELLED,
     bot_data_wipe,
-    broadcasts_stop,
     confirmed_by,
     wipe_decision_claim,
     wipe_decision_get,

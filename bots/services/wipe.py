@@ -1,5 +1,5 @@
-"""Writes of /wipealldata (spec §4.10): the prompt's first-click decision, stopping broadcasts,
-and removing every row of the bot's business tables.
+"""Writes of /wipealldata (spec §4.10): the prompt's first-click decision and removing every row
+of the bot's business tables (stopping the broadcasts is ``bots.services.broadcasts``'s).
 
 The prompt itself is stateless (its 60 s window travels in the payload); the first click on it is
 recorded in Redis with one atomic script, so that a cancel and a confirm (or two admins'
@@ -9,7 +9,7 @@ half-done wipe on after the window has passed.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import transaction
 from django_redis import get_redis_connection
@@ -17,7 +17,6 @@ from django_redis import get_redis_connection
 from bots.models import (
     BotUser,
     Broadcast,
-    BroadcastStatus,
     DeleteConfirmation,
     RelayedMessage,
     Topic,
@@ -59,18 +58,6 @@ def wipe_decision_claim(*, bot_id: int, prompt_msg_id: int, decision: str) -> st
         args=[decision, int(DECISION_TTL.total_seconds())],
     )
     return stored.decode() if isinstance(stored, bytes) else str(stored)
-
-
-def broadcasts_stop(*, bot_id: int, now: datetime) -> int:
-    """Cancel the drafts (preparing, pending) and fail the running send (its loop stops before
-    the next recipient); the number of rows changed."""
-    drafts = Broadcast.objects.filter(
-        bot_id=bot_id, status__in=[BroadcastStatus.PREPARING, BroadcastStatus.PENDING]
-    ).update(status=BroadcastStatus.CANCELLED, updated_at=now)
-    sending = Broadcast.objects.filter(bot_id=bot_id, status=BroadcastStatus.SENDING).update(
-        status=BroadcastStatus.FAILED, updated_at=now
-    )
-    return drafts + sending
 
 
 @transaction.atomic

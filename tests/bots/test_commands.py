@@ -436,6 +436,7 @@ HELP_ON_MATH = """管理命令（在用户的话题中使用）：
 /unnote — 清除备注
 /risk — 标记为高危用户
 /unrisk — 取消高危标记
+/broadcast <标题> — 向全部用户发送公告（在 General 中使用；正文从第二行起，先预览再确认）
 /archive — 归档会话：关闭话题并清除验证，资料和记录保留
 /deluser — 彻底删除该用户的数据（需二次确认）
 /purgemsg — 删除话题内已记录的消息
@@ -524,9 +525,9 @@ def test_help_lists_exactly_the_commands_that_are_routed():
         if line.startswith("/")
     }
 
+    # /broadcast has a pipeline of its own in General (tests/bots/broadcast/).
     routed = set(ANYWHERE) | set(ANY_TOPIC) | set(GENERAL_ONLY) | set(ABOUT_THE_TOPIC_USER)
-    assert listed == routed
-    assert "/broadcast" not in listed  # not built yet: never advertised
+    assert listed == routed | {"/broadcast"}
 
 
 def test_every_topic_command_is_routed():

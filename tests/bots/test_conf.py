@@ -140,3 +140,20 @@ def test_the_bulk_deletion_pace_defaults_to_five_a_second(settings, raw, pace):
     settings.TELEGRAM_DELETES_PER_SECOND = raw
 
     assert load_config().deletes_per_second == pace
+
+
+@pytest.mark.parametrize(
+    ("raw", "cap"), [(None, 500), ("2000", 2000), ("0", 500), ("many", 500), ("-5", 500)]
+)
+def test_the_broadcast_recipient_cap_defaults_to_500(settings, raw, cap):
+    settings.BROADCAST_MAX_RECIPIENTS = raw
+
+    assert load_config().broadcast_max_recipients == cap
+
+
+def test_selfcheck_names_an_invalid_broadcast_cap(settings):
+    from bots.selfcheck import environment_problems
+
+    settings.BROADCAST_MAX_RECIPIENTS = "lots"
+
+    assert "BROADCAST_MAX_RECIPIENTS 的值无效，运行时按默认值 500 处理" in environment_problems()

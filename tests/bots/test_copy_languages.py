@@ -48,6 +48,10 @@ ARGUMENTS = {
     "count": 3,
     "done": 40,
     "total": 3000,
+    "length": 4097,
+    "sent": 480,
+    "failed": 20,
+    "remaining": 1500,
 }
 
 

@@ -120,6 +120,7 @@ def test_setwebhook_binds_the_webhook_records_the_bot_and_registers_the_menu(
         "archive",
         "deluser",
         "purgemsg",
+        "broadcast",
         "wipealldata",
     ]
     assert _no_secret_in(response, bot_settings)

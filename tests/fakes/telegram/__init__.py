@@ -12,10 +12,16 @@ own error descriptions, and keeps the state the bot's behaviour depends on:
 * users who blocked the bot (403), users the bot never met (403), callback queries (answerable
   once), the webhook registration and the command menus.
 
+Messages sent with ``parse_mode`` HTML are parsed as Telegram does (unknown or unbalanced tags are
+refused with "can't parse entities"; ``text`` is the visible text, ``html`` what was sent, and
+the 4096 limit counts the visible text's UTF-16 code units); ``reply_parameters`` must name a
+live message of the chat.
+
 Tests drive it from both sides: ``private_message`` / ``group_message`` / ``click`` build the
 updates Telegram would deliver (allocating real message ids), and ``fail`` / ``fail_call`` /
-``hold`` inject 429/5xx/network faults or pause a method. ``calls()`` lists every API call in
-arrival order, failed ones included.
+``hold`` inject 429/5xx/network faults or pause a method; ``limit_rate`` (per chat) and
+``limit_global_rate`` (all chats together) turn on Telegram's flood control, off by default.
+``calls()`` lists every API call in arrival order (with its arrival time), failed ones included.
 """
 
 from tests.fakes.telegram.records import (
@@ -27,6 +33,7 @@ from tests.fakes.telegram.records import (
     FakeTopic,
     FakeUser,
     Hold,
+    most_in_one_second,
 )
 from tests.fakes.telegram.server import FakeTelegram
 
@@ -40,4 +47,5 @@ __all__ = [
     "FakeTopic",
     "FakeUser",
     "Hold",
+    "most_in_one_second",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from typing import Any
 
 from tests.fakes.telegram.records import (
@@ -16,6 +17,55 @@ from tests.fakes.telegram.records import (
     bad_request,
 )
 from tests.fakes.telegram.state import ChatState
+
+# The tags of the Bot API's HTML parse mode (https://core.telegram.org/bots/api#html-style).
+HTML_TAGS = frozenset(
+    {
+        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler", "a",
+        "tg-emoji", "code", "pre", "blockquote",
+    }
+)  # fmt: skip
+
+
+class _EntityParser(HTMLParser):
+    """Telegram's HTML parse mode: the visible text of a message, or the error it answers."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.visible: list[str] = []
+        self.open: list[str] = []
+        self.error: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag not in HTML_TAGS:
+            self.error = self.error or f'Unsupported start tag "{tag}"'
+        self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.open or self.open[-1] != tag:
+            self.error = self.error or f'Unmatched end tag "{tag}"'
+            return
+        self.open.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.visible.append(data)
+
+
+def parse_html(text: str) -> str:
+    """The visible text of an HTML-mode message; raises 400 "can't parse entities" as Telegram
+    does for unknown or unbalanced tags."""
+    parser = _EntityParser()
+    parser.feed(text)
+    parser.close()
+    if parser.error is None and parser.open:
+        parser.error = f'Can\'t find end tag corresponding to start tag "{parser.open[-1]}"'
+    if parser.error is not None:
+        raise bad_request(f"can't parse entities: {parser.error}")
+    return "".join(parser.visible)
+
+
+def utf16_length(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
 
 
 class BotApiMethods(ChatState):
@@ -95,11 +145,19 @@ class BotApiMethods(ChatState):
         chat_id = self._chat(params)
         thread_id = self._writable_thread(chat_id, params)
         self._check_markup(params.get("reply_markup"))
+        html = text = None
         if kind == "text":
             text = params.get("text")
-            if not isinstance(text, str) or not text.strip():
+            if not isinstance(text, str):
                 raise bad_request("message text is empty")
-            if len(text) > 4096:
+            if params.get("parse_mode") == "HTML":
+                html, text = text, parse_html(text)
+            elif params.get("parse_mode") is not None:
+                raise bad_request(f"unsupported parse_mode {params['parse_mode']}")
+            if not text.strip():
+                raise bad_request("message text is empty")
+            # Telegram counts the visible text in UTF-16 code units.
+            if (utf16_length(text) if html is not None else len(text)) > 4096:
                 raise bad_request("message is too long")
         else:
             file_id = params.get(kind)
@@ -110,16 +168,24 @@ class BotApiMethods(ChatState):
             caption = params.get("caption")
             if isinstance(caption, str) and len(caption) > 1024:
                 raise bad_request("message caption is too long")
+        reply_to = None
+        if params.get("reply_parameters") is not None:
+            reply_to = self._integer(params["reply_parameters"], "message_id")
+            replied = self._messages.get((chat_id, reply_to))
+            if replied is None or replied.deleted:
+                raise bad_request("message to be replied not found")
         message = FakeMessage(
             chat_id=chat_id,
             message_id=self._allocate_message_id(chat_id),
             thread_id=thread_id,
             sender_id=self.bot.id,
             kind=kind,
-            text=params.get("text") if kind == "text" else None,
+            text=text if kind == "text" else None,
             file_id=params.get(kind) if kind != "text" else None,
             caption=params.get("caption") if kind not in ("text", "sticker") else None,
             reply_markup=params.get("reply_markup"),
+            html=html,
+            reply_to_message_id=reply_to,
         )
         self._messages[(chat_id, message.message_id)] = message
         return self._message_json(message)

@@ -61,6 +61,10 @@ class FakeMessage:
     file_id: str | None = None
     caption: str | None = None
     reply_markup: dict | None = None
+    # parse_mode HTML: what the bot sent (``text`` is what the reader sees, tags and entities
+    # parsed as Telegram does).
+    html: str | None = None
+    reply_to_message_id: int | None = None
     deleted: bool = False
     # The bot may not delete it (deleteMessage: "message can't be deleted"), e.g. an admin's
     # message while the bot lacks the "delete messages" right.
@@ -95,6 +99,16 @@ class Call:
         return self.status == 200
 
 
+def most_in_one_second(arrivals: list[float]) -> int:
+    """The most of ``arrivals`` (ascending times, seconds) within any one-second window."""
+    most, start = 0, 0
+    for end, at in enumerate(arrivals):
+        while arrivals[start] <= at - 1.0:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
 @dataclass
 class Fault:
     method: str | None  # lower-cased method, or None for "any method"
@@ -111,11 +125,14 @@ class Fault:
 @dataclass
 class RateLimit:
     """Telegram's flood control, as a test configures it: at most ``per_second`` accepted calls
-    of ``methods`` into one chat in any one-second window; the next gets 429 with retry_after."""
+    of ``methods`` into one chat (``per_chat``) or into all chats together in any one-second
+    window; the next gets 429 with retry_after."""
 
     per_second: int
     methods: frozenset[str]  # lower-cased method names
-    accepted: dict[int, list[float]] = field(default_factory=dict)  # chat id -> arrival times
+    per_chat: bool = True
+    # chat id (or None for all chats together) -> arrival times of the accepted calls
+    accepted: dict[int | None, list[float]] = field(default_factory=dict)
 
 
 @dataclass

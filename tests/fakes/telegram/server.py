@@ -55,7 +55,7 @@ class FakeTelegram(BotApiMethods):
         self._call_number = 0
         self._faults: list[Fault] = []
         self._holds: dict[str, Hold] = {}
-        self._rate_limit: RateLimit | None = None
+        self._rate_limits: list[RateLimit] = []
         self._update_ids = itertools.count(700_000_001)
         self._callback_ids = itertools.count(9_000_001)
 
@@ -74,7 +74,7 @@ class FakeTelegram(BotApiMethods):
             self._calls = []
             self._faults = []
             self._holds = {}
-            self._rate_limit = None
+            self._rate_limits = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -245,6 +245,12 @@ class FakeTelegram(BotApiMethods):
         with self._lock:
             self._delete_topic(thread_id)
 
+    def met(self, *users: FakeUser) -> None:
+        """Users who wrote to the bot before (the bot may message them), without an update."""
+        with self._lock:
+            for user in users:
+                self._users[user.id] = user
+
     def block(self, user_id: int) -> None:
         with self._lock:
             self._blocked.add(user_id)
@@ -286,12 +292,13 @@ class FakeTelegram(BotApiMethods):
         *,
         status: int = 500,
         description: str | None = None,
+        retry_after: int | None = None,
         mode: str = "envelope",
     ) -> None:
         """Make the ``number``-th call from now (1-based, any method) fail, unapplied."""
         with self._lock:
             self._faults.append(
-                Fault(None, self._call_number + number, status, description, None, 1, mode)
+                Fault(None, self._call_number + number, status, description, retry_after, 1, mode)
             )
 
     def limit_rate(self, per_second: int, *, methods: tuple[str, ...] = ("deleteMessage",)) -> None:
@@ -299,7 +306,15 @@ class FakeTelegram(BotApiMethods):
         one chat per second; beyond that Telegram's 429 "Too Many Requests: retry after N"
         (with ``parameters.retry_after``), nothing applied. Off unless a test turns it on."""
         with self._lock:
-            self._rate_limit = RateLimit(per_second, frozenset(m.lower() for m in methods))
+            self._rate_limits.append(RateLimit(per_second, frozenset(m.lower() for m in methods)))
+
+    def limit_global_rate(self, per_second: int, *, methods: tuple[str, ...]) -> None:
+        """As ``limit_rate``, for the bot's calls of ``methods`` into all chats together (the
+        ~30 messages a second Telegram allows a bot). Off unless a test turns it on."""
+        with self._lock:
+            self._rate_limits.append(
+                RateLimit(per_second, frozenset(m.lower() for m in methods), per_chat=False)
+            )
 
     def delete_message_by_hand(self, chat_id: int, message_id: int) -> None:
         """An admin deletes the message in Telegram (no update is sent for that)."""
@@ -394,19 +409,21 @@ class FakeTelegram(BotApiMethods):
         return web.json_response(envelope, status=error.status)
 
     def _over_rate_limit(self, method: str, params: dict, now: float) -> ApiError | None:
-        """The 429 of a call over the configured rate limit, else None (the call is counted)."""
-        limit = self._rate_limit
-        if limit is None or method not in limit.methods:
-            return None
-        chat_id = params.get("chat_id")
-        accepted = [at for at in limit.accepted.get(chat_id, []) if at > now - 1.0]
-        limit.accepted[chat_id] = accepted
-        if len(accepted) >= limit.per_second:
-            retry_after = max(1, math.ceil(accepted[0] + 1.0 - now))
-            return ApiError(
-                429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after
-            )
-        accepted.append(now)
+        """The 429 of a call over a configured rate limit, else None (the call is counted)."""
+        applying = [limit for limit in self._rate_limits if method in limit.methods]
+        windows = []
+        for limit in applying:
+            key = params.get("chat_id") if limit.per_chat else None
+            accepted = [at for at in limit.accepted.get(key, []) if at > now - 1.0]
+            limit.accepted[key] = accepted
+            if len(accepted) >= limit.per_second:
+                retry_after = max(1, math.ceil(accepted[0] + 1.0 - now))
+                return ApiError(
+                    429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after
+                )
+            windows.append(accepted)
+        for accepted in windows:
+            accepted.append(now)
         return None
 
     def _take_fault(self, method: str, number: int) -> Fault | None:

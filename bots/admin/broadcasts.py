@@ -1,0 +1,98 @@
+"""The broadcasts screen: what is in progress (state, counts, remaining, who started it), and
+stopping one — a draft is cancelled, a running send stops before its next recipient — through
+the state machine's own service (``bots.pipeline.broadcast.console``)."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from bots.admin.common import NOT_CONFIGURED, CurrentBotAdmin, id_list, telegram_context
+from bots.models import Broadcast, BroadcastStatus
+from bots.pipeline.broadcast.console import stop_broadcast
+from bots.pipeline.broadcast.display import remaining
+
+
+@admin.register(Broadcast)
+class BroadcastAdmin(CurrentBotAdmin):
+    list_display = (
+        "id",
+        "status",
+        "started_by",
+        "expected_count",
+        "success_count",
+        "failure_count",
+        "remaining_recipients",
+        "created_at",
+        "confirmed_at",
+        "updated_at",
+    )
+    list_filter = ("status",)
+    ordering = ("-id",)
+    fields = (
+        "id",
+        "status",
+        "started_by",
+        "expected_count",
+        "success_count",
+        "failure_count",
+        "remaining_recipients",
+        "message_html",
+        "preview_msg_id",
+        "control_msg_id",
+        "created_at",
+        "expires_at",
+        "confirmed_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+    actions = ["stop_broadcasts"]
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # the state machine changes broadcasts; fields are never edited by hand
+
+    @admin.display(description="started by (Telegram id)")
+    def started_by(self, obj: Broadcast) -> int:
+        return obj.initiator_user_id
+
+    @admin.display(description="remaining")
+    def remaining_recipients(self, obj: Broadcast) -> int | str:
+        return remaining(obj) if obj.status == BroadcastStatus.SENDING else "—"
+
+    @admin.action(description="Stop the selected broadcasts (a draft is cancelled)")
+    def stop_broadcasts(self, request: HttpRequest, queryset: QuerySet) -> None:
+        cancelled, stopping, untouched = [], [], []
+        for bot_id, broadcast_id in queryset.values_list("bot_id", "id"):
+            ctx = telegram_context(bot_id)
+            stopped = stop_broadcast(
+                ctx, bot_id=bot_id, broadcast_id=broadcast_id, now=timezone.now()
+            )
+            if stopped.status == BroadcastStatus.CANCELLED:
+                cancelled.append(broadcast_id)
+                if not stopped.shown:
+                    problem = NOT_CONFIGURED if ctx is None else stopped.problem
+                    self.message_user(
+                        request,
+                        f"Broadcast {broadcast_id}: its message in General is not updated "
+                        f"({problem}).",
+                        messages.WARNING,
+                    )
+            elif stopped.status == BroadcastStatus.FAILED:
+                stopping.append(broadcast_id)
+            else:
+                untouched.append(broadcast_id)
+        if cancelled:
+            self.message_user(request, f"Cancelled: {id_list(cancelled)}.", messages.SUCCESS)
+        if stopping:
+            self.message_user(
+                request,
+                f"Stopping: {id_list(stopping)} — the send stops before its next recipient and "
+                "its message in General shows what was sent.",
+                messages.SUCCESS,
+            )
+        if untouched:
+            self.message_user(
+                request, f"Not in progress any more: {id_list(untouched)}.", messages.WARNING
+            )

@@ -1,0 +1,1 @@
+"""The bot's outbound pacing: what every process sending to Telegram shares (``limiter``)."""

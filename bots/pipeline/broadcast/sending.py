@@ -1,0 +1,395 @@
+"""The send loop of a confirmed broadcast (spec §7.5 step 6), one Celery run at a time.
+
+A run takes the broadcast's sender lease (one loop per broadcast), then:
+
+* ``completed`` row ⇒ the final statistics are shown and the row deleted (a run after the final
+  edit failed); ``failed`` / ``cancelled`` / ``expired`` ⇒ their end is shown, the row deleted;
+* ``sending`` ⇒ the frozen recipient list is decoded fail-closed (a JSON array of
+  ``expected_count`` positive, strictly ascending ids; otherwise nothing is sent and every
+  recipient counts as a failure) and intersected once with the users eligible now (the others
+  count as failures, unsent); then, from the row's counts on, for each recipient:
+  a permit from the shared limiter (``bots.outbound.limiter``: ~30 a second for the bot, one a
+  second per chat, nobody inside a retry_after), the in-flight marker, the claim (one
+  conditional UPDATE: counted as a failure, heartbeat refreshed — or the row left ``sending`` and
+  the loop stops before this recipient), ``sendMessage`` (parse_mode HTML), the outcome:
+  accepted ⇒ a success; a 429 ⇒ the limiter blocks everybody for its retry_after, the claim is
+  given back (Telegram delivered nothing) and the same recipient is tried again, at most
+  MAX_RATE_LIMITED_SENDS times; any other failure (blocked by the user, 5xx, network) stays a
+  failure and is never retried (it may have been delivered: at most once).
+
+Every PROGRESS_EDIT_SECONDS the control message shows sent / failed / remaining. A run works
+for at most TASK_CHUNK_SECONDS, then queues the next run (``jobs.queue_run``); the counts on the
+row are the cursor, so a run killed anywhere resumes where it stopped, and the recipient whose
+send was in flight counts as a failure whose outcome is unknown — never resent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import DatabaseError
+from django.utils import timezone
+
+from bots.clients.telegram import (
+    TelegramError,
+    TelegramPermanentError,
+    TelegramRetryableError,
+)
+from bots.models import Broadcast, BroadcastStatus
+from bots.outbound.limiter import OutboundLimiter, Permit, Priority
+from bots.pipeline.broadcast.display import edit_control, finish, progress_text
+from bots.pipeline.broadcast.jobs import SendJob, queue_run
+from bots.pipeline.broadcast.recipients import decode_recipients
+from bots.pipeline.context import BotContext, worker_context
+from bots.selectors import broadcast_eligible_user_ids
+from bots.services.broadcast_progress import (
+    SENDER_LEASE_REFRESH_SECONDS,
+    SENDER_LEASE_SECONDS,
+    in_flight_clear,
+    in_flight_mark,
+    in_flight_take,
+    sender_lease_hold,
+    sender_lease_release,
+    sender_lease_take,
+    unknown_add,
+)
+from bots.services.broadcasts import (
+    broadcast_claim_recipient,
+    broadcast_complete,
+    broadcast_fail_remaining,
+    broadcast_heartbeat,
+    broadcast_record_success,
+    broadcast_unclaim_recipient,
+)
+
+logger = logging.getLogger(__name__)
+
+# One run's share of a broadcast (under the worker's 240 s soft time limit).
+TASK_CHUNK_SECONDS = 120.0
+# The control message shows the progress this often while sending.
+PROGRESS_EDIT_SECONDS = 5.0
+# While the loop waits (a retry_after), its heartbeat is refreshed this often.
+HEARTBEAT_SECONDS = 5.0
+# A 429 without retry_after (Telegram always sends one; never trust that) blocks this long.
+DEFAULT_RETRY_AFTER_SECONDS = 3
+# 429s for one recipient before it counts as a failure.
+MAX_RATE_LIMITED_SENDS = 5
+# A run that met a retryable failure (the database, the final edit) runs again after this
+# many seconds, at most MAX_RUN_RETRIES times in a row.
+RUN_RETRY_SECONDS = 10.0
+MAX_RUN_RETRIES = 5
+# How long an edit of the control message may wait for its permit.
+EDIT_PERMIT_TIMEOUT = 30.0
+
+# What one run ended with (the task's return value).
+COMPLETED = "completed"  # the final statistics are shown
+STOPPED = "stopped"  # the row left sending (wiped, stopped, stale): its end is shown
+CONTINUES = "continues"  # the next run is queued
+BUSY = "busy"  # another loop holds the broadcast
+GONE = "gone"  # no row (shown and deleted already), or nothing to send (a draft)
+NOT_CONFIGURED = "not configured"
+GIVEN_UP = "given up"
+
+SENT = "sent"
+FAILED = "failed"
+RATE_LIMITED = "rate limited"
+
+Result = TypeVar("Result")
+
+
+class LeaseLost(Exception):
+    """Another loop holds the broadcast now: this one stops at once, silently."""
+
+
+class LeftSending(Exception):
+    """The row left ``sending`` while the loop waited."""
+
+
+def run_send_job(
+    job: SendJob,
+    *,
+    queue: str | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> str:
+    """One run of the loop (``bots.tasks.broadcast_send_task``); returns what it ended with.
+
+    ``queue``: where the next run goes (the queue this one came from)."""
+    row = Broadcast.objects.filter(bot_id=job.bot_id, id=job.broadcast_id).first()
+    if row is None:
+        return GONE
+    ctx = worker_context(row.bot_id, in_place_retry=False)
+    if ctx is None:
+        return NOT_CONFIGURED
+    token = sender_lease_take(
+        broadcast_id=row.id, token=job.lease_token, ttl_seconds=SENDER_LEASE_SECONDS
+    )
+    if token is None:
+        return BUSY
+    job.lease_token = token
+    handed_off = False
+    try:
+        outcome = Sender(ctx, job, row, monotonic=monotonic).run()
+        job.retries = 0  # this run got through: the next one starts a fresh count
+        if outcome == CONTINUES:
+            handed_off = queue_run(job, countdown=0, queue=queue)
+        return outcome
+    except LeaseLost:
+        return BUSY
+    except (DatabaseError, TelegramRetryableError) as error:
+        if job.retries >= MAX_RUN_RETRIES:
+            logger.error("broadcast %s: given up after %s retries: %s", row.id, job.retries, error)
+            return GIVEN_UP
+        logger.warning("broadcast %s: run failed (%s); again soon", row.id, error)
+        job.retries += 1
+        handed_off = queue_run(job, countdown=RUN_RETRY_SECONDS, queue=queue)
+        return CONTINUES
+    finally:
+        if not handed_off:
+            sender_lease_release(broadcast_id=row.id, token=token)
+
+
+class Sender:
+    """One run over one broadcast row (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: BotContext,
+        job: SendJob,
+        row: Broadcast,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.job = job
+        self.row = row  # kept up to date with what this run wrote
+        self.monotonic = monotonic
+        self.limiter = OutboundLimiter(bot_id=row.bot_id)
+        started = monotonic()
+        self.deadline = started + TASK_CHUNK_SECONDS
+        self.lease_kept_at = started
+        self.heartbeat_at = started
+        self.progress_at = started
+
+    # -------------------------------------------------------------- the run
+
+    def run(self) -> str:
+        row = self.row
+        if row.status == BroadcastStatus.COMPLETED:
+            finish(self.ctx, row, edit=self.paced)
+            return COMPLETED
+        if row.status in (
+            BroadcastStatus.FAILED,
+            BroadcastStatus.CANCELLED,
+            BroadcastStatus.EXPIRED,
+        ):
+            finish(self.ctx, row, edit=self.paced)
+            return STOPPED
+        if row.status != BroadcastStatus.SENDING:
+            return GONE
+        recipients = decode_recipients(row)
+        if recipients is None:
+            logger.error("broadcast %s: recipient list unreadable; nothing sent", row.id)
+            broadcast_fail_remaining(bot_id=row.bot_id, broadcast_id=row.id, now=timezone.now())
+        else:
+            self._note_unknown()
+            if self._handled == 0:
+                self._best_effort_edit(progress_text(row))
+            try:
+                stopped = self._send_from(recipients)
+            except LeftSending:
+                stopped = self._stopped()
+            if stopped is not None:
+                return stopped
+        return self._complete()
+
+    @property
+    def _handled(self) -> int:
+        return self.row.success_count + self.row.failure_count
+
+    def _note_unknown(self) -> None:
+        """A previous loop died during a send: that recipient's outcome is unknown."""
+        marker = in_flight_take(broadcast_id=self.row.id)
+        if marker is None:
+            return
+        index, successes = marker
+        if index == self._handled - 1 and successes == self.row.success_count:
+            logger.warning("broadcast %s: send %s was in flight at a crash", self.row.id, index)
+            unknown_add(broadcast_id=self.row.id)
+
+    def _send_from(self, recipients: list[int]) -> str | None:
+        """Send from the row's counts on; None when every recipient is handled."""
+        eligible = set(broadcast_eligible_user_ids(bot_id=self.row.bot_id))
+        rate_limited = 0
+        while self._handled < len(recipients):
+            if self.monotonic() >= self.deadline:
+                return CONTINUES
+            self._keep_lease_if_due()
+            index = self._handled
+            user_id = recipients[index]
+            if user_id not in eligible:
+                # Banned, unbound or deleted since the confirm: a failure, never sent.
+                if not self._claim(index):
+                    return self._stopped()
+                continue
+            permit = self.limiter.acquire(
+                chat_id=user_id,
+                priority=Priority.BULK,
+                timeout=max(0.0, self.deadline - self.monotonic()),
+                on_wait=self._waiting,
+            )
+            if permit is None:
+                return CONTINUES
+            last_try = rate_limited >= MAX_RATE_LIMITED_SENDS
+            outcome = self._send_one(index, user_id, permit, keep_claim=last_try)
+            if outcome is None:
+                return self._stopped()
+            if outcome == RATE_LIMITED and rate_limited < MAX_RATE_LIMITED_SENDS:
+                rate_limited += 1
+                continue
+            rate_limited = 0
+            self._progress_if_due()
+        return None
+
+    def _send_one(
+        self, index: int, user_id: int, permit: Permit, *, keep_claim: bool
+    ) -> str | None:
+        """Claim, send, record. None when the claim failed (the row left sending).
+        ``keep_claim``: a 429 now counts as this recipient's failure (its last try)."""
+        row = self.row
+        try:
+            in_flight_mark(broadcast_id=row.id, index=index, successes=row.success_count)
+            if not self._claim(index):
+                in_flight_clear(broadcast_id=row.id)
+                return None
+            outcome = self._deliver(user_id)
+        finally:
+            self.limiter.release(permit)
+        if outcome == SENT:
+            broadcast_record_success(bot_id=row.bot_id, broadcast_id=row.id)
+            row.failure_count -= 1
+            row.success_count += 1
+        elif (
+            outcome == RATE_LIMITED
+            and not keep_claim
+            # Telegram refused it unseen: whoever sends next sends it again.
+            and broadcast_unclaim_recipient(
+                bot_id=row.bot_id, broadcast_id=row.id, index=index, now=timezone.now()
+            )
+        ):
+            row.failure_count -= 1
+        in_flight_clear(broadcast_id=row.id)
+        return outcome
+
+    def _claim(self, index: int) -> bool:
+        if not broadcast_claim_recipient(
+            bot_id=self.row.bot_id, broadcast_id=self.row.id, index=index, now=timezone.now()
+        ):
+            return False
+        self.row.failure_count += 1
+        self.heartbeat_at = self.monotonic()
+        return True
+
+    def _deliver(self, user_id: int) -> str:
+        try:
+            self.ctx.client.send_message(
+                chat_id=user_id, text=self.row.message_html, parse_mode="HTML"
+            )
+        except TelegramRetryableError as error:
+            if error.status == 429:
+                self._learn_retry_after(error)
+                return RATE_LIMITED
+            logger.info("broadcast %s: not sent to %s: %s", self.row.id, user_id, error)
+            return FAILED
+        except TelegramPermanentError as error:
+            logger.info("broadcast %s: not sent to %s: %s", self.row.id, user_id, error)
+            return FAILED
+        return SENT
+
+    def _learn_retry_after(self, error: TelegramError) -> None:
+        seconds = error.retry_after if error.retry_after else DEFAULT_RETRY_AFTER_SECONDS
+        logger.info("broadcast %s: 429, everybody waits %ss", self.row.id, seconds)
+        self.limiter.block(seconds=seconds)
+
+    def _complete(self) -> str:
+        if broadcast_complete(bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()):
+            # The statistics as stored (what every claim and success wrote).
+            done = (
+                Broadcast.objects.filter(bot_id=self.row.bot_id, id=self.row.id).first() or self.row
+            )
+            done.status = BroadcastStatus.COMPLETED
+            finish(self.ctx, done, edit=self.paced)
+            return COMPLETED
+        return self._stopped()
+
+    def _stopped(self) -> str:
+        """The row left ``sending``: show its end (the row may be gone: a wipe deleted it)."""
+        current = Broadcast.objects.filter(bot_id=self.row.bot_id, id=self.row.id).first()
+        if current is not None and current.status in (
+            BroadcastStatus.SENDING,
+            BroadcastStatus.COMPLETED,
+        ):
+            return BUSY  # another loop moved on meanwhile: it shows the end
+        row = current or self.row
+        if current is None:
+            row.status = BroadcastStatus.FAILED
+        finish(self.ctx, row, edit=self.paced)
+        return STOPPED
+
+    # -------------------------------------------------------------- while it runs
+
+    def _keep_lease_if_due(self) -> None:
+        if self.monotonic() - self.lease_kept_at < SENDER_LEASE_REFRESH_SECONDS:
+            return
+        if not sender_lease_hold(
+            broadcast_id=self.row.id,
+            token=self.job.lease_token,
+            ttl_seconds=SENDER_LEASE_SECONDS,
+        ):
+            raise LeaseLost(f"broadcast {self.row.id}: sender lease lost")
+        self.lease_kept_at = self.monotonic()
+
+    def _waiting(self, seconds: float) -> None:
+        """Called while the limiter makes the loop wait: keep the lease and the heartbeat."""
+        self._keep_lease_if_due()
+        if self.monotonic() - self.heartbeat_at >= HEARTBEAT_SECONDS:
+            if not broadcast_heartbeat(
+                bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()
+            ):
+                raise LeftSending(f"broadcast {self.row.id} left sending")
+            self.heartbeat_at = self.monotonic()
+
+    def _progress_if_due(self) -> None:
+        if self.monotonic() - self.progress_at < PROGRESS_EDIT_SECONDS:
+            return
+        self.progress_at = self.monotonic()
+        self._best_effort_edit(progress_text(self.row))
+
+    def _best_effort_edit(self, text: str) -> None:
+        try:
+            edit_control(self.ctx, self.row, text, edit=self.paced)
+        except TelegramError as error:
+            logger.info("broadcast %s: progress not shown: %s", self.row.id, error)
+
+    def paced(self, call: Callable[[], Result]) -> Result:
+        """Run a call into the support group under the shared limiter (a 429 is learned)."""
+        permit = self.limiter.acquire(
+            chat_id=self.row.support_chat_id,
+            priority=Priority.CARD,
+            timeout=EDIT_PERMIT_TIMEOUT,
+            on_wait=lambda seconds: self._keep_lease_if_due(),
+        )
+        if permit is None:
+            raise TelegramRetryableError(
+                method="editMessageText", status=None, description="no send permit in time"
+            )
+        try:
+            return call()
+        except TelegramRetryableError as error:
+            if error.status == 429:
+                self._learn_retry_after(error)
+            raise
+        finally:
+            self.limiter.release(permit)

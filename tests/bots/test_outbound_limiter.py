@@ -1,0 +1,136 @@
+"""The outbound limiter (``bots.outbound.limiter``) on the real Redis: its decisions, stepped
+through with explicit clock readings (``now_ms``), and shared by every limiter of the bot — in
+this process or in others (the cross-process half is the broadcast test through a real worker,
+whose pacing the fake Bot API's timestamps show)."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+
+from bots import redis_keys
+from bots.outbound.limiter import TELEGRAM_LIMITS, Limits, OutboundLimiter, Permit
+
+BOT = 4242
+T0 = 1_800_000_000_000  # an epoch in milliseconds
+
+
+@pytest.fixture
+def limiter() -> OutboundLimiter:
+    return OutboundLimiter(bot_id=BOT)
+
+
+def _granted(outcome) -> Permit:
+    assert isinstance(outcome, Permit), f"refused, wait {outcome}"
+    return outcome
+
+
+def test_telegram_limits_are_30_a_second_and_one_a_second_per_chat():
+    assert Limits(per_second=30, chat_interval=1.0, window=1.0, lease=25.0) == TELEGRAM_LIMITS
+    assert round(TELEGRAM_LIMITS.spacing * 1000) == 33
+
+
+def test_calls_are_spread_over_the_second(limiter):
+    _granted(limiter.try_acquire(chat_id=1, now_ms=T0))
+
+    assert limiter.try_acquire(chat_id=2, now_ms=T0 + 10) == pytest.approx(0.023)
+    _granted(limiter.try_acquire(chat_id=2, now_ms=T0 + 33))
+
+
+def test_at_most_30_calls_count_in_any_window_until_they_end(limiter):
+    permits = [
+        _granted(limiter.try_acquire(chat_id=100 + number, now_ms=T0 + 33 * number))
+        for number in range(30)
+    ]
+    # In flight, a permit counts as if its call ended a lease (25 s) after its grant.
+    assert limiter.try_acquire(chat_id=500, now_ms=T0 + 990) == pytest.approx(25.0 + 1.0 - 0.99)
+
+    for number, permit in enumerate(permits):
+        limiter.release(permit, now_ms=T0 + 33 * number + 5)  # each call took 5 ms
+
+    # The oldest call ended at T0 + 5: the 31st may start one window after that, not sooner.
+    assert limiter.try_acquire(chat_id=500, now_ms=T0 + 1000) == pytest.approx(0.005)
+    _granted(limiter.try_acquire(chat_id=500, now_ms=T0 + 1005))
+    assert limiter.try_acquire(chat_id=501, now_ms=T0 + 1020) == pytest.approx(0.018)  # spacing
+
+
+def test_one_call_into_a_chat_then_nothing_into_it_for_a_second_after_it_ended(limiter):
+    permit = _granted(limiter.try_acquire(chat_id=7, now_ms=T0))
+
+    assert limiter.try_acquire(chat_id=7, now_ms=T0 + 500) == pytest.approx(25.5)
+    limiter.release(permit, now_ms=T0 + 200)
+    assert limiter.try_acquire(chat_id=7, now_ms=T0 + 500) == pytest.approx(0.7)
+    _granted(limiter.try_acquire(chat_id=8, now_ms=T0 + 500))  # another chat is free
+    _granted(limiter.try_acquire(chat_id=7, now_ms=T0 + 1200))
+
+
+def test_a_retry_after_holds_back_everybody_and_a_shorter_one_does_not_shorten_it(limiter):
+    other_process = OutboundLimiter(bot_id=BOT)
+
+    assert limiter.block(seconds=5, now_ms=T0) == 5.0
+    assert other_process.block(seconds=2, now_ms=T0 + 1000) == 4.0
+
+    assert other_process.try_acquire(chat_id=1, now_ms=T0 + 1000) == pytest.approx(4.0)
+    assert limiter.try_acquire(chat_id=2, now_ms=T0 + 4999) == pytest.approx(0.001)
+    _granted(other_process.try_acquire(chat_id=1, now_ms=T0 + 5000))
+
+
+def test_another_bot_has_its_own_limits(limiter):
+    limiter.block(seconds=30, now_ms=T0)
+
+    _granted(OutboundLimiter(bot_id=BOT + 1).try_acquire(chat_id=1, now_ms=T0))
+
+
+def test_a_crashed_holders_permit_lapses_after_its_lease(limiter):
+    _granted(limiter.try_acquire(chat_id=9, now_ms=T0))  # never released
+
+    assert limiter.try_acquire(chat_id=9, now_ms=T0 + 25_000) == pytest.approx(1.0)
+    _granted(limiter.try_acquire(chat_id=9, now_ms=T0 + 26_000))
+
+
+def test_every_key_has_a_ttl(limiter, redis_client):
+    permit = _granted(limiter.try_acquire(chat_id=3))
+    limiter.block(seconds=2)
+
+    keys = sorted(redis_client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}bots:outbound:*"))
+    assert [key.decode() for key in keys] == sorted(
+        [
+            redis_keys.outbound_global(BOT),
+            redis_keys.outbound_next_start(BOT),
+            redis_keys.outbound_chat(BOT, 3),
+            redis_keys.outbound_blocked(BOT),
+        ]
+    )
+    assert all(0 < redis_client.pttl(key) <= 26_000 for key in keys)
+    limiter.release(permit)
+    assert 0 < redis_client.pttl(redis_keys.outbound_chat(BOT, 3)) <= 1000
+
+
+def test_acquire_gives_up_at_once_when_the_wait_outlasts_its_timeout(limiter):
+    slept = []
+    waiting = OutboundLimiter(bot_id=BOT, sleep=slept.append)
+    limiter.block(seconds=60)
+
+    assert waiting.acquire(chat_id=1, timeout=3) is None
+    assert slept == []
+
+
+def test_acquire_sleeps_in_short_steps_telling_on_wait(limiter):
+    slept, waits = [], []
+    readings = iter([0.0, 1.0, 2.0])  # the caller's monotonic clock: deadline at 3.0
+    waiting = OutboundLimiter(bot_id=BOT, sleep=slept.append, monotonic=lambda: next(readings))
+    limiter.block(seconds=2)
+
+    assert waiting.acquire(chat_id=1, timeout=3, on_wait=waits.append) is None
+    assert slept == [0.5]  # never one long sleep: on_wait runs every half second at least
+    assert [round(wait) for wait in waits] == [2]
+
+
+def test_acquire_returns_a_permit_granted_after_the_block(limiter, redis_client):
+    seconds, microseconds = redis_client.time()
+    blocked_until_ms = seconds * 1000 + microseconds // 1000 + 300
+    limiter.block(seconds=0.3, now_ms=blocked_until_ms - 300)
+
+    permit = limiter.acquire(chat_id=1, timeout=5)
+
+    assert permit is not None and permit.granted_at_ms >= blocked_until_ms
