@@ -1,0 +1,48 @@
+"""The base of every admin API view: admin authentication, JSON in and out, the envelope's
+error handler, ``Cache-Control: no-store``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.views import APIView
+
+from proxy.admin_api.authentication import (
+    AdminApiKeyAuthentication,
+    AdminSessionAuthentication,
+    IsAdmin,
+)
+from proxy.admin_api.envelope import admin_exception_handler, bad_request
+
+
+class AdminAPIView(APIView):
+    authentication_classes = [AdminApiKeyAuthentication, AdminSessionAuthentication]
+    permission_classes = [IsAdmin]
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+
+    def get_exception_handler(self):
+        return admin_exception_handler
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def json_object(self, request) -> dict[str, Any]:
+        """The body as a JSON object (an empty body is ``{}``); 40001 for any other JSON."""
+        data = request.data
+        if data is None or (not data and not isinstance(data, list | dict)):
+            return {}
+        if not isinstance(data, dict):
+            raise bad_request("The body must be a JSON object")
+        return data
+
+
+class PublicAPIView(AdminAPIView):
+    """Routes that answer without an admin (log-in and its status)."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
