@@ -14,7 +14,19 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.db.models import Avg, Case, Count, Max, Min, Q, QuerySet, Sum, Value, When
+from django.db.models import (
+    Avg,
+    Case,
+    Count,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce, Concat, Least, TruncDate
 
 from telemetry.billing import LONG_CONTEXT_INPUT_TOKENS, prices_for, tier_of, tokens_cost
@@ -175,7 +187,10 @@ MODEL_SOURCES = {
     "requested": Coalesce("requested_model", "model"),
     "upstream": Coalesce("upstream_model", "model"),
     "mapping": Concat(
-        Coalesce("requested_model", "model"), Value(" → "), Coalesce("upstream_model", "model")
+        Coalesce("requested_model", "model"),
+        Value(" → "),
+        Coalesce("upstream_model", "model"),
+        output_field=TextField(),
     ),
 }
 
@@ -199,7 +214,9 @@ ENDPOINT_SOURCES = ("inbound", "upstream", "path")
 def insights_by_endpoint(records: QuerySet, *, source: str) -> list[tuple[str, CostSums]]:
     """The top 8 endpoints: the client's route (inbound), the upstream path it used
     (upstream), or both as ``route → upstream`` (path)."""
-    by_route = cost_groups(records, by={"insight_name": Coalesce("route", Value("-"))})
+    by_route = cost_groups(
+        records, by={"insight_name": Coalesce("route", Value("-"), output_field=TextField())}
+    )
     merged: dict[str, CostSums] = defaultdict(CostSums)
     for route, sums in by_route.items():
         if source == "inbound":
