@@ -4,7 +4,8 @@ against sums computed here independently from the seeded facts (spec §6.6, §6.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone as fixed_timezone
+from datetime import UTC, datetime, timedelta
+from datetime import timezone as fixed_timezone
 
 import pytest
 from django.utils import timezone
