@@ -22,6 +22,8 @@ class AdminAPIView(APIView):
     permission_classes = [IsAdmin]
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]
+    # OPTIONS is not part of the API: 405 in the envelope, not DRF's self-description.
+    metadata_class = None
 
     def get_exception_handler(self):
         return admin_exception_handler
