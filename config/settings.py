@@ -174,6 +174,9 @@ LOGIN_LOCKOUT_SECONDS = 15 * 60
 LOGIN_CONCURRENT_HASHES = env_int("LOGIN_CONCURRENT_HASHES", 2, minimum=1, maximum=16)
 LOGIN_HASH_WAIT_SECONDS = 10
 
+# The operators' dashboard (/admin/dashboard/) reads the admin API again this often.
+ADMIN_DASHBOARD_REFRESH_SECONDS = env_int("ADMIN_DASHBOARD_REFRESH_SECONDS", 30, minimum=1)
+
 # --------------------------------------------------------------------------- data
 
 CPR_DATA_DIR = Path(env_str("CPR_DATA_DIR", str(VAR_DIR / "data"))).resolve()
