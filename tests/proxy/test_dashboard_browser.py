@@ -69,14 +69,14 @@ def seeded_day():
     )
 
 
-def _log_in(browser, server) -> None:
-    browser.open(f"{server.url}/admin/login/?next=/admin/dashboard/")
+def _log_in(browser, server, next_path: str = "/admin/dashboard/") -> None:
+    browser.open(f"{server.url}/admin/login/?next={next_path}")
     browser.driver.find_element("name", "username").send_keys("admin")
     browser.driver.find_element("name", "password").send_keys(PASSWORD)
     browser.driver.find_element("css selector", "input[type=submit]").click()
     browser.wait_until(
-        lambda: browser.script("return location.pathname") == "/admin/dashboard/",
-        what="the dashboard after log-in",
+        lambda: browser.script("return location.pathname") == next_path,
+        what=f"{next_path} after log-in",
     )
 
 
@@ -135,3 +135,32 @@ def test_the_dashboard_draws_the_seeded_day_and_refreshes_itself(
         if entry["level"] == "SEVERE" and "favicon.ico" not in entry["message"]
     ]
     assert errors == []
+
+
+def test_the_connection_test_page_streams_the_test_from_the_accounts_list(
+    browser, https_live_server, seeded_day, upstream
+):
+    from proxy.models import Account
+    from tests.fakes.codex import Reply
+
+    Account.objects.filter(pk="acct_one").update(access_token="tok-browser")
+    upstream.program("tok-browser", Reply(text="ok, all good", deltas=3))
+    _log_in(browser, https_live_server, "/admin/proxy/account/")
+    browser.driver.find_element(
+        "css selector", 'a[href="/admin/proxy/account/acct_one/test/"]'
+    ).click()
+    browser.wait_until(lambda: browser.script("return !!document.getElementById('test-run')"))
+
+    browser.driver.find_element("id", "test-run").click()
+    browser.wait_until(
+        lambda: (
+            browser.script("return document.getElementById('account-test').dataset.state")
+            == "success"
+        ),
+        what="the test to succeed",
+    )
+
+    output = browser.script("return document.getElementById('test-output').textContent")
+    assert "ok, all good" in output and "success" in output
+    browser.screenshot("account-test")
+    assert Account.objects.get(pk="acct_one").status == "active"

@@ -18,10 +18,15 @@ from rest_framework import serializers
 from proxy.admin_api import pool
 from proxy.admin_api.display import china_iso
 from proxy.admin_api.envelope import ApiError, BodyCode, bad_request, not_found, ok
-from proxy.admin_api.fields import LONGEST_ID, IdListField, IdSerializer, required_query
+from proxy.admin_api.fields import LONGEST_ID, IdListField, IdSerializer
 from proxy.admin_api.schema import ANY_DATA, query
 from proxy.admin_api.selectors import account_or_none
-from proxy.admin_api.views.accounts import account_item, onboarding_error
+from proxy.admin_api.views.accounts import (
+    account_from_query,
+    account_item,
+    onboarding_error,
+    upstream_account,
+)
 from proxy.admin_api.views.base import AdminAPIView
 from proxy.models import Account, AccountStatus
 from proxy.models_catalog import DEFAULT_MODEL_ID
@@ -150,18 +155,9 @@ class AccountQuotaView(AdminAPIView):
         responses={200: ANY_DATA, 502: OpenApiResponse(description="50201 upstream failed")},
     )
     def get(self, request):
-        account = account_or_none(required_query(request, "id"))
-        if account is None:
-            raise not_found("Account not found")
+        account = account_from_query(request)
         try:
-            reading = pool.usage_read_and_apply(
-                pool.UpstreamAccount(
-                    id=account.pk,
-                    access_token=account.access_token,
-                    chatgpt_account_id=account.chatgpt_account_id,
-                ),
-                now=timezone.now(),
-            )
+            reading = pool.usage_read_and_apply(upstream_account(account), now=timezone.now())
         except pool.UsageUnavailable as error:
             raise ApiError(BodyCode.BAD_GATEWAY, f"Quota query failed: {error}") from None
         account.refresh_from_db()
@@ -184,17 +180,8 @@ class AccountModelsView(AdminAPIView):
         responses={200: ANY_DATA},
     )
     def get(self, request):
-        account = account_or_none(required_query(request, "id"))
-        if account is None:
-            raise not_found("Account not found")
         entries = pool.account_models(
-            pool.UpstreamAccount(
-                id=account.pk,
-                access_token=account.access_token,
-                chatgpt_account_id=account.chatgpt_account_id,
-                plan_type=account.plan_type,
-            ),
-            now=timezone.now(),
+            upstream_account(account_from_query(request)), now=timezone.now()
         )
         if not entries:
             raise bad_request("no available models returned")
@@ -232,19 +219,12 @@ class AccountTestView(AdminAPIView):
         },
     )
     def get(self, request):
-        account = account_or_none(required_query(request, "id"))
-        if account is None:
-            raise not_found("Account not found")
+        account = account_from_query(request)
         model = (request.query_params.get("modelId") or "").strip() or DEFAULT_MODEL_ID
         if len(model) > LONGEST_MODEL_ID:
             raise bad_request("modelId is too long")
         events = pool.connection_test_events(
-            pool.UpstreamAccount(
-                id=account.pk,
-                access_token=account.access_token,
-                chatgpt_account_id=account.chatgpt_account_id,
-                email=account.email,
-            ),
+            upstream_account(account),
             model=model,
             disabled=account.status == AccountStatus.DISABLED,
             fingerprint=current_fingerprint(),

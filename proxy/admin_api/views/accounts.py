@@ -3,8 +3,10 @@ export (behind the explicit sensitive confirmation), update, delete."""
 
 from __future__ import annotations
 
+import json
 import logging
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -56,6 +58,24 @@ def onboarding_error(error: AccountOnboardingError) -> ApiError:
 
 def account_item(account: Account) -> dict:
     return account_items([account], now=timezone.now())[0]
+
+
+def account_from_query(request) -> Account:
+    """The account named by the ``id`` query parameter; 40001 without one, 40401 unknown."""
+    account = account_or_none(required_query(request, "id"))
+    if account is None:
+        raise not_found("Account not found")
+    return account
+
+
+def upstream_account(account: Account) -> pool.UpstreamAccount:
+    return pool.UpstreamAccount(
+        id=account.pk,
+        access_token=account.access_token,
+        chatgpt_account_id=account.chatgpt_account_id,
+        email=account.email,
+        plan_type=account.plan_type,
+    )
 
 
 class AccountAddSerializer(serializers.Serializer):
@@ -137,10 +157,7 @@ class AccountDetailView(AdminAPIView):
         responses={200: ANY_DATA},
     )
     def get(self, request):
-        account = account_or_none(required_query(request, "id"))
-        if account is None:
-            raise not_found("Account not found")
-        return ok(account_item(account))
+        return ok(account_item(account_from_query(request)))
 
 
 class AccountUpdateView(AdminAPIView):
@@ -253,6 +270,19 @@ def _usage_probe(account_id: str, chatgpt_account_id: str | None, token: str) ->
 
 
 class AccountImportView(AdminAPIView):
+    @staticmethod
+    def large_json_body(request):
+        """The JSON body, up to ADMIN_IMPORT_MAX_BODY_BYTES (DRF's parser would stop at the 1 MiB
+        every other route has): read from the request's stream, not ``request.body``."""
+        limit = settings.ADMIN_IMPORT_MAX_BODY_BYTES
+        raw = request._request.read(limit + 1)
+        if len(raw) > limit:
+            raise ApiError(BodyCode.BODY_TOO_LARGE, "The import is larger than 16 MiB")
+        try:
+            return json.loads(raw) if raw.strip() else None
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError(BodyCode.MALFORMED_JSON, "Malformed JSON body") from None
+
     @extend_schema(
         tags=["accounts"],
         summary="Import accounts (CPR, Sub2API or CLIProxyAPI export; auto-detected)",
@@ -261,7 +291,7 @@ class AccountImportView(AdminAPIView):
         responses={200: ANY_DATA},
     )
     def post(self, request):
-        payload = request.data
+        payload = self.large_json_body(request)
         try:
             report = accounts_import(
                 payload=payload,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
@@ -17,11 +18,21 @@ from proxy.admin_api.authentication import (
 from proxy.admin_api.envelope import admin_exception_handler, bad_request
 
 
+class JsonWhateverAccept(DefaultContentNegotiation):
+    """Every answer is JSON (or, for the connection test, an event stream the view builds
+    itself), whatever the client's Accept says: an EventSource asks for text/event-stream and
+    must still get the envelope when it is refused."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 class AdminAPIView(APIView):
     authentication_classes = [AdminApiKeyAuthentication, AdminSessionAuthentication]
     permission_classes = [IsAdmin]
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonWhateverAccept
     # OPTIONS is not part of the API: 405 in the envelope, not DRF's self-description.
     metadata_class = None
 

@@ -174,30 +174,35 @@ class UsageSummaryView(AdminAPIView):
         return ok(data)
 
 
-def insight_item(name: str, sums: CostSums) -> dict:
+def _sums_figures(sums: CostSums) -> dict:
+    """The figures insights and trends share: counts, tokens, costs, latency (each as display
+    string and ``…Value`` number)."""
     average = sums.average_latency_ms
-    return {
-        "name": name,
-        "requestCount": number(sums.requests),
-        "requestCountValue": sums.requests,
-        "inputTokens": number(sums.input_tokens),
-        "inputTokensValue": sums.input_tokens,
-        "outputTokens": number(sums.output_tokens),
-        "outputTokensValue": sums.output_tokens,
-        "cachedTokens": number(sums.cached_tokens),
-        "cachedTokensValue": sums.cached_tokens,
-        "totalTokens": number(sums.total_tokens),
-        "totalTokensValue": sums.total_tokens,
-        "totalTokensTotal": sums.total_tokens,
-        "cost": usd(sums.cost),
-        "costValue": round(sums.cost, 6),
-        "actualCost": usd(sums.actual_cost),
-        "actualCostValue": round(sums.actual_cost, 6),
-        "accountCost": usd(sums.actual_cost),
-        "accountCostValue": round(sums.actual_cost, 6),
-        "averageLatencyMs": milliseconds(average),
-        "averageLatencyMsValue": round(average, 1) if average is not None else None,
-    }
+    figures: dict = {}
+    for name, value in (
+        ("requestCount", sums.requests),
+        ("inputTokens", sums.input_tokens),
+        ("outputTokens", sums.output_tokens),
+        ("cachedTokens", sums.cached_tokens),
+        ("totalTokens", sums.total_tokens),
+    ):
+        figures[name] = number(value)
+        figures[f"{name}Value"] = value
+    for name, value in (
+        ("cost", sums.cost),
+        ("actualCost", sums.actual_cost),
+        # The original's console shows it; there is no separate account pricing here.
+        ("accountCost", sums.actual_cost),
+    ):
+        figures[name] = usd(value)
+        figures[f"{name}Value"] = round(value, 6)
+    figures["averageLatencyMs"] = milliseconds(average)
+    figures["averageLatencyMsValue"] = round(average, 1) if average is not None else None
+    return figures
+
+
+def insight_item(name: str, sums: CostSums) -> dict:
+    return {"name": name, **_sums_figures(sums), "totalTokensTotal": sums.total_tokens}
 
 
 class ModelInsightsView(AdminAPIView):
@@ -242,26 +247,11 @@ class EndpointInsightsView(AdminAPIView):
 
 def trend_item(day, sums: CostSums) -> dict:
     hit_rate = ratio_percent(sums.cached_tokens, sums.input_tokens + sums.cached_tokens)
-    average = sums.average_latency_ms
     return {
         "date": day.isoformat(),
-        "requestCount": number(sums.requests),
-        "requestCountValue": sums.requests,
-        "inputTokens": number(sums.input_tokens),
-        "inputTokensValue": sums.input_tokens,
-        "outputTokens": number(sums.output_tokens),
-        "outputTokensValue": sums.output_tokens,
-        "cachedTokens": number(sums.cached_tokens),
-        "cachedTokensValue": sums.cached_tokens,
-        "totalTokensValue": sums.total_tokens,
+        **_sums_figures(sums),
         "cacheHitRate": percent(hit_rate),
         "cacheHitRateValue": hit_rate,
-        "cost": usd(sums.cost),
-        "costValue": round(sums.cost, 6),
-        "actualCost": usd(sums.actual_cost),
-        "actualCostValue": round(sums.actual_cost, 6),
-        "averageLatencyMs": milliseconds(average),
-        "averageLatencyMsValue": round(average, 1) if average is not None else None,
     }
 
 

@@ -33,6 +33,8 @@ def run_test(
         f"{proxy.url}/api/admin/accounts/test",
         params={"id": account_id, "modelId": model},
         cookies=cookies,
+        # What an EventSource (the console's test page) asks for.
+        headers={"Accept": "text/event-stream"},
         stream=True,
         timeout=30,
     )
@@ -108,8 +110,12 @@ def test_the_test_needs_an_admin(proxy, upstream):
     account = make_pool_account("tok-anon")
 
     response = requests.get(
-        f"{proxy.url}/api/admin/accounts/test", params={"id": account.pk}, timeout=10
+        f"{proxy.url}/api/admin/accounts/test",
+        params={"id": account.pk},
+        headers={"Accept": "text/event-stream"},
+        timeout=10,
     )
 
+    # Refused in the JSON envelope, whatever the Accept header asked for.
     assert response.status_code == 401 and response.json()["code"] == 40101
     assert upstream.responses_requests() == []

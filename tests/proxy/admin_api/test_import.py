@@ -227,3 +227,38 @@ def test_import_answers_never_carry_tokens(api, tokens):
     text = response.content.decode()
     for token in tokens.values():
         assert token not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_body_may_be_larger_than_other_admin_bodies(asgi_server, tokens, admin):
+    import json
+
+    import requests
+    from django.utils import timezone
+
+    from proxy.sessions import admin_session_login
+
+    token, _ = admin_session_login(user=admin, now=timezone.now())
+    cookies = {"cpr_admin_session": token}
+    padding = [{"type": "claude", "access_token": "x" * 1000} for _ in range(2500)]
+    body = json.dumps([{"type": "codex", "access_token": tokens["alice"]}, *padding])
+    assert 2 * 1024 * 1024 < len(body) < 16 * 1024 * 1024
+
+    imported = requests.post(
+        f"{asgi_server.url}/api/admin/accounts/import",
+        data=body,
+        cookies=cookies,
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+    refused = requests.post(
+        f"{asgi_server.url}/api/admin/keys",
+        data=body,
+        cookies=cookies,
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+
+    assert imported.status_code == 200, imported.text[:300]
+    assert (imported.json()["data"]["imported"], imported.json()["data"]["skipped"]) == (1, 2500)
+    assert refused.status_code == 413

@@ -386,3 +386,50 @@ def test_clearing_usage_records_keeps_the_buckets(api, seeded):
     assert data_of(api.get("/api/admin/usage/records"))["page"]["total"] == 0
     after = data_of(api.get("/api/admin/dashboard/summary"))["cards"]["traffic"]
     assert after["todayRequestsValue"] == before["todayRequestsValue"]
+
+
+def test_usage_records_walk_by_cursor_on_the_keyset(api, seeded):
+    seen, cursor = [], None
+    while True:
+        query = "pageSize=2" + (f"&cursor={cursor}" if cursor else "")
+        page = data_of(api.get(f"/api/admin/usage/records?{query}"))
+        seen += [item["requestId"] for item in page["items"]]
+        cursor = page["page"]["nextCursor"]
+        if not cursor:
+            break
+
+    assert seen == ["req_3", "req_2", "req_1", "req_0", "req_4"]
+    deep = data_of(api.get(f"/api/admin/usage/records?pageSize=2&cursor={cursor or ''}"))
+    assert deep["page"]["total"] == 5  # an empty cursor is the first page
+
+
+def test_the_cursor_query_walks_the_created_id_index(api, seeded):
+    from django.db import connection
+
+    from proxy.admin_api.pagination import Keyset, PageRequest, paginate
+    from telemetry.queries.usage import FactFilters, usage_records
+
+    captured = []
+
+    def present(rows):
+        captured.append(rows)
+        return []
+
+    queryset = usage_records(FactFilters())
+    request = PageRequest(page=1, page_size=2, cursor=Keyset(seeded["now"], "usage_z"))
+    paginate(queryset, time_column="created_at", request=request, present=present)
+    sql, params = (
+        queryset.order_by("-created_at", "-id")
+        .extra(
+            where=['("usage_records"."created_at", "usage_records"."id") < (%s, %s)'],
+            params=[seeded["now"], "usage_z"],
+        )[:3]
+        .query.sql_with_params()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("set local enable_seqscan = off")
+        cursor.execute("explain " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "idx_usage_records_created_id" in plan
+    assert len(captured[0]) == 2
