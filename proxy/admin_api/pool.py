@@ -32,6 +32,9 @@ from proxy.quota import QuotaSnapshot, apply_snapshot, snapshot_from_usage
 from proxy.runtime_state import redis_client
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
 from proxy.services.model_refresh import fetch_models
+
+# The quota job's own header builder for the usage call (private there; this module is the one
+# place that would follow it when the request path gets a single header builder).
 from proxy.services.quota_refresh import _usage_headers as usage_headers
 from proxy.services.upkeep_accounts import current_fingerprint
 

@@ -2,7 +2,7 @@
 
 Filters are equalities on first-class columns (each backed by one of the seed's indexes) and a
 time range; ``search`` is the seed's boundary (§4.7): ``message ILIKE`` or an exact request /
-response / upstream request id — never ``metadata_json`` (no ``->>``, no containment).
+response / upstream request id — never ``metadata_json`` (no JSON operators on it at all).
 Costs are computed here from the token columns at query time (``telemetry.billing``).
 """
 
