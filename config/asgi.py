@@ -20,13 +20,18 @@ from config.lifespan import make_lifespan  # noqa: E402
 from config.v1_handler import APIHandler, BodySizeLimit, PathRouter  # noqa: E402
 
 # Every HTTP request is tracked so a graceful stop can wait for the last ones (config/drain.py).
+_django = ASGIStaticFilesHandler(django_http_application)
 http_application = InFlightRequests(
     PathRouter(
         prefix="/v1/",
         api=APIHandler(),
-        # Every other route (webhook, admin, pages): bodies over MAX_REQUEST_BODY_BYTES get 413.
-        default=BodySizeLimit(
-            ASGIStaticFilesHandler(django_http_application), limit=settings.MAX_REQUEST_BODY_BYTES
+        default=PathRouter(
+            # An account import may carry a large backup (its own cap).
+            prefix="/api/admin/accounts/import",
+            api=BodySizeLimit(_django, limit=settings.ADMIN_IMPORT_MAX_BODY_BYTES),
+            # Every other route (webhook, admin, pages): bodies over MAX_REQUEST_BODY_BYTES
+            # get 413.
+            default=BodySizeLimit(_django, limit=settings.MAX_REQUEST_BODY_BYTES),
         ),
     )
 )

@@ -190,6 +190,9 @@ LOGIN_LOCKOUT_SECONDS = 15 * 60
 LOGIN_CONCURRENT_HASHES = env_int("LOGIN_CONCURRENT_HASHES", 2, minimum=1, maximum=16)
 LOGIN_HASH_WAIT_SECONDS = 10
 
+# The operators' dashboard (/admin/dashboard/) reads the admin API again this often.
+ADMIN_DASHBOARD_REFRESH_SECONDS = env_int("ADMIN_DASHBOARD_REFRESH_SECONDS", 30, minimum=1)
+
 # --------------------------------------------------------------------------- data
 
 CPR_DATA_DIR = Path(env_str("CPR_DATA_DIR", str(VAR_DIR / "data"))).resolve()
@@ -273,6 +276,8 @@ TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
 V1_MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
+# An account import (POST /api/admin/accounts/import) may carry a large backup: its own cap.
+ADMIN_IMPORT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 # --------------------------------------------------------------------------- Django
 
@@ -285,6 +290,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "config.apps.ProjectConfig",
     "proxy",
@@ -339,6 +346,32 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# OpenAPI 3 at /api/schema/ (drf-spectacular): the admin API's DRF views, and /v1 (plain async
+# views) added by a postprocessing hook from proxy/admin_api/schema.py. The docs page uses the
+# Swagger UI and Redoc files shipped inside drf-spectacular-sidecar (no CDN).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Codex Proxy API",
+    "DESCRIPTION": (
+        "The admin API (/api/admin/*: the envelope {code, message, data}, camelCase JSON, auth by "
+        "the cpr_admin_session cookie or the x-api-key header) and the OpenAI-compatible /v1 "
+        "routes (a client key as Authorization: Bearer sk_...)."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/admin",
+    "PREPROCESSING_HOOKS": ["proxy.admin_api.schema.only_admin_api"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "proxy.admin_api.schema.add_v1_paths",
+    ],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "DISABLE_ERRORS_AND_WARNINGS": True,
 }
 
 # --------------------------------------------------------------------------- Celery

@@ -11,6 +11,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.db import transaction
 from django.utils import timezone
 
+from proxy.admin_pages import AccountPagesMixin, ClientKeyPagesMixin
 from proxy.models import (
     Account,
     AccountCookie,
@@ -101,11 +102,19 @@ class ClientApiKeyForm(forms.ModelForm):
 
 
 @admin.register(ClientApiKey)
-class ClientApiKeyAdmin(admin.ModelAdmin):
-    """The full key is shown only on its own page; lists show the prefix."""
+class ClientApiKeyAdmin(ClientKeyPagesMixin, admin.ModelAdmin):
+    """The full key is shown only on its own pages; lists show the prefix."""
 
     form = ClientApiKeyForm
-    list_display = ("name", "masked_key", "label", "enabled", "created_at", "last_used_at")
+    list_display = (
+        "name",
+        "masked_key",
+        "label",
+        "enabled",
+        "created_at",
+        "last_used_at",
+        "use_link",
+    )
     list_filter = ("enabled",)
     search_fields = ("name", "label", "prefix", "=id")
     ordering = ("-created_at", "-id")
@@ -238,8 +247,9 @@ class AccountChangeList(ChangeList):
 
 
 @admin.register(Account)
-class AccountAdmin(admin.ModelAdmin):
+class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
     form = AccountForm
+    change_list_template = "admin/proxy/account_change_list.html"
     list_display = (
         "id",
         "email",
@@ -251,8 +261,9 @@ class AccountAdmin(admin.ModelAdmin):
         "access_token_expires_at",
         "masked_access_token",
         "added_at",
+        "row_actions",
     )
-    actions = ("refresh_tokens_now",)
+    actions = ("refresh_tokens_now", "enable_accounts", "disable_accounts")
     list_filter = ("status", "plan_type", "quota_limit_reached", "quota_verify_required")
     search_fields = ("=id", "email", "label", "=chatgpt_account_id", "=chatgpt_user_id")
     ordering = ("-added_at", "-id")

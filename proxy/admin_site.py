@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 
 from proxy.admin_secrets import SecretLookupGuard
 from proxy.forms import TOO_MANY_ATTEMPTS, AdminLoginForm, AdminPasswordChangeForm
+
+# The dashboard page loads only its own files (the vendored Chart.js included) and talks only to
+# its own origin's admin API.
+DASHBOARD_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
 
 
 class OperatorsAdminSite(admin.AdminSite):
     site_header = "Operators' console"
     site_title = "Operators' console"
     login_form = AdminLoginForm
+    index_template = "admin/proxy/index.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        dashboard = path("dashboard/", self.admin_view(self.dashboard), name="dashboard")
+        return [dashboard, *super().get_urls()]
+
+    def dashboard(self, request: HttpRequest) -> HttpResponse:
+        """The proxy's dashboard: drawn in the browser from /api/admin/dashboard/summary (the
+        same session cookie), refreshing itself."""
+        context = {
+            **self.each_context(request),
+            "title": "Dashboard",
+            "summary_url": "/api/admin/dashboard/summary",
+            "refresh_seconds": settings.ADMIN_DASHBOARD_REFRESH_SECONDS,
+            "docs_url": reverse("api-docs"),
+        }
+        response = TemplateResponse(request, "admin/proxy/dashboard.html", context)
+        response["Content-Security-Policy"] = DASHBOARD_CSP
+        return response
 
     def register(self, model_or_iterable, admin_class=None, **options) -> None:
         """Every admin of this site refuses list lookups through secret columns

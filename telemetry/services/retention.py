@@ -7,7 +7,7 @@ writes keep flowing between batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
@@ -70,3 +70,10 @@ def telemetry_trim(
             batch_size=batch_size,
         ),
     )
+
+
+def usage_records_clear(*, batch_size: int = DELETE_BATCH_SIZE) -> int:
+    """Delete every usage record (the admin API's "clear", spec §6.6), in batches; the buckets
+    and ``account_usage`` stay (they are the dashboard's record). Returns how many."""
+    everything = datetime(9999, 12, 31, tzinfo=UTC)
+    return delete_older_than(table="usage_records", cutoff=everything, batch_size=batch_size)

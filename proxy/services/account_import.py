@@ -1,0 +1,294 @@
+"""Account import (spec §6.3): every entry of an export becomes one atomic upsert, and the
+report says what happened to each — imported (a new account), updated (an account of the pool
+got the entry's tokens), skipped (not an account of ours, or no token at all) or invalid (with
+the reason).
+
+Per entry: the tokens are resolved as an operator's add resolves them
+(``account_tokens_resolve``: a valid JWT is used; an expired or opaque one with a refresh token
+is exchanged first). An expired JWT without a refresh token still names its account: it comes in
+``expired`` (it cannot serve until it gets new tokens). The target is the entry's own ``id`` when
+that account exists (its ChatGPT identity must match), else the account holding the same
+ChatGPT identity, else a new account (the entry's ``id`` or ``acct_<uuid hex>``). One statement
+decides and writes, so two imports of one identity at once end with one account. An upsert clears
+the quota lock; a disabled or banned account keeps its status.
+
+A plan the token does not name is read from the usage endpoint (``usage_probe``); a 403 there
+marks the account banned.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import IntegrityError, connection, transaction
+
+from proxy.identifiers import new_id
+from proxy.services.account_import_formats import ImportEntry, ImportUnreadable, parse_import
+from proxy.services.account_tokens import (
+    MAX_LABEL_LENGTH,
+    AccountOnboardingError,
+    ResolvedTokens,
+    account_tokens_resolve,
+)
+from proxy.services.token_refresh import next_refresh_time, refresh_settings
+from proxy.token_claims import TokenClaims, token_claims
+
+__all__ = ["ImportUnreadable", "ImportOutcome", "ImportReport", "UsageProbe", "accounts_import"]
+
+IMPORTABLE_STATUSES = {
+    "active": "active",
+    "disabled": "disabled",
+    "expired": "expired",
+    "quota_exhausted": "quota_exhausted",
+    "banned": "banned",
+    # The original's transient state: the refresh it stood for is not running here.
+    "refreshing": "expired",
+}
+_ACCOUNT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+class ImportOutcome(enum.StrEnum):
+    IMPORTED = "imported"
+    UPDATED = "updated"
+    SKIPPED = "skipped"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class EntryResult:
+    index: int
+    outcome: ImportOutcome
+    account_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class ImportReport:
+    source_format: str
+    results: list[EntryResult] = field(default_factory=list)
+
+    def count(self, outcome: ImportOutcome) -> int:
+        return sum(1 for result in self.results if result.outcome is outcome)
+
+
+@dataclass(frozen=True)
+class UsageProbe:
+    """What the usage endpoint said of a token: a plan and quota, or the HTTP status it
+    refused with (None: no answer)."""
+
+    plan_type: str | None = None
+    quota: dict | None = None
+    refused_status: int | None = None
+
+
+class _Invalid(Exception):
+    pass
+
+
+_UPSERT_SQL = """
+with target as (
+  select id from accounts where id = %(given)s
+), updated as (
+  update accounts a set
+    access_token = %(access)s,
+    refresh_token = coalesce(%(refresh)s, a.refresh_token),
+    access_token_expires_at = %(expires)s,
+    next_refresh_at = %(next)s,
+    chatgpt_account_id = coalesce(a.chatgpt_account_id, %(account)s),
+    chatgpt_user_id = coalesce(a.chatgpt_user_id, %(user)s),
+    email = coalesce(%(email)s, a.email),
+    plan_type = coalesce(%(plan)s, a.plan_type),
+    label = coalesce(%(label)s, a.label),
+    status = case when a.status in ('disabled', 'banned') then a.status else %(status)s end,
+    quota_json = coalesce(%(quota)s::jsonb, a.quota_json),
+    quota_fetched_at = coalesce(%(quota_at)s, a.quota_fetched_at),
+    quota_limit_reached = false, quota_cooldown_until = null,
+    quota_verify_required = %(verify)s,
+    updated_at = %(now)s
+  from target
+  where a.id = target.id
+    and (a.chatgpt_account_id is null or a.chatgpt_account_id = %(account)s)
+  returning a.id, false as inserted
+), inserted as (
+  insert into accounts as a (id, email, chatgpt_account_id, chatgpt_user_id, label, plan_type,
+    access_token, refresh_token, access_token_expires_at, next_refresh_at, status, quota_json,
+    quota_fetched_at, quota_verify_required, added_at, updated_at)
+  select %(new_id)s, %(email)s, %(account)s, %(user)s, %(label)s, %(plan)s, %(access)s,
+    %(refresh)s, %(expires)s, %(next)s, %(status)s, %(quota)s::jsonb, %(quota_at)s, %(verify)s,
+    %(now)s, %(now)s
+  where not exists (select 1 from target)
+  on conflict (chatgpt_account_id, coalesce(chatgpt_user_id, ''))
+    where chatgpt_account_id is not null
+  do update set
+    access_token = excluded.access_token,
+    refresh_token = coalesce(excluded.refresh_token, a.refresh_token),
+    access_token_expires_at = excluded.access_token_expires_at,
+    next_refresh_at = excluded.next_refresh_at,
+    email = coalesce(excluded.email, a.email),
+    plan_type = coalesce(excluded.plan_type, a.plan_type),
+    label = coalesce(excluded.label, a.label),
+    status = case when a.status in ('disabled', 'banned') then a.status else excluded.status end,
+    quota_json = coalesce(excluded.quota_json, a.quota_json),
+    quota_fetched_at = coalesce(excluded.quota_fetched_at, a.quota_fetched_at),
+    quota_limit_reached = false, quota_cooldown_until = null,
+    quota_verify_required = excluded.quota_verify_required,
+    updated_at = excluded.updated_at
+  returning a.id, (xmax = 0) as inserted
+)
+select id, inserted from updated union all select id, inserted from inserted
+"""
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    access_token: str
+    refresh_token: str | None
+    claims: TokenClaims
+    expired: bool  # an expired JWT kept for its identity (no refresh token to renew it)
+
+
+def _resolve(entry: ImportEntry, *, now: datetime) -> _Tokens:
+    try:
+        resolved: ResolvedTokens = account_tokens_resolve(
+            access_token=entry.access_token, refresh_token=entry.refresh_token, now=now
+        )
+    except AccountOnboardingError as error:
+        claims = token_claims(entry.access_token) if entry.access_token else None
+        if (
+            claims is not None
+            and claims.chatgpt_account_id
+            and claims.expires_at is not None
+            and claims.expires_at <= now
+            and not entry.refresh_token
+        ):
+            return _Tokens(entry.access_token.removeprefix("Bearer ").strip(), None, claims, True)
+        raise _Invalid(str(error)) from None
+    return _Tokens(resolved.access_token, resolved.refresh_token, resolved.claims, False)
+
+
+def _label(entry: ImportEntry) -> str | None:
+    label = entry.label
+    if label is not None and len(label) > MAX_LABEL_LENGTH:
+        if not entry.label_truncate:
+            raise _Invalid(f"the label is longer than {MAX_LABEL_LENGTH} characters")
+        label = label[:MAX_LABEL_LENGTH]
+    return label
+
+
+def _status(entry: ImportEntry, tokens: _Tokens) -> str:
+    raw = (entry.status or "active").strip().lower()
+    status = IMPORTABLE_STATUSES.get(raw)
+    if status is None:
+        raise _Invalid(f"unknown status {entry.status!r}")
+    if tokens.expired and status in ("active", "quota_exhausted"):
+        return "expired"
+    return status
+
+
+def _given_id(entry: ImportEntry) -> str | None:
+    if entry.id is None:
+        return None
+    if not _ACCOUNT_ID.fullmatch(entry.id):
+        raise _Invalid("the id must be 1–128 letters, digits or _.:-")
+    return entry.id
+
+
+def _import_one(
+    entry: ImportEntry,
+    *,
+    now: datetime,
+    margin_seconds: int,
+    usage_probe: Callable[[str, str | None, str], UsageProbe] | None,
+) -> EntryResult:
+    if entry.problem:
+        return EntryResult(entry.index, ImportOutcome.INVALID, reason=entry.problem)
+    if entry.skip:
+        return EntryResult(entry.index, ImportOutcome.SKIPPED, reason=entry.skip)
+    if not entry.access_token and not entry.refresh_token:
+        return EntryResult(entry.index, ImportOutcome.SKIPPED, reason="no token")
+    try:
+        given = _given_id(entry)
+        label = _label(entry)
+        tokens = _resolve(entry, now=now)
+        status = _status(entry, tokens)
+    except _Invalid as problem:
+        return EntryResult(entry.index, ImportOutcome.INVALID, reason=str(problem))
+    claims = tokens.claims
+    plan = claims.plan_type or entry.plan_type
+    quota = entry.cached_quota
+    quota_at = now if quota is not None else None
+    if plan is None and usage_probe is not None and not tokens.expired:
+        probe = usage_probe(given or "import", claims.chatgpt_account_id, tokens.access_token)
+        plan = probe.plan_type
+        if probe.quota is not None:
+            quota, quota_at = probe.quota, now
+        if probe.refused_status == 403:
+            status = "banned"
+    new_account_id = given or new_id("acct")
+    expires = claims.expires_at
+    parameters = {
+        "given": given,
+        "new_id": new_account_id,
+        "access": tokens.access_token,
+        "refresh": tokens.refresh_token,
+        "expires": expires,
+        "next": next_refresh_time(
+            account_id=new_account_id, expires_at=expires, margin_seconds=margin_seconds, now=now
+        )
+        if tokens.refresh_token
+        else None,
+        "account": claims.chatgpt_account_id,
+        "user": claims.chatgpt_user_id or entry.user_id,
+        "email": claims.email or entry.email,
+        "plan": plan,
+        "label": label,
+        "status": status,
+        "quota": json.dumps(quota) if quota is not None else None,
+        "quota_at": quota_at,
+        "verify": entry.quota_verify_required,
+        "now": now,
+    }
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_UPSERT_SQL, parameters)
+            row = cursor.fetchone()
+    except IntegrityError as error:
+        if "ux_accounts_chatgpt_identity" in str(error):
+            reason = "another account of the pool already has this ChatGPT identity"
+        else:
+            reason = "an account with this id was added at the same moment; import it again"
+        return EntryResult(entry.index, ImportOutcome.INVALID, reason=reason)
+    if row is None:
+        return EntryResult(
+            entry.index,
+            ImportOutcome.INVALID,
+            account_id=given,
+            reason=f"account {given} belongs to another ChatGPT account than these tokens",
+        )
+    account_id, inserted = row
+    outcome = ImportOutcome.IMPORTED if inserted else ImportOutcome.UPDATED
+    return EntryResult(entry.index, outcome, account_id=account_id)
+
+
+def accounts_import(
+    *,
+    payload: object,
+    now: datetime,
+    source_format: str | None = None,
+    usage_probe: Callable[[str, str | None, str], UsageProbe] | None = None,
+) -> ImportReport:
+    """Import every entry of ``payload``; returns the report. Raises ImportUnreadable when the
+    body is no export at all (nothing was written then)."""
+    chosen, entries = parse_import(payload, source_format=source_format)
+    margin_seconds, _ = refresh_settings()
+    report = ImportReport(source_format=chosen)
+    for entry in entries:
+        report.results.append(
+            _import_one(entry, now=now, margin_seconds=margin_seconds, usage_probe=usage_probe)
+        )
+    return report

@@ -1,0 +1,106 @@
+"""The console's pages (issue 18): the dashboard inside the Django admin, the account import
+page, enable / disable, the connection test page and a key's "use" page."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.utils import timezone
+
+from proxy.models import Account
+from proxy.services.client_api_keys import client_api_key_create
+from tests.fakes.oauth import Identity, access_token_for
+from tests.proxy.admin_api.conftest import PASSWORD
+from tests.proxy.factories import make_account
+
+
+def _operator(admin) -> Client:
+    client = Client()
+    assert client.login(username="admin", password=PASSWORD)
+    return client
+
+
+def test_the_dashboard_page_loads_its_vendored_files_only(admin):
+    operator = _operator(admin)
+
+    page = operator.get("/admin/dashboard/")
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-summary-url="/api/admin/dashboard/summary"' in html
+    assert "/static/proxy/vendor/chart.umd.min.js" in html
+    assert "/static/proxy/dashboard.js" in html
+    assert "script-src 'self'" in page["Content-Security-Policy"]
+    assert "http" not in html.split("<body")[0].replace("http-equiv", "")
+    index = operator.get("/admin/").content.decode()
+    assert 'href="/admin/dashboard/"' in index
+
+
+def test_the_dashboard_needs_the_admin_log_in(db):
+    page = Client().get("/admin/dashboard/")
+
+    assert page.status_code == 302 and page["Location"].startswith("/admin/login/")
+
+
+def test_importing_an_export_file_from_the_accounts_list(admin):
+    operator = _operator(admin)
+    token = access_token_for(Identity("org-f", "user-f"), expires_in=3600)
+    upload = SimpleUploadedFile(
+        "cpa.json", json.dumps([{"type": "codex", "access_token": token}]).encode()
+    )
+
+    listing = operator.get("/admin/proxy/account/").content.decode()
+    page = operator.post("/admin/proxy/account/import/", {"file": upload})
+
+    assert 'href="/admin/proxy/account/import/"' in listing
+    assert page.status_code == 200
+    assert "cliproxyapi: 1 imported, 0 updated, 0 skipped, 0 invalid." in page.content.decode()
+    assert Account.objects.get().access_token == token
+    refused = operator.post("/admin/proxy/account/import/", {"text": '{"nope": 1}'})
+    assert "no importable accounts" in refused.content.decode()
+
+
+def test_enable_and_disable_from_the_list(admin):
+    operator = _operator(admin)
+    account = make_account(status="active")
+
+    operator.post(
+        "/admin/proxy/account/",
+        {"action": "disable_accounts", "_selected_action": [account.pk]},
+    )
+    account.refresh_from_db()
+    assert account.status == "disabled"
+    operator.post(
+        "/admin/proxy/account/",
+        {"action": "enable_accounts", "_selected_action": [account.pk]},
+    )
+    account.refresh_from_db()
+    assert account.status == "active"
+
+
+def test_the_connection_test_page_streams_the_admin_api(admin):
+    operator = _operator(admin)
+    account = make_account()
+
+    listing = operator.get("/admin/proxy/account/").content.decode()
+    page = operator.get(f"/admin/proxy/account/{account.pk}/test/").content.decode()
+
+    assert f'href="/admin/proxy/account/{account.pk}/test/"' in listing
+    assert 'data-test-url="/api/admin/accounts/test"' in page
+    assert f'data-account-id="{account.pk}"' in page
+
+
+def test_a_keys_use_page_has_the_key_the_config_and_the_cc_switch_link(admin):
+    operator = _operator(admin)
+    key = client_api_key_create(name="desk", now=timezone.now())
+
+    listing = operator.get("/admin/proxy/clientapikey/").content.decode()
+    page = operator.get(f"/admin/proxy/clientapikey/{key.pk}/use/").content.decode()
+
+    assert f'href="/admin/proxy/clientapikey/{key.pk}/use/"' in listing
+    assert key.key not in listing  # the list keeps showing the prefix only
+    assert f'<code id="key-value">{key.key}</code>' in page
+    assert "base_url = &quot;http://testserver/v1&quot;" in page
+    assert "ccswitch://v1/import?" in page
