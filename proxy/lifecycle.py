@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from proxy.dispatch import recording
+from proxy.ledger import writer as recording
 from proxy.loop_resources import close_current_loop_resources
 from proxy.v1.auth import flush_key_touches
 

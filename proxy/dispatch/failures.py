@@ -12,7 +12,13 @@ import json
 import re
 from dataclasses import dataclass, field
 
-ERROR_BODY_READ_CAP = 1024 * 1024
+from proxy.clients.codex import (
+    ERROR_BODY_READ_CAP,  # noqa: F401 - re-exported: how much of an error body is read
+    CodexError,
+    CodexHTTPError,
+    CodexTransportError,
+)
+
 SHORT_TEXT = 200
 
 
@@ -184,6 +190,17 @@ def classify_http_failure(status: int, headers: dict[str, str], body: bytes) -> 
     return AttemptFailure(FailureKind.CLIENT_ERROR, status, body)
 
 
+def failure_from_error(error: CodexError) -> AttemptFailure:
+    """The attempt failure of a Codex client error (HTTP status classified, 5xx retries used
+    up; a transport error means no answer arrived)."""
+    if isinstance(error, CodexHTTPError):
+        failure = classify_http_failure(error.status, error.headers, error.body)
+        failure.headers = error.headers
+        return failure
+    detail = error.detail if isinstance(error, CodexTransportError) else type(error).__name__
+    return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=detail, answered=False)
+
+
 _TOKEN_CODES = {
     "token_invalid",
     "token_expired",
@@ -243,15 +260,55 @@ class ClientError:
         return {"error": {"message": self.message, "type": self.error_type, "code": self.code}}
 
 
+class ClientFailure(Exception):
+    """The client gets ``error`` (OpenAI envelope, its status): the one exception a dispatch
+    or a view's parsing raises for an error answer; ``proxy.v1.errors.openai_errors`` maps it.
+
+    ``as_event``: a stream route whose client expects a 200 SSE ``response.failed`` event for
+    server-side failures (spec §1.7). ``retry_after``: seconds for a ``Retry-After`` header.
+    """
+
+    def __init__(
+        self, error: ClientError, *, as_event: bool = False, retry_after: int | None = None
+    ) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.as_event = as_event
+        self.retry_after = retry_after
+
+
 NO_ACCOUNTS = ClientError(
     503,
     "server_error",
     "no_available_accounts",
     "No available accounts. All accounts are expired or rate-limited.",
 )
+ALL_BUSY = ClientError(
+    503,
+    "server_error",
+    "no_available_accounts",
+    "All accounts are at their concurrency limit. Retry the request.",
+)
 INVALID_UPSTREAM = ClientError(
     502, "server_error", "invalid_upstream_response", "Invalid upstream Codex response"
 )
+
+
+# The ops_error_logs message of the row a failed request leaves, by why it failed: the pool
+# ran out (or had nothing) — "dispatch failed" — or the upstream itself refused the request.
+_OPS_MESSAGES = {
+    FailureKind.CLIENT_ERROR: "v1 responses upstream rejected the request",
+    FailureKind.RESPONSE_FAILED: "v1 responses upstream response failed",
+    FailureKind.INVALID_SSE: "v1 responses upstream stream invalid",
+}
+DISPATCH_FAILED = "v1 responses dispatch failed"
+
+
+def ops_message(failure: AttemptFailure | None) -> str:
+    """The ops message of a request that ended with ``failure`` (None: no account tried)."""
+    if failure is None or failure.kind in ROTATING_KINDS:
+        return DISPATCH_FAILED
+    return _OPS_MESSAGES.get(failure.kind, DISPATCH_FAILED)
 
 
 def failed_event_status(code: str) -> int:

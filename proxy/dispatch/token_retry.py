@@ -17,8 +17,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from proxy.dispatch.accounts import AccountView, mark_expired
+from proxy.accounts import AccountView
 from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.services.account_state import account_mark_expired
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,6 @@ async def refresh_for_retry(account: AccountView) -> bool:
 
 async def give_up_after_refresh(account: AccountView) -> None:
     """The retry with a fresh token met a 401 again: expired, and no refresh scheduled."""
-    await mark_expired(
+    await account_mark_expired(
         account.id, token=account.access_token, now=timezone.now(), schedule_refresh=False
     )

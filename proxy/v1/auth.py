@@ -17,9 +17,9 @@ from django.conf import settings
 from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
-from proxy.dispatch.accounts import CANDIDATES_JSON_SQL, AccountView, accounts_from_json
+from proxy.accounts import AccountView, accounts_from_json
+from proxy.clients.codex import FingerprintHeaders, render_fingerprint
 from proxy.dispatch.scheduler import SchedulerSettings
-from proxy.dispatch.upstream_request import FingerprintHeaders, render_fingerprint
 from proxy.loop_resources import (
     DATABASE_ACQUIRE_TIMEOUT_SECONDS,
     PerLoop,
@@ -27,6 +27,7 @@ from proxy.loop_resources import (
     discard_dead_connections,
 )
 from proxy.models_catalog import clean_aliases
+from proxy.selectors import CANDIDATES_JSON_SQL
 
 logger = logging.getLogger(__name__)
 

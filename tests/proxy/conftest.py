@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from proxy.dispatch import recording
+from proxy.ledger import writer as recording
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure

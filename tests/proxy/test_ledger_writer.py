@@ -13,12 +13,13 @@ from django.db import connection
 from django.utils import timezone
 
 from proxy import redis_keys
-from proxy.dispatch import recording
-from proxy.dispatch.recording import LedgerEntry, _Attempt, _Unit, _write_unit_in_thread
+from proxy.ledger import writer as recording
+from proxy.ledger.writer import LedgerEntry, _Attempt, _Unit, _write_unit_in_thread
 from proxy.loop_resources import close_current_loop_resources
 from proxy.models import AccountUsage
 from proxy.services.account_usage import AccountUsageIncrement
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
+from telemetry.services.facts import ErrorFact, UsageFact
 from tests.proxy.factories import make_account
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,7 +36,7 @@ def _success(account, request_id: str, **fields) -> LedgerEntry:
         **fields,
     }
     return LedgerEntry(
-        usage=usage,
+        usage=UsageFact(**usage),
         account_usage=[(account.id, AccountUsageIncrement(counted_request=True, input_tokens=10))],
     )
 
@@ -86,7 +87,7 @@ def test_text_the_database_refuses_is_stored_with_replacement_characters(caplog)
         _success(account, "req-plain"),
     ]
 
-    with caplog.at_level(logging.WARNING, logger="proxy.dispatch.recording"):
+    with caplog.at_level(logging.WARNING, logger="proxy.ledger.writer"):
         assert _write_unit_in_thread(_Unit(entries)) is None
 
     rows = dict(UsageRecord.objects.values_list("request_id", "model"))
@@ -105,10 +106,10 @@ def test_only_a_row_the_database_keeps_refusing_is_given_up_loudly_and_counted(c
     account = make_account()
     before = recording.ledger_stats().entries_given_up
     refused = _success(account, "req-refused", status_code=500)  # a CHECK: 200–399 only
-    refused.errors.append({"created_at": timezone.now(), "message": "x", "request_id": "e-1"})
+    refused.errors.append(ErrorFact(created_at=timezone.now(), message="x", request_id="e-1"))
     entries = [_success(account, "req-good"), refused]
 
-    with caplog.at_level(logging.ERROR, logger="proxy.dispatch.recording"):
+    with caplog.at_level(logging.ERROR, logger="proxy.ledger.writer"):
         assert _write_unit_in_thread(_Unit(entries)) is None
 
     assert list(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-good"]
@@ -137,7 +138,7 @@ def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog, redis
         await writer.flush()
         await close_current_loop_resources()
 
-    with caplog.at_level(logging.ERROR, logger="proxy.dispatch.recording"):
+    with caplog.at_level(logging.ERROR, logger="proxy.ledger.writer"):
         asyncio.run(submit_five())
 
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == [

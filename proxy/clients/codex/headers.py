@@ -50,6 +50,11 @@ class Credentials:
     access_token: str
     chatgpt_account_id: str | None
 
+    @classmethod
+    def of(cls, account: Any) -> Credentials:
+        """The credentials of anything with ``id``, ``access_token``, ``chatgpt_account_id``."""
+        return cls(account.id, account.access_token, account.chatgpt_account_id)
+
 
 def render_fingerprint(fingerprint: dict[str, Any]) -> FingerprintHeaders:
     """The static headers of ``fingerprint`` (a ``fingerprints`` row as a dict); cached."""
@@ -148,7 +153,9 @@ def build_headers(
         for name, value in request_headers.items():
             values.setdefault(name, value)
     if call is Call.COMPACT:
-        values = {name: value for name, value in values.items() if name not in COMPACT_OMITTED_HEADERS}
+        values = {
+            name: value for name, value in values.items() if name not in COMPACT_OMITTED_HEADERS
+        }
     elif call is Call.USAGE:
         usage = {name: values[name] for name in USAGE_HEADERS if name in values}
         usage["x-codex-installation-id"] = values["x-codex-installation-id"]
