@@ -2,12 +2,26 @@
 
 import os
 import signal
+import sys
 import threading
 
 from celery import Celery
 from celery.signals import beat_init, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+from config.bootstrap import prepare  # noqa: E402
+
+
+def _started_by_the_celery_command() -> bool:
+    """Whether this process is ``celery -A config …`` (``python -m celery`` included), for which
+    this module is the entry point; any other importer of ``config`` prepares for itself."""
+    program = sys.argv[0] if sys.argv else ""
+    return os.path.basename(program) == "celery" or program.endswith("celery/__main__.py")
+
+
+if _started_by_the_celery_command():
+    prepare()  # a no-op under config.run, which prepared the environment this process inherited
 
 from config.schedule import BEAT_SCHEDULE, STARTUP_TASKS  # noqa: E402 - needs the settings module
 

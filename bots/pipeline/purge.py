@@ -41,6 +41,7 @@ from bots.pipeline.card import post_card
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort
 from bots.pipeline.replies import reply_in_thread
+from bots.pipeline.task_names import PURGE_CONTINUE, registered_task
 from bots.selectors import (
     ledger_group_message_ids,
     ledger_last_id,
@@ -49,7 +50,7 @@ from bots.selectors import (
     verification_settings_get,
 )
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
-from bots.services.ledger import relayed_messages_delete_for_thread
+from bots.services.relayed_messages import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
 
 logger = logging.getLogger(__name__)
@@ -165,9 +166,7 @@ def purge_topic(ctx: BotContext, *, topic: Topic) -> PurgeStart:
 
 def hand_off(job: PurgeJob, *, countdown: float) -> None:
     """Queue the purge's continuation (the lock is kept for it meanwhile)."""
-    from bots.tasks import purge_continue_task  # the task module imports this one
-
-    queue_continuation(job, purge_continue_task, countdown=countdown)
+    queue_continuation(job, registered_task(PURGE_CONTINUE), countdown=countdown)
 
 
 def continue_purge(job: PurgeJob) -> str | None:

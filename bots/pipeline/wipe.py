@@ -23,7 +23,6 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
@@ -51,7 +50,9 @@ from bots.pipeline.confirmations import (
 )
 from bots.pipeline.context import BotContext, UpdateContext
 from bots.pipeline.failures import best_effort
+from bots.pipeline.issued import Issued
 from bots.pipeline.replies import reply_in_thread
+from bots.pipeline.task_names import WIPE_CONTINUE, registered_task
 from bots.selectors import bound_thread_ids
 from bots.services.broadcasts import broadcasts_stop
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
@@ -62,9 +63,6 @@ from bots.services.wipe import (
     wipe_decision_claim,
     wipe_decision_get,
 )
-
-if TYPE_CHECKING:
-    from bots.pipeline.commands import Issued
 
 logger = logging.getLogger(__name__)
 
@@ -220,9 +218,7 @@ def _advance(ctx: BotContext, job: WipeJob, *, pacer: Pacer, budget: Budget) -> 
 
 def hand_off(job: WipeJob, *, countdown: float) -> None:
     """Queue the wipe's continuation (the lock is kept for it meanwhile)."""
-    from bots.tasks import wipe_continue_task  # the task module imports this one
-
-    queue_continuation(job, wipe_continue_task, countdown=countdown)
+    queue_continuation(job, registered_task(WIPE_CONTINUE), countdown=countdown)
 
 
 def continue_wipe(job: WipeJob) -> str | None:

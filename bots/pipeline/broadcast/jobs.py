@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from bots.models import Broadcast, BroadcastStatus
+from bots.pipeline.task_names import BROADCAST_SEND, registered_task
 from bots.selectors import bot_current_id
 from bots.services.broadcast_progress import (
     SENDER_LEASE_SECONDS,
@@ -48,9 +49,7 @@ class SendJob:
 
 
 def _send_task():
-    from bots.tasks import broadcast_send_task  # the task module imports the pipeline
-
-    return broadcast_send_task
+    return registered_task(BROADCAST_SEND)
 
 
 def start_sending(*, bot_id: int, broadcast_id: int) -> None:
