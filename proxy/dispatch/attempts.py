@@ -108,13 +108,16 @@ class StreamStrategy(_SSEStrategy):
                         FailureKind.UPSTREAM_UNAVAILABLE,
                         detail="upstream stream ended before any output",
                         response_id=progress.response_id,
+                        in_stream=True,
                     )
         except codex.CodexTransportError as error:
             stream.close()
-            return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail)
+            return AttemptFailure(
+                FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True
+            )
         except SSEFrameTooLarge as error:
             stream.close()
-            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error))
+            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
         return Committed(
             slot=slot,
             attempt_index=attempt_index,
@@ -149,10 +152,12 @@ class CompleteStrategy(_SSEStrategy):
                 observe(frames, progress, request)
         except codex.CodexTransportError as error:
             stream.close()
-            return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail)
+            return AttemptFailure(
+                FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True
+            )
         except SSEFrameTooLarge as error:
             stream.close()
-            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error))
+            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
         stream.release()
         terminal = progress.terminal
         if progress.terminal_event is None or terminal is None:
@@ -160,17 +165,23 @@ class CompleteStrategy(_SSEStrategy):
                 FailureKind.UPSTREAM_UNAVAILABLE,
                 detail="upstream stream ended before response.completed",
                 response_id=progress.response_id,
+                in_stream=True,
             )
         if progress.terminal_event not in SUCCESS_TERMINAL_EVENTS:
-            return classify_failed_event(terminal)
+            failure = classify_failed_event(terminal)
+            failure.in_stream = True
+            return failure
         response_object = terminal.get("response")
         if not isinstance(response_object, dict):
-            return AttemptFailure(FailureKind.INVALID_SSE, detail="terminal event without response")
+            return AttemptFailure(
+                FailureKind.INVALID_SSE, detail="terminal event without response", in_stream=True
+            )
         if is_empty_completion(response_object):
             return AttemptFailure(
                 FailureKind.EMPTY_RESPONSE,
                 detail="upstream completed with no output",
                 response_id=response_object.get("id"),
+                in_stream=True,
             )
         return Committed(
             slot=slot,

@@ -21,15 +21,15 @@ from proxy.clients import codex
 from proxy.dispatch import scheduler
 from proxy.dispatch.attempts import CompactStrategy, CompleteStrategy, Strategy, StreamStrategy
 from proxy.dispatch.candidate_queue import CandidateQueue
-from proxy.dispatch.cookies import captured_cookies, cookie_header
-from proxy.dispatch.failures import (
+from proxy.dispatch.client_errors import (
     ALL_BUSY,
     NO_ACCOUNTS,
-    AttemptFailure,
     ClientError,
-    FailureKind,
+    ClientFailure,
     client_error_for,
 )
+from proxy.dispatch.cookies import captured_cookies, cookie_header
+from proxy.dispatch.failures import AttemptFailure, FailureKind
 from proxy.dispatch.relay import StreamRelay
 from proxy.dispatch.scheduler import Slot
 from proxy.dispatch.token_retry import (
@@ -39,7 +39,6 @@ from proxy.dispatch.token_retry import (
 )
 from proxy.dispatch.types import (
     AttemptNote,
-    ClientFailure,
     Committed,
     CompactResult,
     DispatchReport,

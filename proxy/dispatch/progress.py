@@ -50,6 +50,7 @@ def observe(
             if event not in SUCCESS_TERMINAL_EVENTS and not progress.output_seen:
                 failure = classify_failed_event(terminal)
                 if failure.rotates:
+                    failure.in_stream = True
                     return failure
     return None
 

@@ -16,11 +16,8 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.clients.codex import CodexStream, FingerprintHeaders
-from proxy.dispatch.failures import (  # noqa: F401 - ClientFailure is part of the types
-    AttemptFailure,
-    ClientError,
-    ClientFailure,
-)
+from proxy.dispatch.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
+from proxy.dispatch.failures import AttemptFailure
 from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.dispatch.sse import Frame, SSEScanner
 from proxy.dispatch.upstream_request import ClientIdentity

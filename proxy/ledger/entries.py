@@ -12,7 +12,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status, ops_message
+from proxy.dispatch.client_errors import failed_event_status, ops_message
+from proxy.dispatch.failures import ROTATING_KINDS, FailureKind
 from proxy.dispatch.types import DispatchReport, Served
 from proxy.services.account_usage import AccountUsageIncrement
 from telemetry.services.facts import ErrorFact, UsageFact

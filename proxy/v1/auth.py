@@ -185,8 +185,11 @@ class KeyTouches:
             self._flush_task = asyncio.get_running_loop().create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(TOUCH_DEBOUNCE_SECONDS)
-        await self.flush()
+        # Keys touched while a flush runs find this task still running (touch() starts none):
+        # they are written by the next round here, not left waiting for a later touch.
+        while self._pending:
+            await asyncio.sleep(TOUCH_DEBOUNCE_SECONDS)
+            await self.flush()
 
     async def flush(self) -> None:
         ids, self._pending = self._pending, set()

@@ -13,8 +13,8 @@ from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from proxy.catalog_cache import recognised_catalog
+from proxy.dispatch.client_errors import ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
-from proxy.dispatch.failures import ClientFailure
 from proxy.dispatch.types import DispatchRequest
 from proxy.dispatch.upstream_request import read_client_identity
 from proxy.ledger import writer as ledger

@@ -11,7 +11,7 @@ import uuid
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from proxy.chat import ChatRequestInvalid
-from proxy.dispatch.failures import NO_ACCOUNTS, ClientError, ClientFailure
+from proxy.dispatch.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
 from proxy.dispatch.sse import DONE_FRAME, failure_event
 from proxy.dispatch.upstream_request import InvalidHeaderValue
 
