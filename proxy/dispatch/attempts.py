@@ -66,7 +66,11 @@ class _SSEStrategy:
         return _encoded(scoped_body(request.body, request.client_identity, account_id))
 
     async def _open(
-        self, request: DispatchRequest, slot: Slot, headers, cookies_seen: list[str]
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
     ) -> codex.CodexStream | AttemptFailure:
         try:
             stream = await codex.open_responses(
@@ -80,7 +84,14 @@ class _SSEStrategy:
 
 
 class StreamStrategy(_SSEStrategy):
-    async def run(self, request, slot, attempt_index, headers, cookies_seen):
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
         stream = await self._open(request, slot, headers, cookies_seen)
         if isinstance(stream, AttemptFailure):
             return stream
@@ -137,7 +148,14 @@ class CompleteStrategy(_SSEStrategy):
     def __init__(self, *, keep_frames: bool = False) -> None:
         self.keep_frames = keep_frames
 
-    async def run(self, request, slot, attempt_index, headers, cookies_seen):
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
         stream = await self._open(request, slot, headers, cookies_seen)
         if isinstance(stream, AttemptFailure):
             return stream
@@ -206,7 +224,14 @@ class CompactStrategy:
             compact_body(request.body, request.client_identity, account_id, request.request_id)
         )
 
-    async def run(self, request, slot, attempt_index, headers, cookies_seen):
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
         try:
             answer = await codex.compact(body=self.body(request, slot.account.id), headers=headers)
         except codex.CodexError as error:

@@ -14,9 +14,11 @@ stream — when the relay ends. Failures reach the view as ``ClientFailure``.
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
 from django.utils import timezone
 
+from proxy.accounts import AccountView
 from proxy.clients import codex
 from proxy.dispatch import scheduler
 from proxy.dispatch.attempts import CompactStrategy, CompleteStrategy, Strategy, StreamStrategy
@@ -170,7 +172,7 @@ class Dispatch:
         limit = 1 if self.request.previous_response_id else None
         return CandidateQueue(eligible, self.request.scheduler_settings, limit=limit)
 
-    async def _walk(self):
+    async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
         queue = await self._queue()
         attempt_index = 0
@@ -207,12 +209,12 @@ class Dispatch:
             self._fail(ALL_BUSY if queue.timed_out else NO_ACCOUNTS)
         self._give_up(self._notes[-1].failure)
 
-    def _fail(self, error: ClientError) -> None:
+    def _fail(self, error: ClientError) -> NoReturn:
         self._client_error = error
         as_event = self.request.failures_as_events and error.status >= 500
         raise ClientFailure(error, as_event=as_event)
 
-    def _give_up(self, failure: AttemptFailure) -> None:
+    def _give_up(self, failure: AttemptFailure) -> NoReturn:
         self._final_failure = failure
         self._exhausted_count = sum(
             1
@@ -223,7 +225,7 @@ class Dispatch:
 
     # ------------------------------------------------------------------------- one attempt
 
-    def _headers(self, account, call: codex.Call, url: str) -> list[tuple[str, str]]:
+    def _headers(self, account: AccountView, call: codex.Call, url: str) -> list[tuple[str, str]]:
         request = self.request
         return codex.build_headers(
             call,
@@ -238,7 +240,9 @@ class Dispatch:
             cookie=cookie_header(account.cookies, url=url, now=timezone.now()),
         )
 
-    async def _attempt(self, slot: Slot, attempt_index: int):
+    async def _attempt(
+        self, slot: Slot, attempt_index: int
+    ) -> Committed | CompactResult | AttemptFailure:
         """One account: pacing, the usage check of a just-lifted quota, the call itself."""
         account = slot.account
         strategy = self._strategy
@@ -266,7 +270,7 @@ class Dispatch:
                 if found:
                     self._cookies.append((account.id, tuple(found)))
 
-    async def _quota_still_blocked(self, account) -> bool:
+    async def _quota_still_blocked(self, account: AccountView) -> bool:
         """For an account whose quota limit just lifted: ask the usage endpoint first (spec §3.5).
 
         Returns True when the upstream still reports the limit (the account is skipped); an

@@ -39,9 +39,9 @@ from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
 from proxy import redis_keys
-from proxy.dispatch.cookies import store_cookies
 from proxy.ledger.entries import LedgerEntry
 from proxy.loop_resources import PerLoop, async_redis
+from proxy.services.account_cookies import account_cookies_store
 from proxy.services.account_quota import account_quota_sync_passive
 from proxy.services.account_usage import account_usage_add_many
 from telemetry.services.ledger import ledger_write_batch, storable
@@ -343,7 +343,7 @@ async def _write_extras(batch: list[LedgerEntry]) -> None:
     for entry in batch:
         for account_id, cookies in entry.cookies:
             try:
-                await store_cookies(account_id, cookies, now=now)
+                await account_cookies_store(account_id=account_id, cookies=cookies, now=now)
             except Exception:
                 logger.warning("could not store upstream cookies", exc_info=True)
         if entry.quota_sync is not None:

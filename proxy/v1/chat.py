@@ -26,7 +26,7 @@ from proxy.dispatch.relay import StreamRelay
 from proxy.dispatch.sse import DONE_FRAME, Frame
 from proxy.dispatch.types import Committed
 from proxy.v1.common import (
-    dispatch_request,
+    build_dispatch_request,
     event_stream_response,
     model_catalog_or_404,
     resolved,
@@ -69,7 +69,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     body = dict(plan.responses_body)
     body["model"] = resolved(plan.requested_model, valid)
     dispatch = Dispatch(
-        dispatch_request(
+        build_dispatch_request(
             request,
             valid,
             route=ROUTE,

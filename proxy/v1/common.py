@@ -170,7 +170,7 @@ async def model_catalog_or_404(valid: ValidRequest, model: str) -> Catalog:
     return catalog
 
 
-def dispatch_request(
+def build_dispatch_request(
     request: HttpRequest,
     valid: ValidRequest,
     *,

@@ -16,7 +16,7 @@ from proxy.dispatch.dispatcher import Dispatch
 from proxy.v1.common import (
     ALLOWED_SUBAGENTS,
     ValidRequest,
-    dispatch_request,
+    build_dispatch_request,
     event_stream_response,
     model_catalog_or_404,
     resolved,
@@ -55,7 +55,7 @@ async def _parse(
     if stream:
         body["stream"] = True
     dispatch = Dispatch(
-        dispatch_request(
+        build_dispatch_request(
             request,
             valid,
             route=route,
@@ -108,7 +108,7 @@ async def responses_compact(request: HttpRequest) -> HttpResponse:
     body.pop("use_websocket", None)
     body["model"] = resolved(requested_model, valid)
     dispatch = Dispatch(
-        dispatch_request(
+        build_dispatch_request(
             request,
             valid,
             route="/v1/responses/compact",

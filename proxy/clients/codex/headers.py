@@ -105,7 +105,17 @@ COMPACT_OMITTED_HEADERS = frozenset(
     }
 )
 # The usage call's headers (spec §2.3): identity only, plus the cookie jar.
-USAGE_HEADERS = ("user-agent", "authorization", "originator", "chatgpt-account-id", "cookie")
+USAGE_HEADERS = frozenset(
+    {
+        "user-agent",
+        "authorization",
+        "originator",
+        "chatgpt-account-id",
+        "x-codex-installation-id",
+        "accept",
+        "cookie",
+    }
+)
 
 
 def build_headers(
@@ -157,10 +167,7 @@ def build_headers(
             name: value for name, value in values.items() if name not in COMPACT_OMITTED_HEADERS
         }
     elif call is Call.USAGE:
-        usage = {name: values[name] for name in USAGE_HEADERS if name in values}
-        usage["x-codex-installation-id"] = values["x-codex-installation-id"]
-        usage["accept"] = "application/json"
-        return list(usage.items())
+        values = {name: value for name, value in values.items() if name in USAGE_HEADERS}
     ordered = [(name, values.pop(name)) for name in fingerprint.order if name in values]
     ordered += list(values.items())
     return ordered
