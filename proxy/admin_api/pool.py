@@ -1,10 +1,11 @@
-"""The one place the admin API reaches into the proxy's request-path code: the scheduler's
-eligibility rule and slots, the Codex client (connection test, usage, models) and the account
-state transitions a test outcome causes.
+"""The one place the admin API reaches into the proxy's request-path code: the account rules
+(``proxy.accounts``) and slots, the Codex client (``proxy.clients.codex``: connection test,
+usage, models, with its one header builder) and the account state transitions a test outcome
+causes (``proxy.services.account_state``).
 
 Everything here is a thin adapter over functions that already serve ``/v1`` and the upkeep
-jobs, so the admin API never grows a second copy of them; when the request path is reorganised
-(its client, its account rules), only this module is re-pointed.
+jobs, so the admin API never grows a second copy of them; when the request path is reorganised,
+only this module is re-pointed.
 """
 
 from __future__ import annotations
