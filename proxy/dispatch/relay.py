@@ -19,9 +19,11 @@ from proxy.dispatch import scheduler
 from proxy.dispatch.progress import observe
 from proxy.dispatch.sse import (
     DONE_FRAME,
+    SERVER_SHUTDOWN,
     SUCCESS_TERMINAL_EVENTS,
     Frame,
     SSEFrameTooLarge,
+    server_shutdown_event,
     stream_disconnected_event,
 )
 from proxy.dispatch.types import Committed, DispatchRequest, StreamEnd
@@ -59,6 +61,7 @@ class StreamRelay:
         heartbeat_every = settings.SCHEDULER_SLOT_TTL_SECONDS / 4
         last_heartbeat = time.monotonic()
         client_cancelled = False
+        server_shutdown = False
         stream_error: str | None = None
         try:
             if committed.buffered:
@@ -78,19 +81,28 @@ class StreamRelay:
             stream_error = f"upstream read failed ({error.detail})"
         except SSEFrameTooLarge as error:
             stream_error = str(error)
-        except (asyncio.CancelledError, GeneratorExit):
+        except asyncio.CancelledError as cancelled:
+            if cancelled.args != (SERVER_SHUTDOWN,):
+                client_cancelled = True
+                raise
+            # The graceful stop ran out of time: the stream ends here, with a failure event
+            # the caller sends (the cancellation was meant for this stream alone).
+            server_shutdown = True
+        except GeneratorExit:
             client_cancelled = True
             raise
         finally:
-            if client_cancelled or stream_error or not progress.terminal_event:
+            if client_cancelled or server_shutdown or stream_error or not progress.terminal_event:
                 committed.stream.close()
             else:
                 committed.stream.release()
             succeeded = progress.terminal_event in SUCCESS_TERMINAL_EVENTS and not stream_error
             self.end = StreamEnd(
                 client_cancelled=client_cancelled,
-                synthetic_failure=not client_cancelled and not progress.terminal_event,
+                synthetic_failure=not (client_cancelled or server_shutdown)
+                and not progress.terminal_event,
                 stream_error=stream_error,
+                server_shutdown=server_shutdown,
             )
             try:
                 await asyncio.shield(scheduler.release(committed.slot, succeeded=succeeded))
@@ -103,7 +115,10 @@ class StreamRelay:
         async for chunk, _ in self.chunks():
             yield chunk
         progress = self.committed.progress
-        if self.end.synthetic_failure:
+        if self.end.server_shutdown:
+            separator = b"" if self.committed.scanner.ends_with_blank_line else b"\n\n"
+            yield separator + server_shutdown_event(progress.response_id)
+        elif self.end.synthetic_failure:
             separator = b"" if self.committed.scanner.ends_with_blank_line else b"\n\n"
             yield separator + stream_disconnected_event(progress.response_id, self.end.stream_error)
         if not progress.done_seen:

@@ -116,6 +116,8 @@ class StreamEnd:
     client_cancelled: bool = False
     synthetic_failure: bool = False
     stream_error: str | None = None
+    # Cut at the graceful stop's deadline (the client got a ``server_shutdown`` event).
+    server_shutdown: bool = False
 
 
 @dataclass(frozen=True)

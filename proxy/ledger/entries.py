@@ -312,7 +312,9 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
     )
     entry.account_usage.append((served.account.id, _counted_usage(usage)))
     end = report.end
-    failed_badly = end.stream_error or end.synthetic_failure or end.client_cancelled
+    failed_badly = (
+        end.stream_error or end.synthetic_failure or end.client_cancelled or end.server_shutdown
+    )
     terminal_event = progress.terminal_event
     if not failed_badly and terminal_event in ("response.completed", "response.incomplete"):
         incomplete = terminal_event == "response.incomplete"
@@ -335,6 +337,9 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
     if end.client_cancelled:
         status, failure_class, source = 499, "client_cancelled", "client"
         detail = "the client closed the connection before the response ended"
+    elif end.server_shutdown:
+        status, failure_class, source = 503, "server_shutdown", "proxy"
+        detail = "the server's graceful stop ran out of time before the response ended"
     elif terminal_event in ("response.failed", "error"):
         error = response.get("error") or terminal.get("error") or {}
         code = str(error.get("code") or "") if isinstance(error, dict) else ""

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 from proxy.chat import ChatStreamTranslator, chat_request_to_responses
 from proxy.dispatch.dispatcher import Dispatch
 from proxy.dispatch.relay import StreamRelay
-from proxy.dispatch.sse import DONE_FRAME, Frame
+from proxy.dispatch.sse import DONE_FRAME, SERVER_SHUTDOWN_MESSAGE, Frame
 from proxy.dispatch.types import Committed
 from proxy.v1.common import (
     build_dispatch_request,
@@ -99,7 +99,9 @@ async def _chunks(relay: StreamRelay, translator: ChatStreamTranslator):
         for event_type, event in _events(frames):
             for chunk in translator.feed(event_type, event):
                 yield _frame(chunk)
-    if relay.end.synthetic_failure:
+    if relay.end.server_shutdown:
+        closing = translator.error_chunks(SERVER_SHUTDOWN_MESSAGE)
+    elif relay.end.synthetic_failure:
         message = STREAM_CUT_MESSAGE
         if relay.end.stream_error:
             message = f"{message}: {relay.end.stream_error}"
