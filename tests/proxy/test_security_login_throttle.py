@@ -107,7 +107,9 @@ def test_the_sixth_login_attempt_is_refused_across_two_worker_processes(
     # ... while the locked address is refused whatever username it tries.
     other_name = _log_in(first, "someone", "whatever it is", **attacker)
     assert other_name.status_code == 429
-    events = list(AdminLoginEvent.objects.order_by("id").values_list("outcome", "locked_out"))
+    events = list(
+        AdminLoginEvent.objects.order_by("created_at", "id").values_list("outcome", "locked_out")
+    )
     assert events == [("failure", False)] * 4 + [("failure", True)]
     assert set(AdminLoginEvent.objects.values_list("client_ip", flat=True)) == {"198.51.100.20"}
 
