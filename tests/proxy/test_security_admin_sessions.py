@@ -93,6 +93,35 @@ def test_the_raw_session_token_is_in_no_redis_key_or_value(admin, settings, redi
     assert redis_client.smembers(index) == {digest.encode()}
 
 
+def test_an_admin_api_session_keeps_its_token_out_of_redis_and_ends_when_idle(
+    admin, settings, redis_client
+):
+    """The admin API (landed after the review) logs in to the same hashed store: the token is in
+    no Redis key or value, and a session left idle past the timeout is refused there too."""
+    settings.ADMIN_SESSION_IDLE_MINUTES = 60
+    client = Client()
+    login = client.post("/api/admin/login", {"password": PASSWORD}, content_type="application/json")
+    assert login.status_code == 200, login.content
+    token = client.cookies[COOKIE].value
+    assert client.get("/api/admin/settings").status_code == 200
+
+    stored = _everything_stored(redis_client, settings.REDIS_KEY_PREFIX)
+    assert not [item for item in stored if token.encode() in item]
+    assert not [item for item in stored if token[5:20].encode() in item]
+    key = _session_key(settings, token)
+    value = json.loads(redis_client.get(key))
+    assert value["userId"] == admin.pk
+    value["lastSeenAt"] = (timezone.now() - timedelta(minutes=61)).isoformat()
+    redis_client.set(key, json.dumps(value), keepttl=True)
+
+    idle = client.get("/api/admin/settings")
+
+    assert idle.status_code == 401
+    assert idle.json()["code"] == 40101
+    assert redis_client.exists(key) == 0
+    assert client.get("/admin/").status_code == 302  # gone for the Django admin too
+
+
 def test_logging_out_deletes_the_session(admin, settings, redis_client):
     client = _log_in(settings)
     token = client.cookies[COOKIE].value
