@@ -278,6 +278,35 @@ def test_with_tls_the_session_cookie_is_secure_and_http_only(admin, settings):
     assert cookie["samesite"] == "Lax"
 
 
+def test_over_tls_the_django_admin_cookies_are_secure_without_the_setting(admin, settings):
+    """Finding 11 outside compose: behind one's own TLS proxy (SESSION_COOKIE_SECURE left at
+    its default) the Django admin's session and CSRF cookies are Secure like the admin API's,
+    so they never travel over plain http; plain-http ``make run`` keeps plain cookies."""
+    import ipaddress
+
+    assert settings.SESSION_COOKIE_SECURE is False
+    settings.TRUSTED_PROXIES = [ipaddress.ip_network("127.0.0.1/32")]
+    behind_tls = Client(headers={"X-Forwarded-Proto": "https"}, REMOTE_ADDR="127.0.0.1")
+
+    page = behind_tls.get("/admin/login/")
+    response = behind_tls.post(
+        "/admin/login/?next=/admin/",
+        {"username": settings.CPR_ADMIN_USERNAME, "password": PASSWORD},
+    )
+
+    assert page.cookies[settings.CSRF_COOKIE_NAME]["secure"] is True
+    assert response.status_code == 302
+    assert response.cookies[COOKIE]["secure"] is True
+    assert response.cookies[COOKIE]["httponly"] is True
+    plain = Client()
+    plain.get("/admin/login/")
+    answer = plain.post(
+        "/admin/login/?next=/admin/",
+        {"username": settings.CPR_ADMIN_USERNAME, "password": PASSWORD},
+    )
+    assert answer.cookies[COOKIE]["secure"] == ""
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_refuses_a_pickled_task_planted_in_the_broker(celery_worker, tmp_path):
     """Whoever can write to the broker sends a pickle-serialized task: the worker refuses to
