@@ -128,3 +128,20 @@ def test_an_admin_body_over_its_cap_is_413_in_the_envelope_before_it_is_read(asg
     assert too_big_import[0] == 413
     assert too_big_import[2]["message"] == "The request body is larger than 16777216 bytes"
     assert ClientApiKey.objects.count() == 0
+
+
+def test_a_foreign_host_header_is_refused_in_the_envelope(api, admin):
+    """Finding 9 on the admin API: Django's Host check holds there (400), and says so in the
+    envelope rather than as an HTML page."""
+    read = api.get("/api/admin/settings", HTTP_HOST="evil.example")
+    login = AdminClient().post(
+        "/api/admin/login",
+        data=json.dumps({"password": "correct horse battery staple"}),
+        content_type="application/json",
+        HTTP_HOST="evil.example",
+    )
+
+    assert error_of(read, 400, 40001) == "Invalid Host header"
+    assert error_of(login, 400, 40001) == "Invalid Host header"
+    assert COOKIE not in login.cookies
+    assert api.get("/admin/", HTTP_HOST="evil.example").status_code == 400  # Django's own page
