@@ -20,7 +20,13 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from config.drain import InFlightRequests  # noqa: E402
 from config.lifespan import make_lifespan  # noqa: E402
-from config.v1_handler import APIHandler, BodySizeLimit, PathRouter  # noqa: E402
+from config.v1_handler import (  # noqa: E402
+    AdminCredentialsBeforeBody,
+    APIHandler,
+    BodySizeLimit,
+    PathRouter,
+    admin_too_large,
+)
 
 # Every HTTP request is tracked so a graceful stop can wait for the last ones (config/drain.py).
 _django = ASGIStaticFilesHandler(django_http_application)
@@ -29,12 +35,27 @@ http_application = InFlightRequests(
         prefix="/v1/",
         api=APIHandler(),
         default=PathRouter(
-            # An account import may carry a large backup (its own cap).
+            # An account import may carry a large backup (its own cap), from an admin only:
+            # the credentials are checked before the body is read.
             prefix="/api/admin/accounts/import",
-            api=BodySizeLimit(_django, limit=settings.ADMIN_IMPORT_MAX_BODY_BYTES),
-            # Every other route (webhook, admin, pages): bodies over MAX_REQUEST_BODY_BYTES
-            # get 413.
-            default=BodySizeLimit(_django, limit=settings.MAX_REQUEST_BODY_BYTES),
+            exact=True,
+            api=AdminCredentialsBeforeBody(
+                BodySizeLimit(
+                    _django,
+                    limit=settings.ADMIN_IMPORT_MAX_BODY_BYTES,
+                    too_large=admin_too_large,
+                )
+            ),
+            default=PathRouter(
+                # The admin API's 413 is its envelope.
+                prefix="/api/admin/",
+                api=BodySizeLimit(
+                    _django, limit=settings.MAX_REQUEST_BODY_BYTES, too_large=admin_too_large
+                ),
+                # Every other route (webhook, admin, pages): bodies over MAX_REQUEST_BODY_BYTES
+                # get 413.
+                default=BodySizeLimit(_django, limit=settings.MAX_REQUEST_BODY_BYTES),
+            ),
         ),
     )
 )

@@ -299,6 +299,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.middleware.TrustedProxyMiddleware",
+    # Outside the session and CSRF middleware, so it sees the cookies they set.
+    "config.middleware.SecureCookiesOverTLSMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

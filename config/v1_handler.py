@@ -17,7 +17,10 @@ reuses the key check, still one PostgreSQL round trip), streams the response, an
 view when the client leaves.
 
 ``BodySizeLimit`` caps the body of every other route (the webhook, the admin) the same way:
-Django's own handler would spool a body of any size to disk before the view sees it.
+Django's own handler would spool a body of any size to disk before the view sees it. Under
+``/api/admin/`` its 413 is the admin API's envelope. ``AdminCredentialsBeforeBody`` guards the
+one admin route with a larger cap (the account import): its credentials are checked from the
+headers before a byte of its body is read, as ``/v1`` does with the client key.
 """
 
 from __future__ import annotations
@@ -27,13 +30,17 @@ import contextlib
 import io
 import logging
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpResponseBadRequest, JsonResponse
+from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http.cookie import parse_cookie
 
 from config.middleware import resolve_forwarded_request
+from proxy.admin_api.authentication import admin_credentials_refusal
+from proxy.admin_api.envelope import BodyCode, error_body
 from proxy.dispatch.sse import SERVER_SHUTDOWN
 from proxy.v1.common import authenticate_before_body
 from proxy.v1.errors import INVALID_HOST, body_too_large, error_response, request_id_from
@@ -134,14 +141,47 @@ def _declared_length(scope) -> int:
         return 0
 
 
-class BodySizeLimit:
-    """Refuse a request body over ``limit`` bytes with 413 before the wrapped application
-    (Django's handler) sees any of it: a declared Content-Length at once, a chunked body as
-    soon as it passes the limit. A body within it is handed on in one message."""
+def plain_too_large(limit: int) -> HttpResponse:
+    """The 413 of the webhook and the pages."""
+    return JsonResponse({"error": "request_too_large", "limit_bytes": limit}, status=413)
 
-    def __init__(self, app, *, limit: int):
+
+def admin_too_large(limit: int) -> HttpResponse:
+    """The 413 of ``/api/admin/``, in the admin API's envelope (spec §6.1, body code 41301)."""
+    response = JsonResponse(
+        error_body(BodyCode.BODY_TOO_LARGE, f"The request body is larger than {limit} bytes"),
+        status=BodyCode.BODY_TOO_LARGE.http_status,
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+async def _send_and_close(send, response: HttpResponse) -> None:
+    """Answer ``response`` and have the server close the connection (the body is unread)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": [
+                (name.encode("latin-1"), value.encode("latin-1"))
+                for name, value in response.items()
+            ]
+            + [(b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": response.content})
+
+
+class BodySizeLimit:
+    """Refuse a request body over ``limit`` bytes with 413 (``too_large``'s answer) before the
+    wrapped application (Django's handler) sees any of it: a declared Content-Length at once, a
+    chunked body as soon as it passes the limit. A body within it is handed on in one
+    message."""
+
+    def __init__(self, app, *, limit: int, too_large=plain_too_large):
         self.app = app
         self.limit = limit
+        self.too_large = too_large
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -170,32 +210,49 @@ class BodySizeLimit:
         return await self.app(scope, replay, send)
 
     async def _refuse(self, send) -> None:
-        response = JsonResponse(
-            {"error": "request_too_large", "limit_bytes": self.limit}, status=413
+        await _send_and_close(send, self.too_large(self.limit))
+
+
+class AdminCredentialsBeforeBody:
+    """Answer the admin API's 401 from the headers alone (``x-api-key``, else the session
+    cookie) before any of the body is read: an anonymous client cannot make the server take in
+    the account import's 16 MiB. The view checks the credentials again as usual."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        api_keys = [value for name, value in scope.get("headers", ()) if name == b"x-api-key"]
+        cookies = [value for name, value in scope.get("headers", ()) if name == b"cookie"]
+        token = parse_cookie(b"; ".join(cookies).decode("latin-1")).get(
+            settings.SESSION_COOKIE_NAME
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (name.encode("latin-1"), value.encode("latin-1"))
-                    for name, value in response.items()
-                ]
-                + [(b"connection", b"close")],
-            }
+        refusal = await sync_to_async(admin_credentials_refusal, thread_sensitive=False)(
+            api_key=b",".join(api_keys).decode("latin-1") if api_keys else None,
+            session_token=token,
         )
-        await send({"type": "http.response.body", "body": response.content})
+        if refusal is None:
+            return await self.app(scope, receive, send)
+        response = JsonResponse(error_body(refusal.code, refusal.message), status=401)
+        response["Cache-Control"] = "no-store"
+        return await _send_and_close(send, response)
 
 
 class PathRouter:
-    """Send ``prefix`` paths to ``api`` and everything else to ``default``."""
+    """Send ``prefix`` paths (with ``exact``: only that path) to ``api``, everything else to
+    ``default``."""
 
-    def __init__(self, *, prefix: str, api, default):
+    def __init__(self, *, prefix: str, api, default, exact: bool = False):
         self.prefix = prefix
         self.api = api
         self.default = default
+        self.exact = exact
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+        if scope["type"] == "http" and (
+            scope["path"] == self.prefix if self.exact else scope["path"].startswith(self.prefix)
+        ):
             return await self.api(scope, receive, send)
         return await self.default(scope, receive, send)

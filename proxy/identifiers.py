@@ -9,3 +9,7 @@ def new_id(prefix: str) -> str:
 
 def new_admin_user_id() -> str:
     return new_id("admin")
+
+
+def new_login_event_id() -> str:
+    return new_id("login")

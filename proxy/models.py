@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
-from proxy.identifiers import new_admin_user_id
+from proxy.identifiers import new_admin_user_id, new_login_event_id
 
 
 def _check(table: str, column: str, condition: Q) -> models.CheckConstraint:
@@ -386,10 +386,13 @@ class AdminLoginEvent(models.Model):
     log-in that reached the password check, and per attempt that set a lock-out.
 
     Not a seed §4 table; the attempted username is never stored (a password typed into the
-    username field must not land in a table), only whether it was the admin's.
+    username field must not land in a table), only whether it was the admin's. The id follows
+    seed §2.4 like every other table's: text generated in code (``login_<uuid hex>``), never a
+    database sequence; the console lists rows by ``(created_at desc, id desc)``, a total order
+    however many workers write at once.
     """
 
-    id = models.BigAutoField(primary_key=True)
+    id = models.TextField(primary_key=True, default=new_login_event_id)
     created_at = models.DateTimeField()
     # "admin" (the Django admin's form), "api" (the admin API), "auth" (any other
     # django.contrib.auth.authenticate() call).
@@ -398,7 +401,7 @@ class AdminLoginEvent(models.Model):
     # wrong_password | unknown_username | busy (no hash slot) | null on success
     reason = models.TextField(null=True, blank=True)
     # Whether this failure locked the client IP and/or the username out.
-    locked_out = models.BooleanField(default=False)
+    locked_out = models.BooleanField(db_default=False)
     client_ip = models.TextField(null=True, blank=True)
     user_agent = models.TextField(null=True, blank=True)
 

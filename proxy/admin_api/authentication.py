@@ -15,6 +15,7 @@ ambient credential and need no such check.
 from __future__ import annotations
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 
@@ -75,3 +76,20 @@ class IsAdmin(permissions.BasePermission):
         if request.user is None:
             raise exceptions.NotAuthenticated()
         return True
+
+
+def admin_credentials_refusal(*, api_key: str | None, session_token: str | None) -> ApiError | None:
+    """The 401 the admin API would answer for these credentials, or None when they are an
+    admin's: the same two checks as the authentication classes above, for a caller that has
+    only the request's headers (the ASGI layer, before it reads a large body)."""
+    try:
+        if api_key is not None:
+            if admin_api_key_matches(api_key):
+                return None
+            return ApiError(BodyCode.INVALID_API_KEY, "Invalid admin API key")
+        if session_token and admin_session_user(session_token, now=timezone.now()) is not None:
+            return None
+        return ApiError(BodyCode.SESSION_REQUIRED, "Admin session required")
+    finally:
+        # Called from a worker thread outside Django's request cycle: give the connection back.
+        connection.close()

@@ -13,7 +13,7 @@ import enum
 import logging
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -140,6 +140,17 @@ def admin_exception_handler(error: Exception, context: dict) -> Response | None:
         allowed = getattr(context.get("view"), "allowed_methods", None)
         if allowed:
             response["Allow"] = ", ".join(allowed)
+    return response
+
+
+def admin_bad_request(request: HttpRequest, exception: Exception) -> JsonResponse | None:
+    """Django's 400 (``handler400``: a foreign Host header, another suspicious request) for a
+    path under /api/admin, in the envelope; None for every other path (Django's own page)."""
+    if not request.path.startswith("/api/admin/"):
+        return None
+    message = "Invalid Host header" if isinstance(exception, DisallowedHost) else "Bad request"
+    response = JsonResponse(error_body(BodyCode.BAD_REQUEST, message), status=400)
+    response["Cache-Control"] = "no-store"
     return response
 
 

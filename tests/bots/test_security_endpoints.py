@@ -46,6 +46,56 @@ def test_the_selfcheck_count_is_one_per_second_across_processes():
     assert later is True
 
 
+_OTHER_WORKER = """
+import os, sys
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+import django
+from config.bootstrap import prepare
+prepare()
+django.setup()
+from datetime import UTC, datetime
+from bots.selfcheck_throttle import selfcheck_slot_take
+print("ready", flush=True)
+sys.stdin.readline()
+second = datetime(2031, 5, 6, 7, 8, 30, tzinfo=UTC)
+print(" ".join(str(selfcheck_slot_take(now=second)) for _ in range(2)), flush=True)
+"""
+
+
+def test_a_second_worker_process_gets_only_what_the_first_left_of_the_second(settings, tmp_path):
+    """Two real processes in the same second: this one takes two of the three live checks, the
+    other worker process gets the third and is refused the fourth."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT, project_environment
+
+    environment = project_environment(
+        settings.DATABASE_URL, tmp_path, REDIS_KEY_PREFIX=settings.REDIS_KEY_PREFIX
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", _OTHER_WORKER],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        second = datetime(2031, 5, 6, 7, 8, 30, tzinfo=UTC)
+        mine = [selfcheck_slot_take(now=second) for _ in range(2)]
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        theirs = other.stdout.readline().split()
+    finally:
+        other.stdin.close()
+        other.wait(30)
+
+    assert mine == [True, True]
+    assert theirs == ["True", "False"]
+
+
 @pytest.mark.django_db
 def test_a_webhook_body_nested_too_deep_is_acknowledged_and_nothing_happens(
     client, bot_settings, bot_row, telegram

@@ -390,6 +390,35 @@ def test_a_row_breaking_a_v1_check_rolls_back_everything(source):
     assert set(table_counts().values()) == {0}
 
 
+def test_a_rejected_row_holding_tokens_rolls_back_without_showing_them(source):
+    """PostgreSQL's error detail quotes the whole failing row: the operator's terminal (and
+    whatever collects it) must get the table and the constraint, never the row's tokens."""
+    import sqlite3
+
+    database = sqlite3.connect(source)
+    insert_unchecked(database, "accounts", id="acc_odd", email="odd@example.com",
+                     chatgpt_account_id="org-odd", chatgpt_user_id="user-odd", label=None,
+                     plan_type="pro", access_token="at-SECRET-odd-0123456789",
+                     refresh_token="rt-SECRET-odd-9876543210", access_token_expires_at=z(NOW),
+                     next_refresh_at=None, status="frozen", quota_json=None,
+                     quota_fetched_at=None, quota_limit_reached=0, quota_verify_required=0,
+                     quota_cooldown_until=None, cloudflare_cooldown_until=None,
+                     added_at=z(NOW), updated_at=z(NOW))  # fmt: skip
+    database.commit()
+    database.close()
+
+    with pytest.raises(CommandError) as rolled_back:
+        run_import(source)
+
+    message = str(rolled_back.value)
+    assert message.startswith(
+        "import rolled back, nothing was written: PostgreSQL rejected a row of accounts"
+    )
+    assert 'violates check constraint "accounts_status_check"' in message
+    assert "SECRET" not in message and "odd@example.com" not in message
+    assert set(table_counts().values()) == {0}
+
+
 def test_a_timestamp_without_an_offset_rolls_back_everything(source):
     import sqlite3
 

@@ -93,6 +93,35 @@ def test_the_raw_session_token_is_in_no_redis_key_or_value(admin, settings, redi
     assert redis_client.smembers(index) == {digest.encode()}
 
 
+def test_an_admin_api_session_keeps_its_token_out_of_redis_and_ends_when_idle(
+    admin, settings, redis_client
+):
+    """The admin API (landed after the review) logs in to the same hashed store: the token is in
+    no Redis key or value, and a session left idle past the timeout is refused there too."""
+    settings.ADMIN_SESSION_IDLE_MINUTES = 60
+    client = Client()
+    login = client.post("/api/admin/login", {"password": PASSWORD}, content_type="application/json")
+    assert login.status_code == 200, login.content
+    token = client.cookies[COOKIE].value
+    assert client.get("/api/admin/settings").status_code == 200
+
+    stored = _everything_stored(redis_client, settings.REDIS_KEY_PREFIX)
+    assert not [item for item in stored if token.encode() in item]
+    assert not [item for item in stored if token[5:20].encode() in item]
+    key = _session_key(settings, token)
+    value = json.loads(redis_client.get(key))
+    assert value["userId"] == admin.pk
+    value["lastSeenAt"] = (timezone.now() - timedelta(minutes=61)).isoformat()
+    redis_client.set(key, json.dumps(value), keepttl=True)
+
+    idle = client.get("/api/admin/settings")
+
+    assert idle.status_code == 401
+    assert idle.json()["code"] == 40101
+    assert redis_client.exists(key) == 0
+    assert client.get("/admin/").status_code == 302  # gone for the Django admin too
+
+
 def test_logging_out_deletes_the_session(admin, settings, redis_client):
     client = _log_in(settings)
     token = client.cookies[COOKIE].value
@@ -247,6 +276,35 @@ def test_with_tls_the_session_cookie_is_secure_and_http_only(admin, settings):
     assert cookie["secure"] is True
     assert cookie["httponly"] is True
     assert cookie["samesite"] == "Lax"
+
+
+def test_over_tls_the_django_admin_cookies_are_secure_without_the_setting(admin, settings):
+    """Finding 11 outside compose: behind one's own TLS proxy (SESSION_COOKIE_SECURE left at
+    its default) the Django admin's session and CSRF cookies are Secure like the admin API's,
+    so they never travel over plain http; plain-http ``make run`` keeps plain cookies."""
+    import ipaddress
+
+    assert settings.SESSION_COOKIE_SECURE is False
+    settings.TRUSTED_PROXIES = [ipaddress.ip_network("127.0.0.1/32")]
+    behind_tls = Client(headers={"X-Forwarded-Proto": "https"}, REMOTE_ADDR="127.0.0.1")
+
+    page = behind_tls.get("/admin/login/")
+    response = behind_tls.post(
+        "/admin/login/?next=/admin/",
+        {"username": settings.CPR_ADMIN_USERNAME, "password": PASSWORD},
+    )
+
+    assert page.cookies[settings.CSRF_COOKIE_NAME]["secure"] is True
+    assert response.status_code == 302
+    assert response.cookies[COOKIE]["secure"] is True
+    assert response.cookies[COOKIE]["httponly"] is True
+    plain = Client()
+    plain.get("/admin/login/")
+    answer = plain.post(
+        "/admin/login/?next=/admin/",
+        {"username": settings.CPR_ADMIN_USERNAME, "password": PASSWORD},
+    )
+    assert answer.cookies[COOKIE]["secure"] == ""
 
 
 @pytest.mark.django_db(transaction=True)

@@ -107,9 +107,53 @@ def test_the_sixth_login_attempt_is_refused_across_two_worker_processes(
     # ... while the locked address is refused whatever username it tries.
     other_name = _log_in(first, "someone", "whatever it is", **attacker)
     assert other_name.status_code == 429
-    events = list(AdminLoginEvent.objects.order_by("id").values_list("outcome", "locked_out"))
+    events = list(
+        AdminLoginEvent.objects.order_by("created_at", "id").values_list("outcome", "locked_out")
+    )
     assert events == [("failure", False)] * 4 + [("failure", True)]
     assert set(AdminLoginEvent.objects.values_list("client_ip", flat=True)) == {"198.51.100.20"}
+
+
+def _api_log_in(base: str, password: str, **headers: str) -> requests.Response:
+    return requests.post(
+        f"{base}/api/admin/login",
+        json={"username": "admin", "password": password},
+        headers=headers,
+        timeout=60,
+    )
+
+
+def test_admin_api_log_ins_share_the_limit_across_processes_and_with_the_form(
+    two_web_processes,
+):
+    """The admin API (which landed after the review) is the same door: failures on it in one
+    worker lock the next attempt out in another, on the API and on the Django admin's form."""
+    first, second = (process.url for process in two_web_processes)
+    attacker = {"X-Forwarded-For": "198.51.100.21"}
+    answers = [
+        _api_log_in((first, second)[attempt % 2], f"api guess {attempt}", **attacker)
+        for attempt in range(4)
+    ]
+    # The fifth failure comes through the Django admin's form.
+    answers.append(_log_in(second, "admin", "form guess", **attacker))
+    assert [answer.status_code for answer in answers] == [401] * 4 + [200]
+    assert {answer.json()["code"] for answer in answers[:4]} == {40102}
+
+    sixth = _api_log_in(first, PASSWORD, **attacker)
+
+    assert sixth.status_code == 429
+    assert sixth.json() == {
+        "code": 42901,
+        "message": "Too many failed log-in attempts; try again later",
+        "data": None,
+    }
+    assert int(sixth.headers["Retry-After"]) > 14 * 60
+    assert "cpr_admin_session" not in sixth.cookies
+    assert _log_in(second, "admin", PASSWORD, **attacker).status_code == 429
+    surfaces = list(
+        AdminLoginEvent.objects.order_by("created_at", "id").values_list("surface", "locked_out")
+    )
+    assert surfaces == [("api", False)] * 4 + [("admin", True)]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -280,7 +280,7 @@ class AccountImportView(AdminAPIView):
             raise ApiError(BodyCode.BODY_TOO_LARGE, "The import is larger than 16 MiB")
         try:
             return json.loads(raw) if raw.strip() else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise ApiError(BodyCode.MALFORMED_JSON, "Malformed JSON body") from None
 
     @extend_schema(

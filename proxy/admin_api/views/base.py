@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.exceptions import ParseError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
@@ -27,10 +28,21 @@ class JsonWhateverAccept(DefaultContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
+class DepthSafeJSONParser(JSONParser):
+    """DRF's JSON parser, with JSON nested too deep for the decoder (``RecursionError``) a
+    malformed body (40000) like any other, not a 500: the log-in route takes it anonymously."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError("JSON nested too deep") from None
+
+
 class AdminAPIView(APIView):
     authentication_classes = [AdminApiKeyAuthentication, AdminSessionAuthentication]
     permission_classes = [IsAdmin]
-    parser_classes = [JSONParser]
+    parser_classes = [DepthSafeJSONParser]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = JsonWhateverAccept
     # OPTIONS is not part of the API: 405 in the envelope, not DRF's self-description.

@@ -83,3 +83,30 @@ def test_no_list_and_no_log_line_carries_a_secret(admin, caplog, oauth):
 
 def access_for_import() -> str:
     return access_token_for(Identity("org-i", "user-i"), expires_in=3600)
+
+
+def test_no_list_parameter_reads_a_secret_column(api):
+    """Finding 5 on the admin API: no query parameter reaches a token or cookie column, so a
+    right guess and a wrong one get the same answer (no one-character-at-a-time oracle)."""
+    account = make_account(
+        access_token="at-oracle-0123456789", refresh_token="rt-oracle-9876543210", label="probe"
+    )
+    make_cookie(account=account, value="cookie-oracle-value")
+
+    def listed(**parameters) -> list[str]:
+        items = data_of(api.get("/api/admin/accounts", parameters))["items"]
+        return [item["id"] for item in items]
+
+    everything = listed()
+    assert everything == [account.id]
+    for lookup, right, wrong in (
+        ("access_token__startswith", "at-o", "zz"),
+        ("access_token", "at-oracle-0123456789", "zz"),
+        ("refresh_token__startswith", "rt-o", "zz"),
+        ("cookies__value__startswith", "cookie-o", "zz"),
+    ):
+        assert listed(**{lookup: right}) == listed(**{lookup: wrong}) == everything, lookup
+    # The search box looks at ids, e-mail, label and ChatGPT ids, never at the tokens.
+    for fragment in ("at-oracle", "rt-oracle", "cookie-oracle"):
+        assert listed(search=fragment) == []
+    assert listed(search="probe") == [account.id]
