@@ -62,6 +62,7 @@ from bots.services.wipe import (
     wipe_decision_claim,
     wipe_decision_get,
 )
+from bots.task_names import WIPE_CONTINUE_TASK
 
 if TYPE_CHECKING:
     from bots.pipeline.commands import Issued
@@ -220,9 +221,7 @@ def _advance(ctx: BotContext, job: WipeJob, *, pacer: Pacer, budget: Budget) -> 
 
 def hand_off(job: WipeJob, *, countdown: float) -> None:
     """Queue the wipe's continuation (the lock is kept for it meanwhile)."""
-    from bots.tasks import wipe_continue_task  # the task module imports this one
-
-    queue_continuation(job, wipe_continue_task, countdown=countdown)
+    queue_continuation(job, WIPE_CONTINUE_TASK, countdown=countdown)
 
 
 def continue_wipe(job: WipeJob) -> str | None:
