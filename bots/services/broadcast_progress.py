@@ -79,6 +79,26 @@ def in_flight_take(*, broadcast_id: int) -> tuple[int, int] | None:
     return int(index), int(successes)
 
 
+def in_flight_peek(*, broadcast_id: int) -> tuple[int, int] | None:
+    """(index, successes before it) of the send in flight now, left in place; None when
+    there is none."""
+    value = _redis().get(redis_keys.broadcast_in_flight(broadcast_id))
+    if value is None:
+        return None
+    index, _, successes = value.decode().partition(":")
+    return int(index), int(successes)
+
+
+def sends_in_flight(*, broadcast_id: int, success_count: int, failure_count: int) -> int:
+    """1 when the row's last claim is a send whose outcome is not recorded yet (its claim
+    counted it as a failure meanwhile), else 0."""
+    marker = in_flight_peek(broadcast_id=broadcast_id)
+    if marker is None or failure_count == 0:
+        return 0
+    index, successes = marker
+    return int(index == success_count + failure_count - 1 and successes == success_count)
+
+
 def unknown_add(*, broadcast_id: int) -> int:
     key = redis_keys.broadcast_unknown(broadcast_id)
     redis = _redis()
