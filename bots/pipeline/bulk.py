@@ -29,7 +29,7 @@ from celery import current_app
 
 from bots.clients.telegram import TelegramRetryableError
 from bots.pipeline.context import BotContext, worker_context
-from bots.services.bulk_lock import bulk_lock_hold, bulk_lock_release
+from bots.services.bulk_lock import bulk_job_has_finished, bulk_lock_hold, bulk_lock_release
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +220,11 @@ def continue_in_worker(
     whose lock someone else holds now (it waited too long in the queue and another job started)
     stops silently. Returns what ``finish`` or ``interrupt`` returned, None otherwise.
     """
+    if bulk_job_has_finished(bot_id=job.bot_id, token=job.lock_token):
+        # A late copy of a chunk (redelivered after the job ended): re-taking the lapsed lock
+        # would delete what was created since the job finished.
+        logger.warning("bulk deletion of bot %s: a chunk of an ended job; ignored", job.bot_id)
+        return None
     ctx = worker_context(job.bot_id)
     if ctx is None:
         bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
