@@ -10,6 +10,7 @@ from bots.pipeline.broadcast.sending import run_send_job
 from bots.pipeline.purge import PurgeJob, continue_purge
 from bots.pipeline.wipe import WipeJob, continue_wipe
 from bots.services.processed_updates import processed_update_trim
+from bots.task_names import BROADCAST_SEND_TASK, PURGE_CONTINUE_TASK, WIPE_CONTINUE_TASK
 
 
 @shared_task(name="bots.tasks.processed_updates_trim_task")
@@ -21,7 +22,7 @@ def processed_updates_trim_task() -> int:
     return processed_update_trim(now=timezone.now())
 
 
-@shared_task(name="bots.tasks.purge_continue_task")
+@shared_task(name=PURGE_CONTINUE_TASK)
 def purge_continue_task(*, job: dict) -> str | None:
     """The rest of a /purgemsg that outgrew the webhook's budget, one chunk per run (each chunk
     queues the next); returns the report posted in the topic when the purge finished.
@@ -32,14 +33,14 @@ def purge_continue_task(*, job: dict) -> str | None:
     return continue_purge(PurgeJob(**job))
 
 
-@shared_task(name="bots.tasks.wipe_continue_task")
+@shared_task(name=WIPE_CONTINUE_TASK)
 def wipe_continue_task(*, job: dict) -> str | None:
     """The rest of a confirmed /wipealldata, one chunk per run; returns the outcome posted in
     General when the wipe ended. Idempotent like ``purge_continue_task``."""
     return continue_wipe(WipeJob(**job))
 
 
-@shared_task(name="bots.tasks.broadcast_send_task", bind=True)
+@shared_task(name=BROADCAST_SEND_TASK, bind=True)
 def broadcast_send_task(
     self, *, bot_id: int, broadcast_id: int, lease_token: str | None = None, retries: int = 0
 ) -> str:

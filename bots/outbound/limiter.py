@@ -28,6 +28,11 @@ Every key has a TTL (docs/redis-keys.md): after a FLUSHALL the counts restart fr
 at most one window (or one ``retry_after``) the bot may send faster than this limiter allows —
 Telegram's own 429 then slows it again. Nothing stays wedged.
 
+What takes its permits today: the broadcast's send loop only (its sends and its control-message
+edits, ``bots.pipeline.broadcast.sending``). Relays, cards and replies in the webhook, and the
+purges' and wipes' deletions (paced by ``bots.pipeline.bulk``), do not yet, so the bot as a
+whole may exceed these bounds while a broadcast runs; Telegram's 429 then slows the broadcast.
+
 ``priority`` names the traffic class of a call. Today every class shares the buckets first come,
 first served; the one outbound scheduler of issue #24 (live relays first, card edits next,
 purges and broadcasts last) orders the waiting calls by it.

@@ -41,7 +41,6 @@ from bots.pipeline.card import post_card
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort
 from bots.pipeline.replies import reply_in_thread
-from bots.pipeline.task_names import PURGE_CONTINUE, registered_task
 from bots.selectors import (
     ledger_group_message_ids,
     ledger_last_id,
@@ -52,6 +51,7 @@ from bots.selectors import (
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.relayed_messages import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
+from bots.task_names import PURGE_CONTINUE_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def purge_topic(ctx: BotContext, *, topic: Topic) -> PurgeStart:
 
 def hand_off(job: PurgeJob, *, countdown: float) -> None:
     """Queue the purge's continuation (the lock is kept for it meanwhile)."""
-    queue_continuation(job, registered_task(PURGE_CONTINUE), countdown=countdown)
+    queue_continuation(job, PURGE_CONTINUE_TASK, countdown=countdown)
 
 
 def continue_purge(job: PurgeJob) -> str | None:
