@@ -2,8 +2,9 @@
 
 ``DispatchRequest`` is built by the view from a validated client request; ``Dispatch`` fills an
 ``AttemptNote`` per attempt and ends with one ``DispatchReport``, which the ledger turns into
-facts. ``ClientFailure`` is the one exception a dispatch (or a view's parsing) raises for an
-answer in the OpenAI error envelope; ``proxy.v1.errors.openai_errors`` maps it.
+facts. ``ClientFailure`` (defined in ``proxy.dispatch.client_errors``, re-exported here) is the
+one exception a dispatch (or a view's parsing) raises for an answer in the OpenAI error
+envelope; ``proxy.v1.errors.openai_errors`` maps it.
 """
 
 from __future__ import annotations
