@@ -183,6 +183,24 @@ def _new_owner() -> str:
     return json.dumps(f"runtime-token-refresh:{uuid.uuid4()}")
 
 
+def token_refresh_owner() -> str:
+    """A new lease owner, for another service that spends an account's refresh token."""
+    return _new_owner()
+
+
+def token_refresh_store(
+    *, account_id: str, spent_refresh_token: str, tokens: oauth.TokenSet, now: datetime
+) -> bool:
+    """Store the answer of an exchange of ``spent_refresh_token`` on the account holding it
+    (the caller holds its lease), as a refresh stores it. Returns whether it was stored."""
+    row = _read(account_id)
+    if row is None or row.refresh_token != spent_refresh_token:
+        return False
+    margin, _ = refresh_settings()
+    stored, _ = _store_tokens(row, tokens, margin_seconds=margin, now=now)
+    return stored
+
+
 def _store_tokens(
     row: _Row, tokens: oauth.TokenSet, *, margin_seconds: int, now: datetime
 ) -> tuple[bool, datetime | None]:
