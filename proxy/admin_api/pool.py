@@ -30,7 +30,7 @@ from proxy.dispatch.upstream_request import ClientIdentity, render_fingerprint, 
 from proxy.loop_resources import database_connection
 from proxy.quota import QuotaSnapshot, apply_snapshot, snapshot_from_usage
 from proxy.runtime_state import redis_client
-from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
 from proxy.services.model_refresh import fetch_models
 
 # The quota job's own header builder for the usage call (private there; this module is the one
@@ -153,8 +153,9 @@ def account_models(account: UpstreamAccount, *, now: datetime) -> list[dict]:
         session.headers.clear()
         entries = fetch_models(account, current_fingerprint(), session)
     if entries and account.plan_type:
-        snapshots[account.plan_type] = {"models": entries, "fetchedAt": now.isoformat()}
-        model_snapshots_replace(snapshots)
+        snapshot = {"models": entries, "fetchedAt": now.isoformat()}
+        # Only this plan changes; whatever another writer stored meanwhile stays.
+        model_snapshots_update(lambda current: {**current, account.plan_type: snapshot})
     return entries
 
 
