@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpResponseBadRequest, JsonResponse
+from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from config.middleware import resolve_forwarded_request
 from proxy.v1.common import authenticate_before_body
@@ -133,9 +133,11 @@ class BodySizeLimit:
     (Django's handler) sees any of it: a declared Content-Length at once, a chunked body as
     soon as it passes the limit. A body within it is handed on in one message."""
 
-    def __init__(self, app, *, limit: int):
+    def __init__(self, app, *, limit: int, refusal_html: str | None = None):
         self.app = app
         self.limit = limit
+        # A page a browser shows (the console's import form) instead of the JSON refusal.
+        self.refusal_html = refusal_html
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -164,9 +166,14 @@ class BodySizeLimit:
         return await self.app(scope, replay, send)
 
     async def _refuse(self, send) -> None:
-        response = JsonResponse(
-            {"error": "request_too_large", "limit_bytes": self.limit}, status=413
-        )
+        if self.refusal_html is not None:
+            response = HttpResponse(
+                self.refusal_html, status=413, content_type="text/html; charset=utf-8"
+            )
+        else:
+            response = JsonResponse(
+                {"error": "request_too_large", "limit_bytes": self.limit}, status=413
+            )
         await send(
             {
                 "type": "http.response.start",
