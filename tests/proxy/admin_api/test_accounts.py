@@ -516,3 +516,21 @@ def test_adding_the_refresh_token_of_an_account_being_refreshed_is_a_409(api, oa
     carol.refresh_from_db()
     assert added["id"] == carol.pk
     assert carol.refresh_token == oauth.issued_refresh_tokens[-1] and oauth.is_spent(refresh)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quota_query_of_a_hung_upstream_ends_at_its_deadline(
+    transactional_db, api, upstream, settings
+):
+    import time
+
+    settings.ADMIN_UPSTREAM_DEADLINE_SECONDS = 1
+    account = make_account(access_token="tok-hung")
+    upstream.usage["tok-hung"] = {"rate_limit": {}}
+    upstream.usage_delay = 20
+    started = time.monotonic()
+
+    message = error_of(api.get(f"/api/admin/accounts/quota?id={account.pk}"), 502, 50201)
+
+    assert time.monotonic() - started < 5
+    assert message == "Quota query failed: no answer from the usage endpoint within 1 s"
