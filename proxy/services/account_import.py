@@ -114,6 +114,8 @@ with target as (
   from target
   where a.id = target.id
     and (a.chatgpt_account_id is null or a.chatgpt_account_id = %(account)s)
+    -- one ChatGPT workspace has many users: the user must be the same one too
+    and (a.chatgpt_user_id is null or %(user)s::text is null or a.chatgpt_user_id = %(user)s)
   returning a.id, false as inserted
 ), inserted as (
   insert into accounts as a (id, email, chatgpt_account_id, chatgpt_user_id, label, plan_type,
@@ -332,7 +334,9 @@ def _upsert(parameters: dict) -> tuple[tuple[str, bool] | None, str | None]:
         return None, "an account with this id was added at the same moment; import it again"
     if row is None:
         given = parameters["given"]
-        return None, f"account {given} belongs to another ChatGPT account than these tokens"
+        return None, (
+            f"account {given} belongs to another ChatGPT account (or user) than these tokens"
+        )
     return (row[0], row[1]), None
 
 

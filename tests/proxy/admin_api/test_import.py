@@ -349,3 +349,63 @@ def test_an_export_of_an_account_is_exchanged_under_its_lease_and_stored_on_it(a
     assert bob.refresh_token == oauth.issued_refresh_tokens[-1]
     assert oauth.is_live(bob.refresh_token) and bob.status == "active"
     assert len(oauth.token_calls()) == 1
+
+
+def test_an_entry_naming_an_account_of_another_user_of_the_same_workspace_is_refused(api):
+    # One ChatGPT team workspace, two users: the entry's id names the first user's account,
+    # its token is the second user's.
+    first = make_account(id="acct_team_1", chatgpt_account_id="org-team", chatgpt_user_id="user-1")
+    before = first.access_token
+    second_users = access_token_for(
+        Identity("org-team", "user-2", "team", "two@example.com"), expires_in=3600
+    )
+
+    report = data_of(
+        api.post_json(
+            "/api/admin/accounts/import",
+            {"sourceFormat": "cpr", "accounts": [{"id": "acct_team_1", "token": second_users}]},
+        )
+    )
+
+    assert (report["invalid"], report["imported"], report["updated"]) == (1, 0, 0)
+    assert "another ChatGPT account (or user)" in report["results"][0]["reason"]
+    first.refresh_from_db()
+    assert (first.access_token, first.chatgpt_user_id) == (before, "user-1")
+    assert Account.objects.count() == 1
+
+
+def test_duplicates_within_one_import_and_against_the_pool_are_counted_exactly(api):
+    in_pool = make_account(chatgpt_account_id="org-p", chatgpt_user_id="user-p")
+    pool_token = access_token_for(Identity("org-p", "user-p", "plus"), expires_in=3600)
+    new = Identity("org-n", "user-n", "plus")
+    same_workspace = Identity("org-p", "user-q", "team")
+    entries = [
+        {"token": pool_token},  # the pool's identity: updated
+        {"token": access_token_for(new, expires_in=3600)},  # new: imported
+        {"token": access_token_for(new, expires_in=7200)},  # the same again: updated
+        {"token": access_token_for(same_workspace, expires_in=3600)},  # other user: imported
+        {"token": "garbage"},  # invalid
+        {},  # no token: skipped
+    ]
+
+    report = data_of(
+        api.post_json("/api/admin/accounts/import", {"sourceFormat": "cpr", "accounts": entries})
+    )
+
+    assert [result["outcome"] for result in report["results"]] == [
+        "updated",
+        "imported",
+        "updated",
+        "imported",
+        "invalid",
+        "skipped",
+    ]
+    assert (report["imported"], report["updated"], report["skipped"], report["invalid"]) == (
+        2,
+        2,
+        1,
+        1,
+    )
+    assert report["results"][0]["accountId"] == in_pool.pk
+    assert report["results"][1]["accountId"] == report["results"][2]["accountId"]
+    assert Account.objects.count() == 3
