@@ -22,6 +22,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, settings
 
 from config.wsgi import application
+from proxy import redis_keys
 from proxy.services.admin_api_key import admin_api_key_regenerate
 from proxy.services.admin_users import admin_user_create_default
 from proxy.services.fingerprints import fingerprint_ensure_current
@@ -38,7 +39,7 @@ admin_operations = schema.include(path_regex=r"^/api/admin/").exclude(
 
 
 @pytest.fixture
-def credentials(db):
+def credentials(db, redis_client):
     # As Django's test client does: a request must not close the test's connection (its data
     # lives in the test's transaction).
     signals.request_started.disconnect(close_old_connections)
@@ -46,6 +47,10 @@ def credentials(db):
     yield _logged_in()
     signals.request_started.connect(close_old_connections)
     signals.request_finished.connect(close_old_connections)
+    # The database rolls back; Redis does not: the OAuth sessions the fuzz started go too.
+    started = list(redis_client.scan_iter(redis_keys.oauth_session("*")))
+    if started:
+        redis_client.delete(*started)
 
 
 @dataclass(frozen=True)
