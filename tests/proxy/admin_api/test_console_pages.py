@@ -162,3 +162,17 @@ def test_the_console_import_takes_a_file_as_large_as_the_api_and_explains_a_larg
 
     assert far_too_large.status_code == 413
     assert "at most 16 MiB" in far_too_large.text
+
+
+def test_a_nul_in_a_console_address_is_a_400(admin):
+    operator = _operator(admin)
+
+    for path in (
+        "/admin/proxy/account/a%00b/change/",
+        "/admin/proxy/clientapikey/a%00b/change/",
+        "/admin/proxy/account/?q=a%00b",
+        "/admin/proxy/account/a%00b/test/",
+    ):
+        response = operator.get(path)
+        assert response.status_code == 400, path
+        assert b"NUL" in response.content
