@@ -9,6 +9,7 @@ jobs, so the admin API never grows a second copy of them; when the request path 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -30,7 +31,7 @@ from proxy.dispatch.upstream_request import ClientIdentity, render_fingerprint, 
 from proxy.loop_resources import database_connection
 from proxy.quota import QuotaSnapshot, apply_snapshot, snapshot_from_usage
 from proxy.runtime_state import redis_client
-from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
 from proxy.services.model_refresh import fetch_models
 
 # The quota job's own header builder for the usage call (private there; this module is the one
@@ -131,7 +132,16 @@ def usage_read_and_apply(
     fingerprint = current_fingerprint()  # read before the loop: the ORM stays out of it
 
     async def read_and_apply() -> UsageReading:
-        reading = await _read_usage(account, fingerprint=fingerprint, now=now)
+        deadline = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
+        try:
+            # A web worker waits for this answer: a hung upstream must not hold it for long.
+            reading = await asyncio.wait_for(
+                _read_usage(account, fingerprint=fingerprint, now=now), deadline
+            )
+        except TimeoutError:
+            raise UsageUnavailable(
+                f"no answer from the usage endpoint within {deadline} s"
+            ) from None
         if apply:
             await apply_snapshot(account.id, reading.snapshot, now=now)
         return reading
@@ -153,8 +163,9 @@ def account_models(account: UpstreamAccount, *, now: datetime) -> list[dict]:
         session.headers.clear()
         entries = fetch_models(account, current_fingerprint(), session)
     if entries and account.plan_type:
-        snapshots[account.plan_type] = {"models": entries, "fetchedAt": now.isoformat()}
-        model_snapshots_replace(snapshots)
+        snapshot = {"models": entries, "fetchedAt": now.isoformat()}
+        # Only this plan changes; whatever another writer stored meanwhile stays.
+        model_snapshots_update(lambda current: {**current, account.plan_type: snapshot})
     return entries
 
 
@@ -228,15 +239,31 @@ async def connection_test_events(
     headers = upstream_headers(
         account=account, request=_TestRequest(), fingerprint=render_fingerprint(fingerprint)
     )
+    # The whole test, first byte to last, ends by its deadline: a hung or dripping upstream
+    # must not hold the web worker's stream open indefinitely.
+    limit = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
+    deadline = time.monotonic() + limit
+
+    def remaining() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    timed_out = {"type": "error", "error": f"no complete answer within {limit} s; test stopped"}
     try:
-        response = await codex.post(
-            codex.responses_url(), body=json.dumps(body).encode(), headers=headers
+        response = await asyncio.wait_for(
+            codex.post(codex.responses_url(), body=json.dumps(body).encode(), headers=headers),
+            remaining(),
         )
+    except TimeoutError:
+        yield timed_out
+        return
     except codex.TRANSPORT_ERRORS as error:
         yield {"type": "error", "error": f"upstream unreachable ({type(error).__name__})"}
         return
     if response.status != 200:
-        error_body = await codex.read_error_body(response)
+        try:
+            error_body = await asyncio.wait_for(codex.read_error_body(response), remaining())
+        except (TimeoutError, *codex.TRANSPORT_ERRORS):
+            error_body = b""
         failure = classify_http_failure(
             response.status, codex.lowercase_headers(response), error_body
         )
@@ -249,7 +276,7 @@ async def connection_test_events(
     scanner = SSEScanner()
     read = 0
     try:
-        async for chunk in response.content.iter_any():
+        while chunk := await asyncio.wait_for(response.content.readany(), remaining()):
             read += len(chunk)
             for frame in scanner.feed(chunk):
                 if frame.event in OUTPUT_DELTA_EVENTS:
@@ -265,6 +292,9 @@ async def connection_test_events(
                     await _apply_failure(account, failure, disabled=disabled, now=clock())
                     yield {"type": "error", "error": failure.short_text() or "response failed"}
                     return
+    except TimeoutError:
+        yield timed_out
+        return
     except codex.TRANSPORT_ERRORS as error:
         yield {"type": "error", "error": f"the stream broke ({type(error).__name__})"}
         return

@@ -179,6 +179,10 @@ class Dispatch:
         self.stream_error: str | None = None
         self._url = codex.responses_url()
         self._compact = False
+        # A 401 asks for one token refresh per request, not one per account it walks through
+        # (each may wait for a lease and the token endpoint; the client is waiting). Later
+        # 401s demote their account for the scheduled refresher.
+        self._token_refresh_spent = False
 
     @property
     def transport(self) -> str:
@@ -442,8 +446,10 @@ class Dispatch:
             try:
                 outcome = await self._attempt(slot, attempt_index, finish)
                 # A 401: one refresh of this account and one retry on it (token_retry).
-                if wants_token_refresh(outcome, slot.account) and await refresh_for_retry(
-                    slot.account
+                if (
+                    not self._token_refresh_spent
+                    and wants_token_refresh(outcome, slot.account)
+                    and (self._spend_token_refresh() or await refresh_for_retry(slot.account))
                 ):
                     self.notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
                     attempt_index += 1
@@ -468,6 +474,10 @@ class Dispatch:
             self.client_error = ALL_BUSY if ledger.timed_out else NO_ACCOUNTS
             return self.client_error
         return self._give_up(self.notes[-1].failure)
+
+    def _spend_token_refresh(self) -> bool:
+        self._token_refresh_spent = True
+        return False
 
     async def _attempt(self, slot: Slot, attempt_index: int, finish) -> object:
         """One account: pacing, the usage check of a just-lifted quota, the call itself."""

@@ -183,6 +183,24 @@ def _new_owner() -> str:
     return json.dumps(f"runtime-token-refresh:{uuid.uuid4()}")
 
 
+def token_refresh_owner() -> str:
+    """A new lease owner, for another service that spends an account's refresh token."""
+    return _new_owner()
+
+
+def token_refresh_store(
+    *, account_id: str, spent_refresh_token: str, tokens: oauth.TokenSet, now: datetime
+) -> bool:
+    """Store the answer of an exchange of ``spent_refresh_token`` on the account holding it
+    (the caller holds its lease), as a refresh stores it. Returns whether it was stored."""
+    row = _read(account_id)
+    if row is None or row.refresh_token != spent_refresh_token:
+        return False
+    margin, _ = refresh_settings()
+    stored, _ = _store_tokens(row, tokens, margin_seconds=margin, now=now)
+    return stored
+
+
 def _store_tokens(
     row: _Row, tokens: oauth.TokenSet, *, margin_seconds: int, now: datetime
 ) -> tuple[bool, datetime | None]:
@@ -242,6 +260,7 @@ def token_refresh_account(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], datetime] = timezone.now,
     max_attempts: int = MAX_ATTEMPTS,
+    permit_wait_seconds: float = PERMIT_WAIT_SECONDS,
 ) -> RefreshResult:
     """Refresh one account's tokens (spec §4.2), under its lease.
 
@@ -252,15 +271,23 @@ def token_refresh_account(
     A permanent answer (banned / invalid grant) must be seen twice before the status is
     written; transport failures leave the status alone and schedule the next try 10 minutes
     (±20 %) later. ``max_attempts`` below 5 shortens the walk for a caller that waits for the
-    answer (the admin API's refresh: 2, so a permanent answer can still be confirmed). Returns
-    what happened; never raises for an OAuth failure.
+    answer (the admin API's refresh: 2, so a permanent answer can still be confirmed), and
+    ``permit_wait_seconds`` bounds its wait for a refresh permit per attempt: with the OAuth
+    client's timeout, the walk's longest time is known. Returns what happened; never raises
+    for an OAuth failure.
     """
     owner = _new_owner()
     if not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
         return RefreshResult.LEASE_BUSY
     try:
         return _refresh_under_lease(
-            account_id, owner, force=force, sleep=sleep, clock=clock, max_attempts=max_attempts
+            account_id,
+            owner,
+            force=force,
+            sleep=sleep,
+            clock=clock,
+            max_attempts=max_attempts,
+            permit_wait=permit_wait_seconds,
         )
     finally:
         refresh_lease_release(account_id=account_id, owner=owner)
@@ -284,6 +311,7 @@ def _refresh_under_lease(
     sleep: Callable[[float], None],
     clock: Callable[[], datetime],
     max_attempts: int = MAX_ATTEMPTS,
+    permit_wait: float = PERMIT_WAIT_SECONDS,
 ) -> RefreshResult:
     row = _read(account_id)
     stop = _stop_reason(row, spent=None, force=force, now=clock())
@@ -308,7 +336,7 @@ def _refresh_under_lease(
             if stop is not None:
                 return stop
         try:
-            tokens = _call_token_endpoint(refresh_token, permit_wait=PERMIT_WAIT_SECONDS)
+            tokens = _call_token_endpoint(refresh_token, permit_wait=permit_wait)
         except oauth.OAuthError as error:
             logger.warning(
                 "token refresh of %s, attempt %s/%s: %s", account_id, attempt, max_attempts, error
