@@ -17,6 +17,7 @@ django_http_application = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.http import HttpResponse  # noqa: E402
 
 from config.drain import InFlightRequests  # noqa: E402
 from config.lifespan import make_lifespan  # noqa: E402
@@ -27,6 +28,19 @@ from config.v1_handler import (  # noqa: E402
     PathRouter,
     admin_too_large,
 )
+
+CONSOLE_IMPORT_FRAMING_BYTES = 64 * 1024
+CONSOLE_IMPORT_REFUSAL = (
+    "<!doctype html><title>Import too large</title><h1>Import too large</h1>"
+    "<p>An account import may be at most 16 MiB. Split the export into smaller files and "
+    'import them one by one. <a href="/admin/proxy/account/import/">Back to the import</a></p>'
+)
+
+
+def console_import_too_large(limit: int) -> HttpResponse:
+    """The console's import page is a browser form: its 413 is a page, not JSON."""
+    return HttpResponse(CONSOLE_IMPORT_REFUSAL, status=413, content_type="text/html; charset=utf-8")
+
 
 # Every HTTP request is tracked so a graceful stop can wait for the last ones (config/drain.py).
 _django = ASGIStaticFilesHandler(django_http_application)
@@ -52,9 +66,19 @@ http_application = InFlightRequests(
                 api=BodySizeLimit(
                     _django, limit=settings.MAX_REQUEST_BODY_BYTES, too_large=admin_too_large
                 ),
-                # Every other route (webhook, admin, pages): bodies over MAX_REQUEST_BODY_BYTES
-                # get 413.
-                default=BodySizeLimit(_django, limit=settings.MAX_REQUEST_BODY_BYTES),
+                default=PathRouter(
+                    # The console's import page takes the same backups as a file upload (the
+                    # multipart framing on top; the form itself refuses a file over 16 MiB).
+                    prefix="/admin/proxy/account/import/",
+                    api=BodySizeLimit(
+                        _django,
+                        limit=settings.ADMIN_IMPORT_MAX_BODY_BYTES + CONSOLE_IMPORT_FRAMING_BYTES,
+                        too_large=console_import_too_large,
+                    ),
+                    # Every other route (webhook, admin, pages): bodies over
+                    # MAX_REQUEST_BODY_BYTES get 413.
+                    default=BodySizeLimit(_django, limit=settings.MAX_REQUEST_BODY_BYTES),
+                ),
             ),
         ),
     )

@@ -203,6 +203,11 @@ CODEX_UPSTREAM_BASE = env_str("CODEX_UPSTREAM_BASE", "https://chatgpt.com/backen
 OPENAI_AUTH_BASE = env_str("OPENAI_AUTH_BASE", "https://auth.openai.com").rstrip("/")
 # Seconds to connect to / wait for the OAuth token endpoint.
 OPENAI_AUTH_TIMEOUT_SECONDS = env_int("OPENAI_AUTH_TIMEOUT_SECONDS", 20, minimum=1, maximum=120)
+# The admin API's synchronous upstream calls (quota query, connection test) end by this
+# deadline, so a hung upstream cannot hold a web worker.
+ADMIN_UPSTREAM_DEADLINE_SECONDS = env_int(
+    "ADMIN_UPSTREAM_DEADLINE_SECONDS", 60, minimum=1, maximum=600
+)
 # The Codex Desktop appcast the fingerprint follows (spec §2.1, §2.2).
 CODEX_APPCAST_URL = env_str(
     "CODEX_APPCAST_URL", "https://persistent.oaistatic.com/codex-app-prod/appcast.xml"

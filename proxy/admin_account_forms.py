@@ -48,6 +48,7 @@ class AccountAddForm(forms.ModelForm):
                 access_token=cleaned.get("access_token") or None,
                 refresh_token=cleaned.get("refresh_token") or None,
                 now=timezone.now(),
+                label="an account added in the console",
             )
         except AccountOnboardingError as error:
             raise forms.ValidationError(str(error)) from None
@@ -93,7 +94,10 @@ class AccountForm(forms.ModelForm):
         if access or refresh:
             try:
                 self.resolved = account_tokens_resolve(
-                    access_token=access or None, refresh_token=refresh or None, now=timezone.now()
+                    access_token=access or None,
+                    refresh_token=refresh or None,
+                    now=timezone.now(),
+                    label=f"account {self.instance.pk} (new tokens in the console)",
                 )
                 account_tokens_check_owner(account=self.instance, resolved=self.resolved)
             except AccountOnboardingError as error:

@@ -28,7 +28,10 @@ MOST_IMPORT_BYTES = 16 * 1024 * 1024
 class AccountImportForm(forms.Form):
     file = forms.FileField(required=False, help_text="A CPR, Sub2API or CLIProxyAPI export (JSON)")
     text = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 8}), help_text="…or paste it here"
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 8}),
+        help_text="…or paste it here (up to 1 MiB; a larger export: upload it as a file, up to "
+        "16 MiB)",
     )
 
     def clean(self):

@@ -56,3 +56,22 @@ def optional_text(value: Any, name: str, *, longest: int) -> str | None:
     if len(value) > longest:
         raise bad_request(f"{name} is longer than {longest} characters")
     return value or None
+
+
+def refuse_nul(value: Any, where: str) -> None:
+    """40001 when a text anywhere in ``value`` (a query value, a JSON body: keys and strings at
+    any depth) holds a NUL character, which PostgreSQL refuses in text: a clear answer in the
+    envelope instead of a 500 from the database."""
+    stack = [(value, where)]
+    while stack:
+        item, name = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise bad_request(f"{name} contains a NUL character")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    raise bad_request(f"a key of {name} contains a NUL character")
+                stack.append((child, str(key)))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, name) for child in item)

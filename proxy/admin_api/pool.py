@@ -10,6 +10,7 @@ only this module is re-pointed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -30,7 +31,7 @@ from proxy.dispatch.upstream_request import ClientIdentity, request_headers
 from proxy.loop_resources import database_connection
 from proxy.quota import QuotaSnapshot, UsageFetchError, fetch_usage_payload, snapshot_from_usage
 from proxy.runtime_state import redis_client
-from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
 from proxy.services import account_state
 from proxy.services.account_quota import account_quota_apply
 from proxy.services.model_refresh import fetch_models
@@ -106,7 +107,16 @@ def usage_read_and_apply(
     fingerprint = current_fingerprint()  # read before the loop: the ORM stays out of it
 
     async def read_and_apply() -> UsageReading:
-        reading = await _read_usage(account, fingerprint=fingerprint, now=now)
+        deadline = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
+        try:
+            # A web worker waits for this answer: a hung upstream must not hold it for long.
+            reading = await asyncio.wait_for(
+                _read_usage(account, fingerprint=fingerprint, now=now), deadline
+            )
+        except TimeoutError:
+            raise UsageUnavailable(
+                f"no answer from the usage endpoint within {deadline} s"
+            ) from None
         if apply:
             await account_quota_apply(account.id, reading.snapshot, now=now)
         return reading
@@ -125,8 +135,9 @@ def account_models(account: UpstreamAccount, *, now: datetime) -> list[dict]:
         return snapshots[account.plan_type]["models"]
     entries = run_coroutine(fetch_models(account, current_fingerprint()))
     if entries and account.plan_type:
-        snapshots[account.plan_type] = {"models": entries, "fetchedAt": now.isoformat()}
-        model_snapshots_replace(snapshots)
+        snapshot = {"models": entries, "fetchedAt": now.isoformat()}
+        # Only this plan changes; whatever another writer stored meanwhile stays.
+        model_snapshots_update(lambda current: {**current, account.plan_type: snapshot})
     return entries
 
 
@@ -209,10 +220,24 @@ async def connection_test_events(
             subagent=test_request.subagent,
         ),
     )
+    # The whole test, first byte to last, ends by its deadline: a hung or dripping upstream
+    # must not hold the web worker's stream open indefinitely.
+    limit = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
+    deadline = time.monotonic() + limit
+
+    def remaining() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    timed_out = {"type": "error", "error": f"no complete answer within {limit} s; test stopped"}
     try:
-        stream = await codex.open_responses(
-            body=json.dumps(body).encode(), headers=headers, retry_5xx=False
+        # Connecting, and reading an error answer's body, count against the deadline too.
+        stream = await asyncio.wait_for(
+            codex.open_responses(body=json.dumps(body).encode(), headers=headers, retry_5xx=False),
+            remaining(),
         )
+    except TimeoutError:
+        yield timed_out
+        return
     except codex.CodexHTTPError as error:
         failure = failure_from_error(error)
         await _apply_failure(account, failure, disabled=disabled, now=clock())
@@ -226,8 +251,9 @@ async def connection_test_events(
         return
     scanner = SSEScanner()
     read = 0
+    chunks = stream.chunks()
     try:
-        async for chunk in stream.chunks():
+        while chunk := await asyncio.wait_for(anext(chunks, b""), remaining()):
             read += len(chunk)
             for frame in scanner.feed(chunk):
                 if frame.event in OUTPUT_DELTA_EVENTS:
@@ -243,6 +269,9 @@ async def connection_test_events(
                     await _apply_failure(account, failure, disabled=disabled, now=clock())
                     yield {"type": "error", "error": failure.short_text() or "response failed"}
                     return
+    except TimeoutError:
+        yield timed_out
+        return
     except codex.CodexTransportError as error:
         yield {"type": "error", "error": f"the stream broke ({error.detail})"}
         return

@@ -76,6 +76,10 @@ class Dispatch:
         self._strategy: Strategy = StreamStrategy()
         self._submitted = False
         self.report: DispatchReport | None = None
+        # A 401 asks for one token refresh per request, not one per account it walks through
+        # (each may wait for a lease and the token endpoint; the client is waiting). Later
+        # 401s demote their account for the scheduled refresher.
+        self._token_refresh_spent = False
 
     # ------------------------------------------------------------------------- entry points
 
@@ -183,8 +187,10 @@ class Dispatch:
             try:
                 outcome = await self._attempt(slot, attempt_index)
                 # A 401: one refresh of this account and one retry on it (token_retry).
-                if wants_token_refresh(outcome, slot.account) and await refresh_for_retry(
-                    slot.account
+                if (
+                    not self._token_refresh_spent
+                    and wants_token_refresh(outcome, slot.account)
+                    and (self._spend_token_refresh() or await refresh_for_retry(slot.account))
                 ):
                     self._notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
                     attempt_index += 1
@@ -222,6 +228,12 @@ class Dispatch:
             if note.failure is not None and note.failure.kind == failure.kind
         )
         self._fail(client_error_for(failure, self._exhausted_count))
+
+    def _spend_token_refresh(self) -> bool:
+        """Mark this request's one token refresh as used; False, so that the condition it
+        sits in goes on to the refresh itself."""
+        self._token_refresh_spent = True
+        return False
 
     # ------------------------------------------------------------------------- one attempt
 

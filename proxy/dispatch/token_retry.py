@@ -34,7 +34,7 @@ def wants_token_refresh(outcome: object, account: AccountView) -> bool:
 
 
 def _refresh_in_thread(account_id: str, failed_token: str):
-    from proxy.services.token_refresh import token_refresh_for_request
+    from proxy.services.token_refresh_request import token_refresh_for_request
 
     try:
         return token_refresh_for_request(account_id=account_id, failed_token=failed_token)

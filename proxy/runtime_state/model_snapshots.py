@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
+
+import redis
 
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
@@ -23,6 +26,39 @@ def model_snapshots_replace(snapshots: dict[str, dict[str, Any]]) -> None:
             key, mapping={plan: json.dumps(snapshot) for plan, snapshot in snapshots.items()}
         )
     pipeline.execute()
+
+
+Snapshots = dict[str, dict[str, Any]]
+
+
+def model_snapshots_update(change: Callable[[Snapshots], Snapshots]) -> Snapshots:
+    """Replace the hash with ``change(current)``, atomically against every other writer.
+
+    A read-modify-write over two round trips would lose a concurrent writer's plan (a model
+    refresh and an operator's per-account models list at once): the hash is WATCHed while it
+    is read, the replacement (DEL + HSET, as ``model_snapshots_replace``) runs in MULTI, and
+    a write that met another one starts again from what that one wrote. ``change`` must not
+    call out (it may run more than once). Returns what was written.
+    """
+    key = redis_keys.models_plan_snapshots()
+    with redis_client().pipeline(transaction=True) as pipeline:
+        while True:
+            try:
+                pipeline.watch(key)
+                raw = pipeline.hgetall(key)
+                current = {plan.decode(): json.loads(value) for plan, value in raw.items()}
+                wanted = change(current)
+                pipeline.multi()
+                pipeline.delete(key)
+                if wanted:
+                    pipeline.hset(
+                        key,
+                        mapping={plan: json.dumps(snapshot) for plan, snapshot in wanted.items()},
+                    )
+                pipeline.execute()
+                return wanted
+            except redis.WatchError:
+                continue
 
 
 def model_snapshots_get_all() -> dict[str, dict[str, Any]]:

@@ -50,6 +50,7 @@ IMPORTABLE_STATUSES = {
     "refreshing": "expired",
 }
 _ACCOUNT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+MAX_TEXT_LENGTH = 320
 
 
 class ImportOutcome(enum.StrEnum):
@@ -113,6 +114,8 @@ with target as (
   from target
   where a.id = target.id
     and (a.chatgpt_account_id is null or a.chatgpt_account_id = %(account)s)
+    -- one ChatGPT workspace has many users: the user must be the same one too
+    and (a.chatgpt_user_id is null or %(user)s::text is null or a.chatgpt_user_id = %(user)s)
   returning a.id, false as inserted
 ), inserted as (
   insert into accounts as a (id, email, chatgpt_account_id, chatgpt_user_id, label, plan_type,
@@ -150,12 +153,16 @@ class _Tokens:
     refresh_token: str | None
     claims: TokenClaims
     expired: bool  # an expired JWT kept for its identity (no refresh token to renew it)
+    refreshed: bool = False  # the entry's refresh token was spent: these tokens must be kept
 
 
 def _resolve(entry: ImportEntry, *, now: datetime) -> _Tokens:
     try:
         resolved: ResolvedTokens = account_tokens_resolve(
-            access_token=entry.access_token, refresh_token=entry.refresh_token, now=now
+            access_token=entry.access_token,
+            refresh_token=entry.refresh_token,
+            now=now,
+            label=f"import entry {entry.index}" + (f" ({entry.id})" if entry.id else ""),
         )
     except AccountOnboardingError as error:
         claims = token_claims(entry.access_token) if entry.access_token else None
@@ -168,7 +175,13 @@ def _resolve(entry: ImportEntry, *, now: datetime) -> _Tokens:
         ):
             return _Tokens(entry.access_token.removeprefix("Bearer ").strip(), None, claims, True)
         raise _Invalid(str(error)) from None
-    return _Tokens(resolved.access_token, resolved.refresh_token, resolved.claims, False)
+    return _Tokens(
+        resolved.access_token,
+        resolved.refresh_token,
+        resolved.claims,
+        False,
+        refreshed=resolved.refreshed,
+    )
 
 
 def _label(entry: ImportEntry) -> str | None:
@@ -180,14 +193,35 @@ def _label(entry: ImportEntry) -> str | None:
     return label
 
 
-def _status(entry: ImportEntry, tokens: _Tokens) -> str:
+def _declared_status(entry: ImportEntry) -> str:
     raw = (entry.status or "active").strip().lower()
     status = IMPORTABLE_STATUSES.get(raw)
     if status is None:
         raise _Invalid(f"unknown status {entry.status!r}")
-    if tokens.expired and status in ("active", "quota_exhausted"):
-        return "expired"
     return status
+
+
+def _status(declared: str, tokens: _Tokens) -> str:
+    if tokens.expired and declared in ("active", "quota_exhausted"):
+        return "expired"
+    return declared
+
+
+def _check_texts(entry: ImportEntry) -> None:
+    """The entry's own texts, before anything is spent on it: PostgreSQL refuses NUL in text,
+    and nothing of an account is longer than MAX_TEXT_LENGTH."""
+    for name in ("email", "account_id", "user_id", "plan_type", "label", "status"):
+        value = getattr(entry, name)
+        if value is None:
+            continue
+        if "\x00" in value:
+            raise _Invalid(f"the {name} contains a NUL character")
+        if name != "label" and len(value) > MAX_TEXT_LENGTH:  # a label may be truncated
+            raise _Invalid(f"the {name} is longer than {MAX_TEXT_LENGTH} characters")
+    for name in ("access_token", "refresh_token"):
+        value = getattr(entry, name)
+        if value is not None and "\x00" in value:
+            raise _Invalid(f"the {name.replace('_', ' ')} contains a NUL character")
 
 
 def _given_id(entry: ImportEntry) -> str | None:
@@ -212,10 +246,14 @@ def _import_one(
     if not entry.access_token and not entry.refresh_token:
         return EntryResult(entry.index, ImportOutcome.SKIPPED, reason="no token")
     try:
+        # Everything the entry says of itself is checked before its refresh token is exchanged:
+        # rotating refresh tokens are single-use, so a refused entry must not have spent it.
+        _check_texts(entry)
         given = _given_id(entry)
         label = _label(entry)
+        declared = _declared_status(entry)
         tokens = _resolve(entry, now=now)
-        status = _status(entry, tokens)
+        status = _status(declared, tokens)
     except _Invalid as problem:
         return EntryResult(entry.index, ImportOutcome.INVALID, reason=str(problem))
     claims = tokens.claims
@@ -253,26 +291,53 @@ def _import_one(
         "verify": entry.quota_verify_required,
         "now": now,
     }
+    row, reason = _upsert(parameters)
+    if row is None and tokens.refreshed and given is not None:
+        # The entry's refresh token is spent and the tokens it bought are the only usable ones:
+        # rather than lose them with the refused write, they go to the account holding their
+        # ChatGPT identity (or a new one), as if the entry had named no id.
+        new_account_id = new_id("acct")
+        parameters.update(given=None, new_id=new_account_id)
+        if parameters["next"] is not None:
+            parameters["next"] = next_refresh_time(
+                account_id=new_account_id,
+                expires_at=expires,
+                margin_seconds=margin_seconds,
+                now=now,
+            )
+        kept, _ = _upsert(parameters)
+        if kept is not None:
+            account_id, inserted = kept
+            outcome = ImportOutcome.IMPORTED if inserted else ImportOutcome.UPDATED
+            return EntryResult(
+                entry.index,
+                outcome,
+                account_id=account_id,
+                reason=f"{reason}; the exchanged tokens were stored on account {account_id}",
+            )
+    if row is None:
+        return EntryResult(entry.index, ImportOutcome.INVALID, account_id=given, reason=reason)
+    account_id, inserted = row
+    outcome = ImportOutcome.IMPORTED if inserted else ImportOutcome.UPDATED
+    return EntryResult(entry.index, outcome, account_id=account_id)
+
+
+def _upsert(parameters: dict) -> tuple[tuple[str, bool] | None, str | None]:
+    """One entry's statement: ((account id, inserted), None), or (None, why it was refused)."""
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_UPSERT_SQL, parameters)
             row = cursor.fetchone()
     except IntegrityError as error:
         if "ux_accounts_chatgpt_identity" in str(error):
-            reason = "another account of the pool already has this ChatGPT identity"
-        else:
-            reason = "an account with this id was added at the same moment; import it again"
-        return EntryResult(entry.index, ImportOutcome.INVALID, reason=reason)
+            return None, "another account of the pool already has this ChatGPT identity"
+        return None, "an account with this id was added at the same moment; import it again"
     if row is None:
-        return EntryResult(
-            entry.index,
-            ImportOutcome.INVALID,
-            account_id=given,
-            reason=f"account {given} belongs to another ChatGPT account than these tokens",
+        given = parameters["given"]
+        return None, (
+            f"account {given} belongs to another ChatGPT account (or user) than these tokens"
         )
-    account_id, inserted = row
-    outcome = ImportOutcome.IMPORTED if inserted else ImportOutcome.UPDATED
-    return EntryResult(entry.index, outcome, account_id=account_id)
+    return (row[0], row[1]), None
 
 
 def accounts_import(

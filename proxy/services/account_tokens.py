@@ -14,6 +14,7 @@ and messages that never contain a token.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,8 +24,17 @@ from django.db.models import Case, TextField, Value, When
 from proxy.clients import oauth
 from proxy.identifiers import new_id
 from proxy.models import Account, AccountStatus
-from proxy.services.token_refresh import next_refresh_time, refresh_settings
+from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
+from proxy.services.token_refresh import (
+    LEASE_TTL_MS,
+    next_refresh_time,
+    refresh_settings,
+    token_refresh_owner,
+    token_refresh_store,
+)
 from proxy.token_claims import AUTH_CLAIM, TokenClaims, token_claims
+
+logger = logging.getLogger(__name__)
 
 MAX_TOKEN_LENGTH = 16 * 1024
 MAX_LABEL_LENGTH = 64
@@ -44,6 +54,13 @@ class TokenExchangeFailed(AccountOnboardingError):
     """The OAuth server did not turn the refresh token or code into tokens."""
 
     http_status = 502
+
+
+class AccountRefreshBusy(AccountOnboardingError):
+    """The refresh token given is the one an account of the pool holds, and a refresh of that
+    account holds its lease right now: exchanging it too would spend it twice (peers B.2)."""
+
+    http_status = 409
 
 
 @dataclass(frozen=True)
@@ -114,15 +131,71 @@ def _require_identity(claims: TokenClaims) -> None:
         )
 
 
+def _exchange(refresh_token: str, *, label: str, now: datetime) -> oauth.TokenSet:
+    """Spend ``refresh_token`` at the token endpoint.
+
+    When an account of the pool holds this very refresh token (an import of an export, an
+    operator pasting it again), the exchange runs under that account's refresh lease, like any
+    refresh of it, and the rotated tokens are stored on it at once, before the caller writes
+    anything: a refresh running meanwhile is not raced (AccountRefreshBusy), and a later
+    failure of the caller's write cannot lose the only usable refresh token.
+    """
+    holder = (
+        Account.objects.filter(refresh_token=refresh_token).values_list("pk", flat=True).first()
+    )
+    if holder is None:
+        return _call_token_endpoint(refresh_token, label=label)
+    owner = token_refresh_owner()
+    if not refresh_lease_acquire(account_id=holder, owner=owner, ttl_ms=LEASE_TTL_MS):
+        logger.info("token exchange for %s: account %s is being refreshed", label, holder)
+        raise AccountRefreshBusy(
+            f"Account {holder} holds this refresh token and is being refreshed right now; "
+            "try again in a moment."
+        )
+    try:
+        if not Account.objects.filter(pk=holder, refresh_token=refresh_token).exists():
+            raise AccountTokensRejected(
+                f"Account {holder} has just refreshed this refresh token (it is spent); its "
+                "new tokens are already stored."
+            )
+        tokens = _call_token_endpoint(refresh_token, label=label)
+        token_refresh_store(
+            account_id=holder, spent_refresh_token=refresh_token, tokens=tokens, now=now
+        )
+        logger.info("token exchange for %s: stored on account %s", label, holder)
+        return tokens
+    finally:
+        refresh_lease_release(account_id=holder, owner=owner)
+
+
+def _call_token_endpoint(refresh_token: str, *, label: str) -> oauth.TokenSet:
+    try:
+        return oauth.refresh_tokens(refresh_token)
+    except oauth.OAuthError as error:
+        # The log names what was being added, never the token.
+        logger.warning("token exchange for %s: %s", label, error)
+        if error.permanent:
+            raise AccountTokensRejected(
+                f"The OAuth server refused the refresh token ({error.code or error.outcome})."
+            ) from None
+        raise TokenExchangeFailed(f"The refresh token could not be exchanged: {error}") from None
+
+
 def account_tokens_resolve(
-    *, access_token: str | None, refresh_token: str | None, now: datetime
+    *,
+    access_token: str | None,
+    refresh_token: str | None,
+    now: datetime,
+    label: str = "a new account",
 ) -> ResolvedTokens:
     """Check what an operator pasted and make it usable.
 
     A JWT access token with a future ``exp`` and a ChatGPT account id is used as it is. With
     only a refresh token, or an access token that is opaque, expired or without ``exp`` plus a
     refresh token, the refresh token is exchanged first (it is spent: the rotated one is what
-    gets stored). Raises AccountTokensRejected (400) or TokenExchangeFailed (502).
+    gets stored; see ``_exchange`` for a refresh token an account already holds). ``label``
+    names what is being added in log lines (an account id, an import entry), never a token.
+    Raises AccountTokensRejected (400), AccountRefreshBusy (409) or TokenExchangeFailed (502).
     """
     access_token = _clean(access_token, "access token")
     refresh_token = _clean(refresh_token, "refresh token")
@@ -138,14 +211,7 @@ def account_tokens_resolve(
             raise AccountTokensRejected(
                 f"{problem}, and no refresh token was given to get a new one."
             )
-    try:
-        tokens = oauth.refresh_tokens(refresh_token)
-    except oauth.OAuthError as error:
-        if error.permanent:
-            raise AccountTokensRejected(
-                f"The OAuth server refused the refresh token ({error.code or error.outcome})."
-            ) from None
-        raise TokenExchangeFailed(f"The refresh token could not be exchanged: {error}") from None
+    tokens = _exchange(refresh_token, label=label, now=now)
     return resolved_from_token_set(tokens, refresh_token=refresh_token, now=now)
 
 

@@ -24,7 +24,7 @@ from proxy.dispatch import scheduler
 from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.models import Account
 from proxy.models_catalog import entries_from_models_payload, normalise_upstream_entry
-from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
 from proxy.services.upkeep_accounts import (
     current_fingerprint,
     current_scheduler_settings,
@@ -126,15 +126,22 @@ def models_refresh(*, now: datetime) -> RefreshReport:
             snapshots[plan] = previous[plan]
             report.kept.append(plan)
     # A plan whose accounts are all ineligible right now keeps its snapshot; a plan no account
-    # has any more disappears.
+    # has any more disappears. "Keeps" is decided against the hash as it is when written
+    # (another writer may have stored a plan while the fetches ran), in one atomic update.
     plans_in_pool = set(
         Account.objects.exclude(plan_type=None).values_list("plan_type", flat=True).distinct()
     )
-    for plan in set(previous) - set(snapshots):
-        if plan in plans_in_pool:
-            snapshots[plan] = previous[plan]
-            report.kept.append(plan)
-    report.removed = sorted(set(previous) - set(snapshots))
-    if snapshots or previous:
-        model_snapshots_replace(snapshots)
+
+    def merged(current: dict[str, dict]) -> dict[str, dict]:
+        wanted = dict(snapshots)
+        for plan in set(current) - set(snapshots):
+            if plan in plans_in_pool:
+                wanted[plan] = current[plan]
+        return wanted
+
+    fetched_or_failed = set(snapshots)
+    written = model_snapshots_update(merged)
+    kept = sorted(set(written) - fetched_or_failed)
+    report.kept.extend(plan for plan in kept if plan not in report.kept)
+    report.removed = sorted(set(previous) - set(written))
     return report

@@ -1,5 +1,6 @@
-"""Token refresh (spec §4.1–§4.2; seed 004 §4B.2): the scan, one account's refresh, and the
-refresh a 401 on ``/v1`` asks for.
+"""Token refresh (spec §4.1–§4.2; seed 004 §4B.2): the scan and one account's refresh (its
+timing rules are ``token_refresh_timing``; the refresh a 401 on ``/v1`` asks for is
+``token_refresh_request``).
 
 Rotating refresh tokens are single-use (peers B.2): two refreshes of one account at once burn
 it. So every refresh, in any process, first takes the lease ``cpr:lease:refresh:<account_id>``
@@ -142,6 +143,24 @@ def _new_owner() -> str:
     return json.dumps(f"runtime-token-refresh:{uuid.uuid4()}")
 
 
+def token_refresh_owner() -> str:
+    """A new lease owner, for another service that spends an account's refresh token."""
+    return _new_owner()
+
+
+def token_refresh_store(
+    *, account_id: str, spent_refresh_token: str, tokens: oauth.TokenSet, now: datetime
+) -> bool:
+    """Store the answer of an exchange of ``spent_refresh_token`` on the account holding it
+    (the caller holds its lease), as a refresh stores it. Returns whether it was stored."""
+    row = _read(account_id)
+    if row is None or row.refresh_token != spent_refresh_token:
+        return False
+    margin, _ = refresh_settings()
+    stored, _ = _store_tokens(row, tokens, margin_seconds=margin, now=now)
+    return stored
+
+
 def _store_tokens(
     row: _Row, tokens: oauth.TokenSet, *, margin_seconds: int, now: datetime
 ) -> tuple[bool, datetime | None]:
@@ -201,6 +220,7 @@ def token_refresh_account(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], datetime] = timezone.now,
     max_attempts: int = MAX_ATTEMPTS,
+    permit_wait_seconds: float = PERMIT_WAIT_SECONDS,
 ) -> RefreshResult:
     """Refresh one account's tokens (spec §4.2), under its lease.
 
@@ -211,15 +231,23 @@ def token_refresh_account(
     A permanent answer (banned / invalid grant) must be seen twice before the status is
     written; transport failures leave the status alone and schedule the next try 10 minutes
     (±20 %) later. ``max_attempts`` below 5 shortens the walk for a caller that waits for the
-    answer (the admin API's refresh: 2, so a permanent answer can still be confirmed). Returns
-    what happened; never raises for an OAuth failure.
+    answer (the admin API's refresh: 2, so a permanent answer can still be confirmed), and
+    ``permit_wait_seconds`` bounds its wait for a refresh permit per attempt: with the OAuth
+    client's timeout, the walk's longest time is known. Returns what happened; never raises
+    for an OAuth failure.
     """
     owner = _new_owner()
     if not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
         return RefreshResult.LEASE_BUSY
     try:
         return _refresh_under_lease(
-            account_id, owner, force=force, sleep=sleep, clock=clock, max_attempts=max_attempts
+            account_id,
+            owner,
+            force=force,
+            sleep=sleep,
+            clock=clock,
+            max_attempts=max_attempts,
+            permit_wait=permit_wait_seconds,
         )
     finally:
         refresh_lease_release(account_id=account_id, owner=owner)
@@ -243,6 +271,7 @@ def _refresh_under_lease(
     sleep: Callable[[float], None],
     clock: Callable[[], datetime],
     max_attempts: int = MAX_ATTEMPTS,
+    permit_wait: float = PERMIT_WAIT_SECONDS,
 ) -> RefreshResult:
     row = _read(account_id)
     stop = _stop_reason(row, spent=None, force=force, now=clock())
@@ -267,7 +296,7 @@ def _refresh_under_lease(
             if stop is not None:
                 return stop
         try:
-            tokens = _call_token_endpoint(refresh_token, permit_wait=PERMIT_WAIT_SECONDS)
+            tokens = _call_token_endpoint(refresh_token, permit_wait=permit_wait)
         except oauth.OAuthError as error:
             logger.warning(
                 "token refresh of %s, attempt %s/%s: %s", account_id, attempt, max_attempts, error
@@ -353,62 +382,3 @@ def token_refresh_scan(*, now: datetime) -> ScanReport:
         cleared=cleared,
         busy=len(held),
     )
-
-
-# ----------------------------------------------------------------------------- a 401 on /v1
-
-
-@dataclass(frozen=True)
-class FreshToken:
-    access_token: str
-    expires_at: datetime | None
-
-
-def token_refresh_for_request(
-    *, account_id: str, failed_token: str, clock: Callable[[], datetime] = timezone.now
-) -> FreshToken | None:
-    """One refresh for an account whose access token ``failed_token`` just met a 401.
-
-    A refresh already running elsewhere is waited for (and its token used), never repeated;
-    a token someone refreshed meanwhile is used as it is. One attempt, no retries: the client
-    is waiting. Returns the token to retry with, or None (the caller demotes the account, and
-    the background refresher, whose rules confirm permanent failures, takes over).
-    """
-    owner = _new_owner()
-    deadline = time.monotonic() + REQUEST_LEASE_WAIT_SECONDS
-    pause = 0.05
-    while not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
-        row = _read(account_id)
-        if row is not None and row.access_token != failed_token and _serves(row):
-            return FreshToken(row.access_token, row.expires_at)
-    try:
-        row = _read(account_id)
-        if row is None:
-            return None
-        if row.access_token != failed_token:
-            return FreshToken(row.access_token, row.expires_at) if _serves(row) else None
-        if not row.refresh_token or row.status not in REFRESHABLE_STATUSES:
-            return None
-        try:
-            tokens = _call_token_endpoint(
-                row.refresh_token, permit_wait=REQUEST_PERMIT_WAIT_SECONDS
-            )
-        except oauth.OAuthError as error:
-            logger.warning("token refresh of %s after a 401: %s", account_id, error)
-            return None
-        margin, _ = refresh_settings()
-        stored, expires_at = _store_tokens(row, tokens, margin_seconds=margin, now=clock())
-        if not stored:
-            return None
-        logger.info("token refresh of %s after a 401: refreshed", account_id)
-        return FreshToken(tokens.access_token, expires_at)
-    finally:
-        refresh_lease_release(account_id=account_id, owner=owner)
-
-
-def _serves(row: _Row) -> bool:
-    return row.status in REFRESHABLE_STATUSES

@@ -278,6 +278,8 @@ class FakeCodexUpstream:
         self.models_failures: dict[str, int | str] = {}
         # seconds GET /codex/models waits before answering (a job that takes a while)
         self.models_delay = 0.0
+        # seconds the usage endpoint waits before answering (a hung upstream)
+        self.usage_delay = 0.0
         self.compact_payload: dict | None = None
         # token -> usage payload (dict) or an HTTP status (int) for the usage endpoints
         self.usage: dict[str, dict | int] = {}
@@ -306,6 +308,7 @@ class FakeCodexUpstream:
             self.models_failures.clear()
             self.models_payload = None
             self.models_delay = 0.0
+            self.usage_delay = 0.0
             self.models_headers = {}
             self.compact_payload = None
             self.default_deltas = self.DEFAULT_DELTAS
@@ -513,6 +516,8 @@ class FakeCodexUpstream:
         return web.json_response(payload, headers=reply.headers)
 
     async def _usage(self, request: web.Request) -> web.Response:
+        if self.usage_delay:
+            await asyncio.sleep(self.usage_delay)
         if request.path in self.usage_paths_missing:
             return web.json_response({"detail": "Not Found"}, status=404)
         answer = self.usage.get(self._token(request), 404)

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 import requests
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
+from proxy import redis_keys
+from proxy.admin_api import pool
 from proxy.catalog_cache import forget_cached_catalog
-from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.runtime_state.model_snapshots import (
+    model_snapshots_get_all,
+    model_snapshots_replace,
+    model_snapshots_update,
+)
 from proxy.tasks import refresh_models_task
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
@@ -237,3 +245,51 @@ def test_the_refresh_holds_a_slot_and_skips_a_busy_account(upstream, redis_clien
 
     assert not AccountUsage.objects.filter(request_count__gt=0).exists()  # nothing counted
     redis_client.delete(busy_slots)
+
+
+def test_a_snapshot_write_that_meets_another_writer_keeps_both(redis_client):
+    model_snapshots_replace({"plus": {"models": [{"id": "a"}], "fetchedAt": "t0"}})
+    calls = []
+
+    def add_pro(current):
+        calls.append(dict(current))
+        if len(calls) == 1:
+            # Another process writes between this writer's read and its write.
+            redis_client.hset(
+                redis_keys.models_plan_snapshots(),
+                "team",
+                json.dumps({"models": [{"id": "t"}], "fetchedAt": "t1"}),
+            )
+        return {**current, "pro": {"models": [{"id": "p"}], "fetchedAt": "t2"}}
+
+    written = model_snapshots_update(add_pro)
+
+    assert set(model_snapshots_get_all()) == {"plus", "team", "pro"} == set(written)
+    assert len(calls) == 2 and "team" in calls[1]  # started again from what the other wrote
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_per_account_model_lists_keep_every_plan(upstream):
+    # Two operators open the models of accounts of two plans at once; each list is fetched
+    # (slowly) and stored as its plan's snapshot. Neither may erase the other's plan.
+    upstream.models_by_token = {"tok-edu": PLUS_MODELS, "tok-team": PRO_MODELS}
+    upstream.models_delay = 0.3
+    model_snapshots_replace({"plus": {"models": [{"id": "gpt-5.4"}], "fetchedAt": "t0"}})
+    accounts = [
+        pool.UpstreamAccount(
+            id=f"acct_{plan}", access_token=f"tok-{plan}", chatgpt_account_id=None, plan_type=plan
+        )
+        for plan in ("edu", "team")
+    ]
+
+    def models_of(account):
+        try:
+            return pool.account_models(account, now=timezone.now())
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        lists = list(executor.map(models_of, accounts))
+
+    assert all(lists)
+    assert set(model_snapshots_get_all()) == {"plus", "edu", "team"}

@@ -159,3 +159,29 @@ def test_concurrent_401s_on_one_account_refresh_it_once(proxy, upstream, oauth, 
     redis_client = redis.Redis.from_url(settings.REDIS_URL)
     assert not redis_client.exists(f"{settings.REDIS_KEY_PREFIX}lease:refresh:{account.pk}")
     redis_client.close()
+
+
+def test_a_request_refreshes_at_most_one_account(proxy, upstream, oauth, client_key):
+    first = make_oauth_account(oauth, ALICE)
+    second = make_oauth_account(oauth, Identity("org-bob", "user-bob"))
+    third = make_oauth_account(oauth, Identity("org-carol", "user-carol"))
+    Account.objects.filter(pk=second.pk).update(added_at=first.added_at.replace(year=2099))
+    Account.objects.filter(pk=third.pk).update(added_at=first.added_at.replace(year=2100))
+    _expired_for(upstream, first.access_token)
+    _expired_for(upstream, second.access_token)
+    oauth.fail(first.refresh_token, "unknown")  # the one refresh this request gets fails
+
+    response = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+
+    assert response.status_code == 200  # the third account served
+    assert upstream.tokens_called() == [
+        first.access_token,
+        second.access_token,
+        third.access_token,
+    ]
+    # One token call for the whole request: the second 401 demoted its account for the
+    # scheduled refresher instead of a second wait on the token endpoint.
+    assert [call["refresh_token"] for call in oauth.token_calls()] == [first.refresh_token]
+    for account in (first, second):
+        row = _row(account)
+        assert row.status == "expired" and row.next_refresh_at is not None

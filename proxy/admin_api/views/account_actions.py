@@ -32,7 +32,11 @@ from proxy.models import Account, AccountStatus
 from proxy.models_catalog import DEFAULT_MODEL_ID
 from proxy.services.account_tokens import AccountOnboardingError
 from proxy.services.oauth_onboarding import oauth_session_exchange, oauth_session_start
-from proxy.services.token_refresh import RefreshResult, token_refresh_account
+from proxy.services.token_refresh import (
+    REQUEST_PERMIT_WAIT_SECONDS,
+    RefreshResult,
+    token_refresh_account,
+)
 from proxy.services.upkeep_accounts import current_fingerprint
 
 # One confirmation of a permanent refusal is not enough (token refresh's rule): two attempts.
@@ -67,8 +71,13 @@ def refresh_one(account: Account) -> dict:
     ):
         result, error = _OUTCOMES[RefreshResult.NOT_ELIGIBLE]
     else:
+        # A web worker waits: two attempts, each waiting at most as long for a permit as a
+        # /v1 request does, each call bounded by the OAuth client's timeout.
         outcome = token_refresh_account(
-            account_id=account.pk, force=True, max_attempts=REFRESH_ATTEMPTS
+            account_id=account.pk,
+            force=True,
+            max_attempts=REFRESH_ATTEMPTS,
+            permit_wait_seconds=REQUEST_PERMIT_WAIT_SECONDS,
         )
         result, error = _OUTCOMES[outcome]
     return {

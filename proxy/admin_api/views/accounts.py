@@ -52,7 +52,9 @@ EXPORT_CONFIRMATION = "export_sensitive_accounts"
 
 
 def onboarding_error(error: AccountOnboardingError) -> ApiError:
-    code = BodyCode.BAD_GATEWAY if error.http_status == 502 else BodyCode.BAD_REQUEST
+    code = {502: BodyCode.BAD_GATEWAY, 409: BodyCode.CONFLICT}.get(
+        error.http_status, BodyCode.BAD_REQUEST
+    )
     return ApiError(code, str(error))
 
 
@@ -140,6 +142,7 @@ class AccountsView(AdminAPIView):
                 access_token=values.get("token") or None,
                 refresh_token=values.get("refreshToken") or None,
                 now=now,
+                label="an account added through the admin API",
             )
             account, _ = account_upsert_from_tokens(
                 resolved=resolved, now=now, label=values.get("label") or None

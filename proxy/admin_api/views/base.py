@@ -17,6 +17,7 @@ from proxy.admin_api.authentication import (
     IsAdmin,
 )
 from proxy.admin_api.envelope import admin_exception_handler, bad_request
+from proxy.admin_api.fields import refuse_nul
 
 
 class JsonWhateverAccept(DefaultContentNegotiation):
@@ -51,6 +52,12 @@ class AdminAPIView(APIView):
     def get_exception_handler(self):
         return admin_exception_handler
 
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # authentication first: 401 before 400
+        for name, values in request.query_params.lists():
+            refuse_nul(name, "a query parameter's name")
+            refuse_nul(values, name)
+
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         response["Cache-Control"] = "no-store"
@@ -63,6 +70,7 @@ class AdminAPIView(APIView):
             return {}
         if not isinstance(data, dict):
             raise bad_request("The body must be a JSON object")
+        refuse_nul(data, "the body")
         return data
 
 

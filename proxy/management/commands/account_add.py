@@ -51,7 +51,10 @@ class Command(BaseCommand):
         now = timezone.now()
         try:
             resolved = account_tokens_resolve(
-                access_token=access_token, refresh_token=refresh_token, now=now
+                access_token=access_token,
+                refresh_token=refresh_token,
+                now=now,
+                label="an account added by manage.py account_add",
             )
             account, created = account_upsert_from_tokens(resolved=resolved, now=now, label=label)
         except AccountOnboardingError as error:

@@ -488,3 +488,49 @@ def test_models_of_the_accounts_plan(api, upstream):
         )
     finally:
         model_snapshots_replace(previous)
+
+
+def test_adding_the_refresh_token_of_an_account_being_refreshed_is_a_409(api, oauth, caplog):
+    access, refresh = oauth.issue(CAROL, expires_in=-60)
+    carol = make_account(
+        chatgpt_account_id="org-carol",
+        chatgpt_user_id="user-carol",
+        access_token=access,
+        refresh_token=refresh,
+    )
+    owner = '"runtime-token-refresh:worker"'
+    assert refresh_lease_acquire(account_id=carol.pk, owner=owner, ttl_ms=60_000)
+    try:
+        response = api.post_json("/api/admin/accounts", {"refreshToken": refresh})
+    finally:
+        refresh_lease_release(account_id=carol.pk, owner=owner)
+
+    message = error_of(response, 409, 40901)
+    assert carol.pk in message and refresh not in message
+    assert oauth.token_calls() == [] and oauth.is_live(refresh)
+    # The log names the account being added, never the token.
+    assert "being refreshed" in caplog.text and refresh not in caplog.text
+
+    added = data_of(api.post_json("/api/admin/accounts", {"refreshToken": refresh}))
+
+    carol.refresh_from_db()
+    assert added["id"] == carol.pk
+    assert carol.refresh_token == oauth.issued_refresh_tokens[-1] and oauth.is_spent(refresh)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quota_query_of_a_hung_upstream_ends_at_its_deadline(
+    transactional_db, api, upstream, settings
+):
+    import time
+
+    settings.ADMIN_UPSTREAM_DEADLINE_SECONDS = 1
+    account = make_account(access_token="tok-hung")
+    upstream.usage["tok-hung"] = {"rate_limit": {}}
+    upstream.usage_delay = 20
+    started = time.monotonic()
+
+    message = error_of(api.get(f"/api/admin/accounts/quota?id={account.pk}"), 502, 50201)
+
+    assert time.monotonic() - started < 5
+    assert message == "Quota query failed: no answer from the usage endpoint within 1 s"

@@ -4,6 +4,7 @@ and what its outcome does to the account."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import requests
@@ -119,3 +120,39 @@ def test_the_test_needs_an_admin(proxy, upstream):
     # Refused in the JSON envelope, whatever the Accept header asked for.
     assert response.status_code == 401 and response.json()["code"] == 40101
     assert upstream.responses_requests() == []
+
+
+def test_a_dripping_upstream_stops_the_test_at_its_deadline(
+    proxy, upstream, session_cookie, settings
+):
+    settings.ADMIN_UPSTREAM_DEADLINE_SECONDS = 2
+    account = make_pool_account("tok-slow", status="active")
+    # Each delta arrives in time for any per-read timeout, the whole answer never does.
+    upstream.program("tok-slow", Reply(text="o" * 40, deltas=40, delta_delay=0.5))
+    started = time.monotonic()
+
+    response, events = run_test(proxy, session_cookie, account.pk)
+
+    took = time.monotonic() - started
+    assert response.status_code == 200
+    assert events[-1] == {
+        "type": "error",
+        "error": "no complete answer within 2 s; test stopped",
+    }
+    assert "test_complete" not in [event["type"] for event in events]
+    assert took < 6, took
+    assert Account.objects.get(pk=account.pk).status == "active"
+
+
+def test_an_upstream_that_never_answers_stops_the_test_at_its_deadline(
+    proxy, upstream, session_cookie, settings
+):
+    settings.ADMIN_UPSTREAM_DEADLINE_SECONDS = 1
+    account = make_pool_account("tok-hung", status="active")
+    upstream.program("tok-hung", Reply(first_byte_delay=30))
+    started = time.monotonic()
+
+    _, events = run_test(proxy, session_cookie, account.pk)
+
+    assert events[-1]["error"] == "no complete answer within 1 s; test stopped"
+    assert time.monotonic() - started < 5

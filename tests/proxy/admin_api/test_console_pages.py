@@ -104,3 +104,75 @@ def test_a_keys_use_page_has_the_key_the_config_and_the_cc_switch_link(admin):
     assert f'<code id="key-value">{key.key}</code>' in page
     assert "base_url = &quot;http://testserver/v1&quot;" in page
     assert "ccswitch://v1/import?" in page
+
+
+def test_the_console_import_takes_a_file_as_large_as_the_api_and_explains_a_larger_one(
+    transactional_db, asgi_server
+):
+    import re
+
+    import requests
+    from django.conf import settings
+
+    from proxy.services.admin_users import admin_user_create_default
+    from proxy.services.fingerprints import fingerprint_ensure_current
+    from proxy.services.runtime_settings import runtime_settings_ensure
+
+    runtime_settings_ensure(now=timezone.now())
+    fingerprint_ensure_current(now=timezone.now())
+    admin_user_create_default(password=PASSWORD, now=timezone.now())
+    login = Client()
+    assert login.login(username="admin", password=PASSWORD)
+    session = requests.Session()
+    session.cookies.set(
+        settings.SESSION_COOKIE_NAME, login.cookies[settings.SESSION_COOKIE_NAME].value
+    )
+    page_url = f"{asgi_server.url}/admin/proxy/account/import/"
+
+    def post(body: bytes) -> requests.Response:
+        page = session.get(page_url, timeout=30)
+        assert page.status_code == 200, page.text[:300]
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        return session.post(
+            page_url,
+            data={"csrfmiddlewaretoken": csrf},
+            files={"file": ("export.json", body, "application/json")},
+            headers={"Referer": page_url},
+            timeout=120,
+        )
+
+    token = access_token_for(Identity("org-big", "user-big"), expires_in=3600)
+    padding = [{"type": "claude", "access_token": "x" * 1000} for _ in range(4000)]
+    large = json.dumps([{"type": "codex", "access_token": token}, *padding]).encode()
+    assert 2 * 1024 * 1024 < len(large) < 16 * 1024 * 1024
+
+    imported = post(large)
+
+    assert imported.status_code == 200, imported.text[:300]
+    assert "cliproxyapi: 1 imported, 0 updated, 4000 skipped, 0 invalid." in imported.text
+    assert Account.objects.get().access_token == token
+
+    too_large = post(b" " * (16 * 1024 * 1024 + 1))
+
+    assert too_large.status_code in (200, 413)
+    assert "16 MiB" in too_large.text
+    assert Account.objects.count() == 1
+
+    far_too_large = post(b" " * (17 * 1024 * 1024))
+
+    assert far_too_large.status_code == 413
+    assert "at most 16 MiB" in far_too_large.text
+
+
+def test_a_nul_in_a_console_address_is_a_400(admin):
+    operator = _operator(admin)
+
+    for path in (
+        "/admin/proxy/account/a%00b/change/",
+        "/admin/proxy/clientapikey/a%00b/change/",
+        "/admin/proxy/account/?q=a%00b",
+        "/admin/proxy/account/a%00b/test/",
+    ):
+        response = operator.get(path)
+        assert response.status_code == 400, path
+        assert b"NUL" in response.content

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.models import Account
+from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
 from proxy.token_claims import token_claims
 from tests.fakes.oauth import Identity, access_token_for
 from tests.proxy.admin_api.conftest import data_of, error_of
@@ -262,3 +263,149 @@ def test_an_import_body_may_be_larger_than_other_admin_bodies(asgi_server, token
     assert imported.status_code == 200, imported.text[:300]
     assert (imported.json()["data"]["imported"], imported.json()["data"]["skipped"]) == (1, 2500)
     assert refused.status_code == 413
+
+
+@pytest.mark.parametrize(
+    "flaw",
+    [
+        {"status": "frozen"},
+        {"id": "not an id!"},
+        {"email": "alice\x00@example.com"},
+        {"label": "x" * 65},
+    ],
+    ids=["unknown status", "bad id", "NUL in e-mail", "label too long"],
+)
+def test_an_entry_refused_for_its_own_fields_never_spends_its_refresh_token(
+    api, oauth, tokens, flaw
+):
+    entry = {"token": tokens["bob_expired"], "refreshToken": tokens["bob_refresh"], **flaw}
+
+    report = data_of(
+        api.post_json("/api/admin/accounts/import", {"sourceFormat": "cpr", "accounts": [entry]})
+    )
+
+    assert report["invalid"] == 1 and report["imported"] == 0, report
+    assert oauth.token_calls() == []
+    assert oauth.is_live(tokens["bob_refresh"])
+    assert Account.objects.count() == 0
+
+
+def test_a_refused_write_after_an_exchange_keeps_the_exchanged_tokens(api, oauth, tokens):
+    # The entry names an account of the pool that belongs to another ChatGPT account: its own
+    # write is refused, but its refresh token was spent, so the rotated pair must be kept.
+    make_account(id="acct_taken", chatgpt_account_id="org-carol", chatgpt_user_id="user-carol")
+
+    report = data_of(
+        api.post_json(
+            "/api/admin/accounts/import",
+            {
+                "sourceFormat": "cpr",
+                "accounts": [
+                    {
+                        "id": "acct_taken",
+                        "token": tokens["bob_expired"],
+                        "refreshToken": tokens["bob_refresh"],
+                    }
+                ],
+            },
+        )
+    )
+
+    assert oauth.is_spent(tokens["bob_refresh"])
+    bob = Account.objects.get(chatgpt_account_id="org-bob")
+    assert bob.pk != "acct_taken"
+    assert bob.refresh_token == oauth.issued_refresh_tokens[-1]
+    assert oauth.is_live(bob.refresh_token)
+    assert (report["imported"], report["invalid"]) == (1, 0)
+    assert "acct_taken belongs to another ChatGPT account" in report["results"][0]["reason"]
+    assert Account.objects.get(pk="acct_taken").chatgpt_account_id == "org-carol"
+
+
+def test_an_export_of_an_account_is_exchanged_under_its_lease_and_stored_on_it(api, oauth, tokens):
+    # The pool holds Bob with the refresh token an old export also carries.
+    bob = make_account(
+        chatgpt_account_id="org-bob",
+        chatgpt_user_id="user-bob",
+        access_token=tokens["bob_expired"],
+        refresh_token=tokens["bob_refresh"],
+        status="expired",
+    )
+    owner = '"runtime-token-refresh:elsewhere"'
+    assert refresh_lease_acquire(account_id=bob.pk, owner=owner, ttl_ms=60_000)
+    body = [{"token": tokens["bob_expired"], "refreshToken": tokens["bob_refresh"]}]
+    try:
+        busy = data_of(api.post_json("/api/admin/accounts/import", body))
+    finally:
+        refresh_lease_release(account_id=bob.pk, owner=owner)
+
+    # A refresh of Bob holds his lease: the import does not spend the same token alongside it.
+    assert busy["invalid"] == 1 and "being refreshed" in busy["results"][0]["reason"]
+    assert oauth.token_calls() == []
+
+    report = data_of(api.post_json("/api/admin/accounts/import", body))
+
+    assert report["updated"] == 1
+    bob.refresh_from_db()
+    assert bob.refresh_token == oauth.issued_refresh_tokens[-1]
+    assert oauth.is_live(bob.refresh_token) and bob.status == "active"
+    assert len(oauth.token_calls()) == 1
+
+
+def test_an_entry_naming_an_account_of_another_user_of_the_same_workspace_is_refused(api):
+    # One ChatGPT team workspace, two users: the entry's id names the first user's account,
+    # its token is the second user's.
+    first = make_account(id="acct_team_1", chatgpt_account_id="org-team", chatgpt_user_id="user-1")
+    before = first.access_token
+    second_users = access_token_for(
+        Identity("org-team", "user-2", "team", "two@example.com"), expires_in=3600
+    )
+
+    report = data_of(
+        api.post_json(
+            "/api/admin/accounts/import",
+            {"sourceFormat": "cpr", "accounts": [{"id": "acct_team_1", "token": second_users}]},
+        )
+    )
+
+    assert (report["invalid"], report["imported"], report["updated"]) == (1, 0, 0)
+    assert "another ChatGPT account (or user)" in report["results"][0]["reason"]
+    first.refresh_from_db()
+    assert (first.access_token, first.chatgpt_user_id) == (before, "user-1")
+    assert Account.objects.count() == 1
+
+
+def test_duplicates_within_one_import_and_against_the_pool_are_counted_exactly(api):
+    in_pool = make_account(chatgpt_account_id="org-p", chatgpt_user_id="user-p")
+    pool_token = access_token_for(Identity("org-p", "user-p", "plus"), expires_in=3600)
+    new = Identity("org-n", "user-n", "plus")
+    same_workspace = Identity("org-p", "user-q", "team")
+    entries = [
+        {"token": pool_token},  # the pool's identity: updated
+        {"token": access_token_for(new, expires_in=3600)},  # new: imported
+        {"token": access_token_for(new, expires_in=7200)},  # the same again: updated
+        {"token": access_token_for(same_workspace, expires_in=3600)},  # other user: imported
+        {"token": "garbage"},  # invalid
+        {},  # no token: skipped
+    ]
+
+    report = data_of(
+        api.post_json("/api/admin/accounts/import", {"sourceFormat": "cpr", "accounts": entries})
+    )
+
+    assert [result["outcome"] for result in report["results"]] == [
+        "updated",
+        "imported",
+        "updated",
+        "imported",
+        "invalid",
+        "skipped",
+    ]
+    assert (report["imported"], report["updated"], report["skipped"], report["invalid"]) == (
+        2,
+        2,
+        1,
+        1,
+    )
+    assert report["results"][0]["accountId"] == in_pool.pk
+    assert report["results"][1]["accountId"] == report["results"][2]["accountId"]
+    assert Account.objects.count() == 3
