@@ -8,8 +8,11 @@ holds the admin API key.
 
 A cookie-authenticated write must come from the API's own origin (or one of
 CSRF_TRUSTED_ORIGINS): the original console sends no CSRF token but always its ``Origin``, and
-SameSite=Lax alone leaves same-site subdomains able to post. Key-authenticated calls carry no
-ambient credential and need no such check.
+SameSite=Lax alone leaves same-site subdomains able to post. A cookie-authenticated request of
+any method that the browser marks ``Sec-Fetch-Site: cross-site`` is refused too: SameSite=Lax still
+sends the cookie on a top-level navigation, and some GET routes act (``accounts/test``,
+``accounts/quota``, ``accounts/models`` call the upstream), so a link on another site must not
+start them. Key-authenticated calls carry no ambient credential and need no such check.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ class AdminSessionAuthentication(authentication.BaseAuthentication):
         if request.method not in SAFE_METHODS and not _same_origin(request):
             raise ApiError(
                 BodyCode.CROSS_ORIGIN, "Cross-origin write refused (Origin does not match)"
+            )
+        if request.META.get("HTTP_SEC_FETCH_SITE") == "cross-site":
+            raise ApiError(
+                BodyCode.CROSS_ORIGIN, "Cross-site request refused (Sec-Fetch-Site: cross-site)"
             )
         return (user, "session")
 

@@ -192,6 +192,18 @@ def test_a_cookie_write_from_another_origin_is_refused(api):
     assert data_of(api.get("/api/admin/keys", headers={"origin": "https://evil.example"}))
 
 
+@pytest.mark.parametrize("path", ["/api/admin/accounts/quota", "/api/admin/accounts/test"])
+def test_a_cross_site_link_cannot_start_an_acting_get_with_the_cookie(api, path):
+    # SameSite=Lax sends the cookie on a top-level navigation from another site; the browser
+    # marks it cross-site, and the route must not run (it would call the upstream).
+    cross = api.get(path, {"id": "acc_any"}, headers={"sec-fetch-site": "cross-site"})
+
+    assert error_of(cross, 403, 40301).startswith("Cross-site request refused")
+    # The console's own fetches are same-origin and reach the route (here: an unknown account).
+    own = api.get(path, {"id": "acc_any"}, headers={"sec-fetch-site": "same-origin"})
+    assert own.status_code != 403
+
+
 def test_unknown_admin_routes_and_methods_answer_the_envelope(api):
     assert error_of(api.get("/api/admin/nothing/here"), 404, 40401) == "API route not found"
     assert error_of(api.delete("/api/admin/accounts"), 405, 40501) == "Method not allowed"
