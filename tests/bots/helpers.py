@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -149,3 +150,13 @@ def keyboard_data(message) -> list[str]:
     """The callback data of a message's buttons, row by row (a FakeMessage as Telegram shows it)."""
     rows = (message.reply_markup or {}).get("inline_keyboard", [])
     return [button["callback_data"] for row in rows for button in row]
+
+
+def busiest_second(times: list[float]) -> int:
+    """The most calls that reached Telegram within one second (any window [t, t + 1) starting
+    at a call), from the fake's arrival times."""
+    ordered = sorted(times)
+    return max(
+        (bisect_left(ordered, start + 1.0) - index for index, start in enumerate(ordered)),
+        default=0,
+    )

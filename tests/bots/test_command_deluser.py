@@ -9,6 +9,7 @@ import pytest
 
 from bots import copy
 from bots.models import BotUser, DeleteConfirmation, RelayedMessage, Topic
+from bots.pipeline import deluser
 from tests.bots.conftest import SECOND_ADMIN_ID, deliver_during_held_call
 from tests.bots.helpers import (
     click_in_group,
@@ -216,6 +217,24 @@ def test_a_non_admin_click_gets_admins_only_and_changes_nothing(
     assert telegram.calls("deleteForumTopic") == []
 
 
+def test_a_non_admin_click_on_a_mismatched_payload_gets_admins_only(
+    webhook, telegram, admin, member, user, topic, clock
+):
+    # The clicker is checked before the prompt's row: a member learns nothing about prompts.
+    prompt = _prompt(webhook, telegram, admin, topic)
+    epoch = int(clock.now.timestamp())
+    mismatched = f"d:yes:{OTHER_ID}:{topic.thread_id}:{epoch}"
+    before = table_state()
+    telegram.forget_calls()
+
+    toast = click_in_group(webhook, telegram, member, prompt.message_id, mismatched)
+
+    assert toast == copy.admins_only()
+    assert [call.method for call in telegram.calls()] == ["answerCallbackQuery"]
+    assert table_state() == before
+    assert DeleteConfirmation.objects.get().status == "pending"
+
+
 def test_clicks_from_another_chat_or_thread_and_malformed_payloads_are_silent(
     webhook, telegram, admin, user, topic, clock
 ):
@@ -282,6 +301,27 @@ def test_a_binding_that_changed_since_the_prompt_is_not_deleted(
     assert DeleteConfirmation.objects.get().status == "pending"
     assert BotUser.objects.filter(user_id=USER_ID).count() == 1
     assert telegram.calls("deleteForumTopic") == []
+
+
+def test_the_confirming_update_itself_requires_the_binding(
+    webhook, telegram, admin, user, topic, monkeypatch
+):
+    # The binding goes between the early check and the confirming UPDATE: that UPDATE, which
+    # re-checks it in the same statement, is what keeps the data.
+    prompt = _prompt(webhook, telegram, admin, topic)
+    Topic.objects.filter(user_id=USER_ID).delete()
+    monkeypatch.setattr(deluser, "binding_exists", lambda **binding: True)
+    telegram.forget_calls()
+
+    toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
+
+    assert toast == copy.toast_deluser_failed()
+    row = DeleteConfirmation.objects.get()
+    assert (row.status, row.confirm_callback_id) == ("pending", None)
+    assert BotUser.objects.filter(user_id=USER_ID).count() == 1
+    assert RelayedMessage.objects.filter(user_id=USER_ID).count() == 2
+    assert telegram.calls("deleteForumTopic") == []
+    assert telegram.topic(topic.thread_id).deleted is False
 
 
 def test_a_topic_already_deleted_by_hand_still_deletes_the_rows(

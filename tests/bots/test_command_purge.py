@@ -10,7 +10,7 @@ import pytest
 from bots import copy
 from bots.models import RelayedMessage, Topic
 from tests.bots.conftest import deliver_during_held_call
-from tests.bots.helpers import open_conversation, topic_texts
+from tests.bots.helpers import busiest_second, open_conversation, topic_texts
 
 USER_ID = 7301
 CARD = "昵称：Hank\n用户 ID：7301\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
@@ -179,6 +179,36 @@ def test_telegram_asking_to_slow_down_is_obeyed_without_a_storm(
     assert len([call for call in deletions if call.status == 200]) == 25
     assert topic_texts(telegram, topic.thread_id)[-1] == "\n".join(
         [copy.purge_done(25), copy.purge_card_pinned()]
+    )
+
+
+def test_deletions_keep_the_configured_pace(webhook, telegram, admin, user, topic, bot_settings):
+    for number in range(35):  # 41 targets in all: the card and 40 ledger messages
+        message_id = telegram.bot_sends(
+            telegram.support_chat_id, text=f"old {number}", thread_id=topic.thread_id
+        )
+        RelayedMessage.objects.create(
+            bot_id=telegram.bot.id,
+            user_id=USER_ID,
+            thread_id=topic.thread_id,
+            direction="in",
+            group_msg_id=message_id,
+            private_msg_id=number + 1,
+        )
+    bot_settings.TELEGRAM_DELETES_PER_SECOND = "20"
+    telegram.forget_calls()
+
+    _purge(webhook, telegram, admin, topic)
+
+    deletions = telegram.calls("deleteMessage")
+    assert [call.status for call in deletions] == [200] * 41
+    started = [call.at for call in deletions]
+    assert busiest_second(started) <= 21
+    # 40 intervals of 1/20 s between the first call and the last (less the first call's trip
+    # to the fake); without pacing the 41 calls take a fraction of a second.
+    assert started[-1] - started[0] >= 1.95
+    assert topic_texts(telegram, topic.thread_id)[-1] == "\n".join(
+        [copy.purge_done(41), copy.purge_card_pinned()]
     )
 
 

@@ -5,11 +5,13 @@ fake Bot API, paced by the real limiter in Redis."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
 from celery import current_app
 from django.conf import settings
+from django.db import connections
 
 from bots import copy, redis_keys
 from bots.clients.telegram import DEFAULT_TIMEOUT, TelegramClient
@@ -25,6 +27,7 @@ from bots.services.broadcast_progress import (
 from tests.bots.broadcast.helpers import (
     ANNOUNCEMENT_HTML,
     UNCONSUMED_QUEUE,
+    Control,
     click,
     control_text,
     make_broadcast,
@@ -269,6 +272,52 @@ def test_a_final_edit_that_fails_for_now_is_retried_by_the_next_run(
     assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=3, failed=0)
     assert len(telegram.calls("sendMessage")) == 3  # nobody got it twice
     assert row(confirmed.broadcast_id) is None
+
+
+@pytest.mark.django_db(transaction=True)  # the loop runs in a thread of its own
+def test_a_send_running_for_longer_than_the_stale_limit_is_not_declared_stale(
+    webhook, telegram, admin, people, clock
+):
+    live = people_broadcast(telegram, initiator=admin, now=clock.now, status="sending")
+    control = Control(
+        message=telegram.message(telegram.support_chat_id, live.control_msg_id),
+        confirm=f"b:y:{live.id}",
+        cancel=f"b:n:{live.id}",
+    )
+    first_send = telegram.hold("sendMessage")
+    outcome = {}
+
+    def loop() -> None:
+        try:
+            outcome["run"] = run_loop(live.id)
+        finally:
+            connections.close_all()  # the thread's own database connection
+
+    sender = threading.Thread(target=loop)
+    sender.start()
+    try:
+        assert first_send.wait_until_arrived(10), "the first send never arrived"
+        # The loop has been sending for 11 minutes (the stale limit is 10) when it moves on
+        # to its second recipient; the admin clicks while that send is in flight.
+        clock.advance(minutes=11)
+        second_send = telegram.hold("sendMessage")
+        first_send.release()
+        assert second_send.wait_until_arrived(10), "the second send never arrived"
+        try:
+            toast = click(webhook, telegram, admin, control, control.confirm)
+
+            assert toast == copy.toast_broadcast_sending() == "正在发送，请稍候。"
+            assert row(live.id).status == "sending"
+        finally:
+            second_send.release()
+    finally:
+        first_send.release()
+        sender.join(30)
+
+    assert outcome["run"] == "completed"
+    assert [received(telegram, person) for person in people] == [["<b>📣 earlier</b>"]] * 3
+    assert control_text(telegram, live) == copy.broadcast_done(sent=3, failed=0)
+    assert row(live.id) is None
 
 
 # ------------------------------------------------------------------ long waits, the lease
