@@ -5,6 +5,9 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.bootstrap import prepare
+
+    prepare()  # var/, the secret key, the embedded stores (the settings only read them)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -42,6 +42,9 @@ def populate(recipients: int, *, preview_id: int, control_id: int) -> dict:
     its first run queued for the worker."""
     import django
 
+    from config.bootstrap import prepare
+
+    prepare()
     django.setup()
     from django.db import connection
     from django.utils import timezone

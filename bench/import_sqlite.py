@@ -110,6 +110,9 @@ def _fresh_database() -> str:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
+    from config.bootstrap import prepare
+
+    prepare()
     django.setup()
     from django.conf import settings
 

@@ -18,6 +18,9 @@ BENCH_DATABASE = "cpr_bench"
 def prepare() -> dict:
     import django
 
+    from config.bootstrap import prepare
+
+    prepare()
     django.setup()
     from django.conf import settings
 
@@ -34,6 +37,9 @@ def prepare() -> dict:
 def populate(accounts: int) -> dict:
     import django
 
+    from config.bootstrap import prepare
+
+    prepare()
     django.setup()
     from django.db import connection
     from django.utils import timezone

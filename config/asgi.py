@@ -8,7 +8,10 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from config.bootstrap import prepare
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+prepare()  # a no-op under config.run, which prepared the environment this process inherited
 django_http_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import sys
 import threading
 
 from celery import Celery
@@ -9,17 +10,38 @@ from celery.signals import beat_init, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from config.schedule import BEAT_SCHEDULE, STARTUP_TASKS  # noqa: E402 - needs the settings module
+from config.bootstrap import prepare  # noqa: E402
+
+
+def _started_by_the_celery_command() -> bool:
+    """Whether this process is ``celery -A config …`` (``python -m celery`` included), for which
+    this module is the entry point; any other importer of ``config`` prepares for itself."""
+    program = sys.argv[0] if sys.argv else ""
+    return os.path.basename(program) == "celery" or program.endswith("celery/__main__.py")
+
+
+if _started_by_the_celery_command():
+    prepare()  # a no-op under config.run, which prepared the environment this process inherited
 
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.beat_schedule = BEAT_SCHEDULE
 app.autodiscover_tasks()
+
+
+@app.on_after_configure.connect(weak=False)
+def install_beat_schedule(sender: Celery, **kwargs) -> None:
+    """The beat schedule reads settings, so it is installed when the app's configuration is
+    first read, not when ``config`` is imported (importing reads no settings)."""
+    from config.schedule import BEAT_SCHEDULE
+
+    sender.conf.beat_schedule = BEAT_SCHEDULE
 
 
 @beat_init.connect
 def send_startup_tasks(sender=None, **kwargs) -> None:
     """Beat is the one scheduler of the system: its start is the system's start-up."""
+    from config.schedule import STARTUP_TASKS
+
     for name, countdown in STARTUP_TASKS:
         app.send_task(name, countdown=countdown)
 

@@ -5,9 +5,10 @@ The budget is ``WEB_DRAIN_TIMEOUT_SECONDS`` from the signal to the exit:
 1. at once: the listening socket closes (no new connections; uvicorn, and the supervisor of
    several workers in ``config.run``) and idle keep-alive connections are closed;
 2. requests in flight — streams included — may finish for ``request_budget()`` seconds (the
-   timeout minus ``RESERVE_SECONDS``), then uvicorn cancels the rest. A cancelled ``/v1``
-   stream unwinds as if its client had left: its slot is released and its ledger entry
-   (an ops_error_logs row, 499 ``client_cancelled``) is handed to the writer;
+   timeout minus ``RESERVE_SECONDS``), then uvicorn cancels the rest. The /v1 handler passes
+   the cancellation on as ``SERVER_SHUTDOWN``: a stream ends with a ``server_shutdown``
+   failure event and [DONE], its slot is released and its ledger entry (an ops_error_logs
+   row, 503 ``server_shutdown``) is handed to the writer;
 3. in the ASGI lifespan shutdown (``config.lifespan``): wait up to ``UNWIND_SECONDS`` for the
    cancelled requests to finish unwinding (``InFlightRequests``), then write the pending ledger
    batch and key touches (up to ``LEDGER_SECONDS``), then close the pools.

@@ -33,6 +33,11 @@ def _setup_django() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
+    from config.bootstrap import prepare
+
+    # The children (uvicorn, celery) inherit what this publishes and start nothing themselves.
+    prepare()
+
     django.setup()
 
 
@@ -237,7 +242,7 @@ def main(argv: list[str]) -> int:
 
 
 def stop_embedded() -> int:
-    """Stop the embedded servers without importing settings (which would start them)."""
+    """Stop the embedded servers without ``bootstrap.prepare()`` (which would start them)."""
     from pathlib import Path
 
     from config import embedded

@@ -1,5 +1,9 @@
 """Project settings, read only from the environment (see README "Configuration").
 
+Importing them starts nothing and writes nothing: the entry points call
+``config.bootstrap.prepare()`` first, which makes ``var/`` and its secret key and starts the
+embedded stores when DATABASE_URL / REDIS_URL are unset (publishing where they are).
+
 Malformed values stop start-up with a message naming the variable (``config.env``). The bot's
 own variables (TELEGRAM_*, ADMIN_SECRET, SUPPORT_CHAT_ID, ...) are read leniently: a missing or
 bad one never blocks start-up or a manage.py command; the bot's selfcheck reports it instead.
@@ -7,12 +11,11 @@ bad one never blocks start-up or a manage.py command; the bot's selfcheck report
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import environ
 
-from config import embedded
+from config import bootstrap
 from config.env import (
     InvalidEnvironmentValue,
     env_bool,
@@ -23,20 +26,15 @@ from config.env import (
     env_str,
     redis_url_with_password,
 )
-from config.secret_files import read_or_create_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("CPR_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+VAR_DIR = bootstrap.var_dir()
 
 
 # --------------------------------------------------------------------------- core
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = (
-    env_str("DJANGO_SECRET_KEY")
-    or read_or_create_secret(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))[0]
-)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or bootstrap.secret_key(VAR_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
@@ -80,14 +78,14 @@ _CONNECTION_LIVENESS_OPTIONS = {
 }
 
 if EMBEDDED_POSTGRES:
-    _embedded_postgres = embedded.ensure_postgres(VAR_DIR)
-    DATABASE_URL = _embedded_postgres.url
+    _embedded_postgres = bootstrap.published_postgres(VAR_DIR)
+    DATABASE_URL = _embedded_postgres["url"]
     _database = {
-        "NAME": _embedded_postgres.database,
-        "USER": _embedded_postgres.user,
+        "NAME": _embedded_postgres["database"],
+        "USER": _embedded_postgres["user"],
         "PASSWORD": "",
-        "HOST": _embedded_postgres.socket_dir,
-        "PORT": str(_embedded_postgres.port),
+        "HOST": _embedded_postgres["socket_dir"],
+        "PORT": str(_embedded_postgres["port"]),
     }
     _database_options = {}
 else:
@@ -127,7 +125,7 @@ SILENCED_SYSTEM_CHECKS = ["models.E034"]
 
 if EMBEDDED_REDIS:
     # Loopback only, with a password generated into var/redis/password (config/embedded.py).
-    REDIS_URL = embedded.ensure_redis(VAR_DIR)
+    REDIS_URL = bootstrap.published_redis_url(VAR_DIR)
 else:
     # An external Redis's password (or an ACL user's, with the user in REDIS_URL), kept out of
     # the URL so that any character works; never logged.

@@ -41,6 +41,7 @@ from django.http.cookie import parse_cookie
 from config.middleware import resolve_forwarded_request
 from proxy.admin_api.authentication import admin_credentials_refusal
 from proxy.admin_api.envelope import BodyCode, error_body
+from proxy.dispatch.sse import SERVER_SHUTDOWN
 from proxy.v1.common import authenticate_before_body
 from proxy.v1.errors import INVALID_HOST, body_too_large, error_response, request_id_from
 
@@ -92,16 +93,21 @@ class APIHandler(ASGIHandler):
         body_file.seek(0)
         responding = asyncio.create_task(self._respond(request, send))
         listening = asyncio.create_task(self._client_left(receive))
+        shutting_down = False
         try:
             await asyncio.wait({responding, listening}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # This request itself is cancelled: uvicorn at the end of a graceful stop's drain.
+            shutting_down = True
+            raise
         finally:
-            # Reached when the client left, and also when this request itself is cancelled
-            # (uvicorn at the end of a graceful stop's drain): the view is cancelled too, so it
-            # closes the upstream stream, releases its slot and hands over its ledger entry
-            # before this request counts as finished.
+            # Reached when the client left, and also at the end of the drain: the view is
+            # cancelled too, so it closes the upstream stream, releases its slot and hands over
+            # its ledger entry before this request counts as finished. At the drain's end the
+            # cancellation says so (SERVER_SHUTDOWN): a stream then ends with a failure event.
             for task in (listening, responding):
                 if not task.done():
-                    task.cancel()
+                    task.cancel(SERVER_SHUTDOWN if shutting_down and task is responding else None)
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 

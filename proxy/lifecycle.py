@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from proxy.dispatch import recording
+from proxy.ledger import writer as ledger_writer
 from proxy.loop_resources import close_current_loop_resources
 from proxy.v1.auth import flush_key_touches
 
@@ -17,7 +17,7 @@ async def shutdown(*, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
     """Wait (at most ``grace_seconds``) for scheduled ledger writes and key touches, then
     close resources."""
     try:
-        await asyncio.wait_for(recording.await_pending_writes(), grace_seconds)
+        await asyncio.wait_for(ledger_writer.await_pending_writes(), grace_seconds)
         await flush_key_touches()
     except TimeoutError:
         logger.warning("ledger writes still pending after %ss at shutdown", grace_seconds)

@@ -1,5 +1,6 @@
-"""Upstream quota (spec §4.3): the usage snapshot, from ``/wham/usage`` or from the rate-limit
-headers of a successful answer ("passive sync"), and how it changes an account.
+"""Upstream quota (spec §4.3), read and parsed: the usage snapshot, from ``/wham/usage`` or from
+the rate-limit headers of a successful answer ("passive sync"). How a snapshot changes an
+account is written by ``proxy.services.account_quota``.
 
 ``quota_json`` keeps the normalised snapshot: ``{plan_type, snapshots[], monthly_limit, credits,
 spend_control}``; each snapshot has ``primary``/``secondary`` windows with ``used_percent``
@@ -16,8 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from proxy.clients import codex
-from proxy.dispatch.accounts import restarted_window_columns
-from proxy.loop_resources import database_connection
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +183,7 @@ def snapshot_from_usage(payload: dict[str, Any], *, now: datetime) -> QuotaSnaps
     )
 
 
-def _header_windows(headers: dict[str, str]) -> dict[str, dict[str, Any]]:
+def header_windows(headers: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The ``primary``/``secondary`` windows of ``x-<id>-(primary|secondary)-…`` headers."""
     windows: dict[str, dict[str, Any]] = {}
     for name, value in headers.items():
@@ -215,7 +214,7 @@ def snapshot_from_headers(
     Windows come from ``x-<id>-(primary|secondary)-…`` headers; parts the headers do not carry
     (additional limits, spend control, credits, an unknown plan) are kept from ``stored``.
     """
-    windows = _header_windows(headers)
+    windows = header_windows(headers)
     if not windows:
         return None
     reached_type = headers.get("x-codex-rate-limit-reached-type")
@@ -239,147 +238,34 @@ def snapshot_from_headers(
     return snapshot
 
 
-# ``snapshot_from_headers``'s merge with the stored quota, in SQL over the row ``a`` being
-# updated: the passive sync then needs no read before its write.
-_QUOTA_MERGED_WITH_STORED = """
-jsonb_build_object(
-  'plan_type', coalesce(%(plan)s::jsonb, a.quota_json->'plan_type', 'null'::jsonb),
-  'snapshots', %(snapshots)s::jsonb || coalesce(
-    jsonb_path_query_array(a.quota_json, '$.snapshots[*] ? (@.source == "additional")'),
-    '[]'::jsonb),
-  'monthly_limit', coalesce(%(monthly_limit)s::jsonb, a.quota_json->'monthly_limit', 'null'),
-  'credits', coalesce(a.quota_json->'credits', 'null'::jsonb),
-  'spend_control', coalesce(a.quota_json->'spend_control', 'null'::jsonb))
-"""
-_QUOTA_AS_FETCHED = "%(quota)s::jsonb"
-_PLAN_MERGED_WITH_STORED = "coalesce(%(plan_text)s, a.quota_json->>'plan_type', a.plan_type)"
-_PLAN_AS_FETCHED = "coalesce(%(plan_text)s, a.plan_type)"
-
-# One statement: the account row takes the snapshot, and (when the upstream named a window
-# reset) the usage window follows; its counters restart when the reset moved by half a window
-# or more. A snapshot that changes nothing on the account writes nothing at all.
-_APPLY_SQL = """
-with incoming as (
-  select a.id, {quota} as quota, {plan} as plan_type,
-    case when a.status in ('active', 'quota_exhausted')
-      then (case when %(limit_reached)s then 'quota_exhausted' else 'active' end)
-      else a.status end as status
-  from accounts a where a.id = %(account)s
-), applied as (
-  update accounts a set quota_json = i.quota, quota_fetched_at = %(now)s,
-    quota_limit_reached = %(limit_reached)s, quota_cooldown_until = %(cooldown)s,
-    quota_verify_required = false, status = i.status, plan_type = i.plan_type,
-    updated_at = %(now)s
-  from incoming i
-  where a.id = i.id
-    and (a.quota_json, a.quota_limit_reached, a.quota_cooldown_until, a.quota_verify_required,
-         a.status, a.plan_type)
-        is distinct from
-        (i.quota, %(limit_reached)s, %(cooldown)s::timestamptz, false, i.status, i.plan_type)
-  returning a.id
-)
-insert into account_usage as u (account_id, window_reset_at, limit_window_seconds)
-select id, %(reset)s::timestamptz, %(seconds)s::bigint from applied
-where %(reset)s::timestamptz is not null
-on conflict (account_id) do update set {restart},
-  window_reset_at = excluded.window_reset_at,
-  limit_window_seconds = coalesce(excluded.limit_window_seconds, u.limit_window_seconds)
-"""
-_DRIFTED = (
-    "(u.window_reset_at is not null and abs(extract(epoch from"
-    " (excluded.window_reset_at - u.window_reset_at))) >= %(drift)s)"
-)
-_RESTART = restarted_window_columns(when=_DRIFTED)
-_APPLY_FETCHED_SQL = _APPLY_SQL.format(
-    quota=_QUOTA_AS_FETCHED, plan=_PLAN_AS_FETCHED, restart=_RESTART
-)
-_APPLY_PASSIVE_SQL = _APPLY_SQL.format(
-    quota=_QUOTA_MERGED_WITH_STORED, plan=_PLAN_MERGED_WITH_STORED, restart=_RESTART
-)
-
-
-def _apply_parameters(account_id: str, snapshot: QuotaSnapshot, *, now: datetime) -> dict:
-    return {
-        "account": account_id,
-        "now": now,
-        "limit_reached": snapshot.limit_reached,
-        "cooldown": snapshot.reset_at if snapshot.limit_reached else None,
-        "reset": snapshot.window_reset_at,
-        "seconds": snapshot.window_seconds,
-        "drift": (snapshot.window_seconds or 7200) / 2,
-    }
-
-
-async def _execute(sql: str, parameters: dict) -> int:
-    async with database_connection() as connection:
-        cursor = await connection.execute(sql, parameters)
-        return cursor.rowcount
-
-
-async def apply_snapshot(account_id: str, snapshot: QuotaSnapshot, *, now: datetime) -> None:
-    """Store a fetched snapshot and let it drive the account (spec §4.3); one statement.
-
-    Sets the limit flag and cooldown (the reset time when blocked), clears the verify flag,
-    toggles active ↔ quota_exhausted (never touching disabled, banned or expired accounts),
-    updates the plan, and syncs the usage window: counters restart when the upstream's reset
-    time moved by half a window or more (an hour when the window is unknown).
-    """
-    await _execute(
-        _APPLY_FETCHED_SQL,
-        {
-            **_apply_parameters(account_id, snapshot, now=now),
-            "quota": json.dumps(snapshot.quota),
-            "plan_text": snapshot.plan_type,
-        },
-    )
-
-
 class UsageFetchError(Exception):
-    """The usage endpoint could not be read."""
+    """The usage endpoint could not be read; ``status`` is its HTTP status when it answered."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def fetch_usage_payload(headers: list[tuple[str, str]]) -> dict:
+    """The usage endpoint's JSON body (it must carry ``rate_limit``). Raises UsageFetchError."""
+    try:
+        answer = await codex.usage(headers=headers)
+        payload = json.loads(answer.body)
+    except codex.CodexHTTPError as error:
+        if error.status == 404:
+            raise UsageFetchError("no usage endpoint found", status=404) from None
+        raise UsageFetchError(
+            f"usage endpoint answered {error.status}", status=error.status
+        ) from None
+    except codex.CodexTransportError as error:
+        raise UsageFetchError(f"usage endpoint unreachable ({error.detail})") from None
+    except ValueError:
+        raise UsageFetchError("invalid usage response") from None
+    if not isinstance(payload, dict) or "rate_limit" not in payload:
+        raise UsageFetchError("invalid usage response")
+    return payload
 
 
 async def fetch_usage(headers: list[tuple[str, str]], *, now: datetime) -> QuotaSnapshot:
-    """GET the usage endpoint (404 → next candidate URL). Raises UsageFetchError."""
-    for url in codex.usage_urls():
-        try:
-            response = await codex.get(url, headers=headers)
-            try:
-                if response.status == 404:
-                    continue
-                if response.status >= 300:
-                    raise UsageFetchError(f"usage endpoint answered {response.status}")
-                payload = await response.json(content_type=None)
-            finally:
-                response.release()
-        except (*codex.TRANSPORT_ERRORS, ValueError) as error:
-            raise UsageFetchError(type(error).__name__) from None
-        if not isinstance(payload, dict) or "rate_limit" not in payload:
-            raise UsageFetchError("invalid usage response")
-        return snapshot_from_usage(payload, now=now)
-    raise UsageFetchError("no usage endpoint found")
-
-
-async def passive_quota_sync(account_id: str, headers: dict[str, str], *, now: datetime) -> bool:
-    """Apply the rate-limit headers of a successful answer (spec §4.3 "passive sync").
-
-    Returns whether the headers carried a window. One statement, merged with the stored quota
-    in SQL; a snapshot identical to the stored one writes nothing.
-    """
-    if not _header_windows(headers):
-        return False
-    # The stored quota enters in SQL; parse without it here (only the header parts are used).
-    snapshot = snapshot_from_headers(headers, now=now)
-    plan = headers.get("x-codex-plan-type") or None
-    await _execute(
-        _APPLY_PASSIVE_SQL,
-        {
-            **_apply_parameters(account_id, snapshot, now=now),
-            "plan": json.dumps(plan) if plan else None,
-            "plan_text": plan,
-            "snapshots": json.dumps(snapshot.quota["snapshots"]),
-            "monthly_limit": json.dumps(snapshot.quota["monthly_limit"])
-            if snapshot.quota["monthly_limit"] is not None
-            else None,
-        },
-    )
-    return True
+    """The account's usage snapshot now. Raises UsageFetchError."""
+    return snapshot_from_usage(await fetch_usage_payload(headers), now=now)

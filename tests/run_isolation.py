@@ -4,6 +4,7 @@
   (never FLUSHDB: the Redis may be shared).
 * CPR_DATA_DIR points at a fresh temporary folder, so per-installation secrets of the real
   data folder are never touched.
+* ``config.bootstrap.prepare()`` runs before Django is set up (the embedded stores).
 * The test database is named after the run (``test_cpr_<run id>``), created fresh by
   pytest-django and dropped at the end.
 """
@@ -24,6 +25,12 @@ os.environ["CPR_DATA_DIR"] = RUN_DATA_DIR
 # A database of this run only (pytest-django creates it and drops it at the end), so that
 # several test runs can share one PostgreSQL server.
 os.environ.setdefault("TEST_DATABASE_NAME", f"test_cpr_{RUN_ID}")
+
+# The test session is an entry point like manage.py: var/ and the embedded stores are made
+# ready here, before pytest-django sets Django up (the settings only read the environment).
+from config.bootstrap import prepare  # noqa: E402
+
+prepare()
 
 
 def delete_keys_with_prefix(redis_url: str, prefix: str) -> int:

@@ -66,7 +66,7 @@ class CurrentBotAdmin(admin.ModelAdmin):
         return queryset.none() if bot_id is None else queryset.filter(bot_id=bot_id)
 
 
-def ledger_link(label: str, *, field: str, value: int) -> str:
-    """A link to the message ledger filtered by ``field`` (user_id or thread_id) = ``value``."""
+def relayed_messages_link(label: str, *, field: str, value: int) -> str:
+    """A link to the relayed messages filtered by ``field`` (user_id or thread_id) = ``value``."""
     url = reverse("admin:bots_relayedmessage_changelist")
     return format_html('<a href="{}?{}={}">{}</a>', url, field, value, label)

@@ -10,7 +10,13 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from bots.admin.actions import UserActions
-from bots.admin.common import NOT_CONFIGURED, CurrentBotAdmin, is_id, ledger_link, telegram_context
+from bots.admin.common import (
+    NOT_CONFIGURED,
+    CurrentBotAdmin,
+    is_id,
+    relayed_messages_link,
+    telegram_context,
+)
 from bots.admin.deletion import TopicPurgeViews, UserDeletionViews
 from bots.models import BotUserListing, Topic, TopicListing
 from bots.pipeline.moderation import set_note
@@ -116,7 +122,7 @@ class BotUserAdmin(UserDeletionViews, UserActions, CurrentBotAdmin):
 
     @admin.display(description="ledger")
     def ledger(self, obj: BotUserListing) -> str:
-        return ledger_link("messages", field="user_id", value=obj.user_id)
+        return relayed_messages_link("messages", field="user_id", value=obj.user_id)
 
 
 # ------------------------------------------------------------------ topics
@@ -208,4 +214,4 @@ class TopicAdmin(TopicPurgeViews, UserActions, CurrentBotAdmin):
 
     @admin.display(description="ledger")
     def ledger(self, obj: TopicListing) -> str:
-        return ledger_link("messages", field="thread_id", value=obj.thread_id)
+        return relayed_messages_link("messages", field="thread_id", value=obj.thread_id)

@@ -70,7 +70,7 @@ def command_name(text: str) -> str:
 
 
 def classify_update(update: object, support_chat_id: int | None) -> Classification:
-    """Classify an update for dispatch. Invalid SUPPORT_CHAT_ID (None) ⇒ always ``ignore``."""
+    """Classify an update for ``webhook.route_update``; no SUPPORT_CHAT_ID (None) ⇒ ignore."""
     if support_chat_id is None or not isinstance(update, Mapping):
         return IGNORE
     if "callback_query" in update:

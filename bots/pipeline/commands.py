@@ -25,9 +25,9 @@ from bots.models import Topic
 from bots.pipeline.classify import GENERAL_THREAD_ID, command_name
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.deluser import request_user_deletion
+from bots.pipeline.issued import Issued
 from bots.pipeline.moderation import archive_conversation, set_note, set_risk
 from bots.pipeline.purge import purge_topic
-from bots.pipeline.replies import reply_in_thread
 from bots.pipeline.wipe import request_wipe
 from bots.selectors import (
     DISABLED,
@@ -55,21 +55,6 @@ class Command:
 def parse_command(text: str) -> Command:
     parts = text.split(maxsplit=1)
     return Command(name=command_name(text), arguments=parts[1].strip() if len(parts) > 1 else "")
-
-
-@dataclass(frozen=True)
-class Issued:
-    """One command as issued: where, by which update, with which arguments."""
-
-    ctx: UpdateContext
-    thread_id: int
-    arguments: str
-
-    def reply(self, text: str) -> None:
-        reply_in_thread(self.ctx, thread_id=self.thread_id, text=text)
-
-    def report_in_general(self, text: str) -> None:
-        reply_in_thread(self.ctx, thread_id=GENERAL_THREAD_ID, text=text)
 
 
 def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int) -> None:

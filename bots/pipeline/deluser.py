@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
@@ -34,6 +33,7 @@ from bots.pipeline.confirmations import (
     within_window,
 )
 from bots.pipeline.context import BotContext, UpdateContext
+from bots.pipeline.issued import Issued
 from bots.selectors import binding_exists, delete_confirmation_get, topic_get_for_user, user_get
 from bots.services.deletion import (
     delete_confirmation_cancel,
@@ -42,9 +42,6 @@ from bots.services.deletion import (
     user_delete_data,
 )
 from bots.services.deletion_fence import deletion_fence_lower, deletion_fence_raise
-
-if TYPE_CHECKING:
-    from bots.pipeline.commands import Issued
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import required
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import topic_get_for_thread
-from bots.services.ledger import relayed_message_record
+from bots.services.relayed_messages import relayed_message_record
 from bots.services.topics import topic_mark_closed, topic_mark_open
 
 logger = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ from bots.selectors import (
     verification_settings_get,
 )
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
-from bots.services.ledger import relayed_messages_delete_for_thread
+from bots.services.relayed_messages import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
 from bots.task_names import PURGE_CONTINUE_TASK
 

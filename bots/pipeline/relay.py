@@ -1,4 +1,4 @@
-"""Relaying a user's message into their topic, with recovery and the ledger (spec §2.9, §2.10)."""
+"""Relaying a user's message into their topic, with recovery and its record (spec §2.9, §2.10)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bots.pipeline.content import Content, send_content
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import best_effort
 from bots.pipeline.topics import reopen_topic, replace_topic
-from bots.services.ledger import relayed_message_record
+from bots.services.relayed_messages import relayed_message_record
 from bots.services.topics import topic_delete
 from bots.services.users import user_claim_risk_reminder, user_mark_active
 

@@ -1,4 +1,4 @@
-"""``POST /telegram/webhook``: authentication, the idempotency claim and dispatch (spec §6).
+"""``POST /telegram/webhook``: authentication, the idempotency claim, the update router (§6).
 
 Telegram's redelivery is the retry mechanism: a retryable failure answers 500 and leaves the
 claim ``processing``; the next delivery after 60 s takes it over, and after MAX_ATTEMPTS
@@ -119,7 +119,7 @@ def webhook_handle(
         request_origin=origin,
     )
     try:
-        dispatch(context, update)
+        route_update(context, update)
         if not processed_update_mark_processed(
             bot_id=claimed.bot_id, update_id=update_id, attempts=claimed.attempts
         ):
@@ -155,7 +155,7 @@ def _claim(update_id: int, *, config: BotConfig, now: datetime) -> Ownership | E
     return Ownership(bot_id=bot_id, attempts=claim.attempts)
 
 
-def dispatch(context: UpdateContext, update: Mapping) -> None:
+def route_update(context: UpdateContext, update: Mapping) -> None:
     """Run the pipeline the update's classification selects."""
     classification = classify_update(update, context.config.support_chat_id)
     kind = classification.kind

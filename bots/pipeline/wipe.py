@@ -23,7 +23,6 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
@@ -52,6 +51,7 @@ from bots.pipeline.confirmations import (
 )
 from bots.pipeline.context import BotContext, UpdateContext
 from bots.pipeline.failures import best_effort
+from bots.pipeline.issued import Issued
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import bound_thread_ids
 from bots.services.broadcasts import broadcasts_stop
@@ -66,9 +66,6 @@ from bots.services.wipe import (
     wipe_decision_get,
 )
 from bots.task_names import WIPE_CONTINUE_TASK
-
-if TYPE_CHECKING:
-    from bots.pipeline.commands import Issued
 
 logger = logging.getLogger(__name__)
 

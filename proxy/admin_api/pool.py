@@ -1,10 +1,11 @@
-"""The one place the admin API reaches into the proxy's request-path code: the scheduler's
-eligibility rule and slots, the Codex client (connection test, usage, models) and the account
-state transitions a test outcome causes.
+"""The one place the admin API reaches into the proxy's request-path code: the account rules
+(``proxy.accounts``) and slots, the Codex client (``proxy.clients.codex``: connection test,
+usage, models, with its one header builder) and the account state transitions a test outcome
+causes (``proxy.services.account_state``).
 
 Everything here is a thin adapter over functions that already serve ``/v1`` and the upkeep
-jobs, so the admin API never grows a second copy of them; when the request path is reorganised
-(its client, its account rules), only this module is re-pointed.
+jobs, so the admin API never grows a second copy of them; when the request path is reorganised,
+only this module is re-pointed.
 """
 
 from __future__ import annotations
@@ -18,25 +19,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import requests
 from django.conf import settings
 
+from proxy import accounts as pool_accounts
 from proxy import redis_keys
 from proxy.background import run_coroutine
 from proxy.clients import codex
-from proxy.dispatch import accounts as pool_accounts
-from proxy.dispatch.failures import FailureKind, classify_failed_event, classify_http_failure
+from proxy.dispatch.failures import FailureKind, classify_failed_event, failure_from_error
 from proxy.dispatch.sse import OUTPUT_DELTA_EVENTS, SSEScanner
-from proxy.dispatch.upstream_request import ClientIdentity, render_fingerprint, upstream_headers
+from proxy.dispatch.upstream_request import ClientIdentity, request_headers
 from proxy.loop_resources import database_connection
-from proxy.quota import QuotaSnapshot, apply_snapshot, snapshot_from_usage
+from proxy.quota import QuotaSnapshot, UsageFetchError, fetch_usage_payload, snapshot_from_usage
 from proxy.runtime_state import redis_client
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
+from proxy.services import account_state
+from proxy.services.account_quota import account_quota_apply
 from proxy.services.model_refresh import fetch_models
-
-# The quota job's own header builder for the usage call (private there; this module is the one
-# place that would follow it when the request path gets a single header builder).
-from proxy.services.quota_refresh import _usage_headers as usage_headers
+from proxy.services.quota_refresh import usage_headers
 from proxy.services.upkeep_accounts import current_fingerprint
 
 # The scheduler's verdict names (spec §3.2), re-exported for the eligibility explanation.
@@ -82,12 +81,8 @@ def slots_in_use(account_ids: list[str], *, now_ms: int | None = None) -> dict[s
 # ------------------------------------------------------------------ usage (quota)
 
 
-class UsageUnavailable(Exception):
-    """The usage endpoint gave no snapshot; ``status`` is its HTTP status when it answered."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+# The usage endpoint gave no snapshot; ``status`` is its HTTP status when it answered.
+UsageUnavailable = UsageFetchError
 
 
 @dataclass(frozen=True)
@@ -99,28 +94,8 @@ class UsageReading:
 async def _read_usage(
     account: UpstreamAccount, *, fingerprint: dict, now: datetime
 ) -> UsageReading:
-    headers = usage_headers(account, fingerprint)
-    last_status = None
-    for url in codex.usage_urls():
-        try:
-            response = await codex.get(url, headers=headers)
-            try:
-                last_status = response.status
-                if response.status == 404:
-                    continue
-                if response.status >= 300:
-                    raise UsageUnavailable(
-                        f"usage endpoint answered {response.status}", status=response.status
-                    )
-                payload = await response.json(content_type=None)
-            finally:
-                response.release()
-        except (*codex.TRANSPORT_ERRORS, ValueError) as error:
-            raise UsageUnavailable(f"usage endpoint unreachable ({type(error).__name__})") from None
-        if not isinstance(payload, dict) or "rate_limit" not in payload:
-            raise UsageUnavailable("the usage endpoint's answer has no rate_limit")
-        return UsageReading(snapshot=snapshot_from_usage(payload, now=now), raw=payload)
-    raise UsageUnavailable("no usage endpoint found", status=last_status)
+    payload = await fetch_usage_payload(usage_headers(account, fingerprint))
+    return UsageReading(snapshot=snapshot_from_usage(payload, now=now), raw=payload)
 
 
 def usage_read_and_apply(
@@ -143,7 +118,7 @@ def usage_read_and_apply(
                 f"no answer from the usage endpoint within {deadline} s"
             ) from None
         if apply:
-            await apply_snapshot(account.id, reading.snapshot, now=now)
+            await account_quota_apply(account.id, reading.snapshot, now=now)
         return reading
 
     return run_coroutine(read_and_apply())
@@ -158,10 +133,7 @@ def account_models(account: UpstreamAccount, *, now: datetime) -> list[dict]:
     snapshots = model_snapshots_get_all()
     if account.plan_type and snapshots.get(account.plan_type, {}).get("models"):
         return snapshots[account.plan_type]["models"]
-    with requests.Session() as session:
-        session.trust_env = False
-        session.headers.clear()
-        entries = fetch_models(account, current_fingerprint(), session)
+    entries = run_coroutine(fetch_models(account, current_fingerprint()))
     if entries and account.plan_type:
         snapshot = {"models": entries, "fetchedAt": now.isoformat()}
         # Only this plan changes; whatever another writer stored meanwhile stays.
@@ -213,15 +185,15 @@ async def _apply_failure(account: UpstreamAccount, failure, *, disabled: bool, n
         return
     kind = failure.kind
     if kind is FailureKind.QUOTA_EXHAUSTED:
-        await pool_accounts.mark_quota_exhausted(account.id, now=now)
+        await account_state.account_mark_quota_exhausted(account.id, now=now)
     elif kind is FailureKind.RATE_LIMITED:
-        await pool_accounts.mark_rate_limited(
+        await account_state.account_mark_rate_limited(
             account.id, now=now, retry_after_seconds=failure.retry_after_seconds
         )
     elif kind is FailureKind.EXPIRED:
-        await pool_accounts.mark_expired(account.id, token=account.access_token, now=now)
+        await account_state.account_mark_expired(account.id, token=account.access_token, now=now)
     elif kind is FailureKind.BANNED:
-        await pool_accounts.mark_banned(account.id, token=account.access_token, now=now)
+        await account_state.account_mark_banned(account.id, token=account.access_token, now=now)
 
 
 async def connection_test_events(
@@ -236,8 +208,17 @@ async def connection_test_events(
         "text": f"Testing {account.email or account.id} with {model}",
     }
     yield {"type": "request", "payload": body}
-    headers = upstream_headers(
-        account=account, request=_TestRequest(), fingerprint=render_fingerprint(fingerprint)
+    test_request = _TestRequest()
+    headers = codex.build_headers(
+        codex.Call.RESPONSES,
+        fingerprint=codex.render_fingerprint(fingerprint),
+        credentials=codex.Credentials.of(account),
+        request_headers=request_headers(
+            client=test_request.client_identity,
+            account_id=account.id,
+            request_id=test_request.request_id,
+            subagent=test_request.subagent,
+        ),
     )
     # The whole test, first byte to last, ends by its deadline: a hung or dripping upstream
     # must not hold the web worker's stream open indefinitely.
@@ -249,34 +230,30 @@ async def connection_test_events(
 
     timed_out = {"type": "error", "error": f"no complete answer within {limit} s; test stopped"}
     try:
-        response = await asyncio.wait_for(
-            codex.post(codex.responses_url(), body=json.dumps(body).encode(), headers=headers),
+        # Connecting, and reading an error answer's body, count against the deadline too.
+        stream = await asyncio.wait_for(
+            codex.open_responses(body=json.dumps(body).encode(), headers=headers, retry_5xx=False),
             remaining(),
         )
     except TimeoutError:
         yield timed_out
         return
-    except codex.TRANSPORT_ERRORS as error:
-        yield {"type": "error", "error": f"upstream unreachable ({type(error).__name__})"}
-        return
-    if response.status != 200:
-        try:
-            error_body = await asyncio.wait_for(codex.read_error_body(response), remaining())
-        except (TimeoutError, *codex.TRANSPORT_ERRORS):
-            error_body = b""
-        failure = classify_http_failure(
-            response.status, codex.lowercase_headers(response), error_body
-        )
+    except codex.CodexHTTPError as error:
+        failure = failure_from_error(error)
         await _apply_failure(account, failure, disabled=disabled, now=clock())
         yield {
             "type": "error",
-            "error": f"upstream answered {response.status}: {failure.short_text()}",
+            "error": f"upstream answered {error.status}: {failure.short_text()}",
         }
+        return
+    except codex.CodexTransportError as error:
+        yield {"type": "error", "error": f"upstream unreachable ({error.detail})"}
         return
     scanner = SSEScanner()
     read = 0
+    chunks = stream.chunks()
     try:
-        while chunk := await asyncio.wait_for(response.content.readany(), remaining()):
+        while chunk := await asyncio.wait_for(anext(chunks, b""), remaining()):
             read += len(chunk)
             for frame in scanner.feed(chunk):
                 if frame.event in OUTPUT_DELTA_EVENTS:
@@ -295,11 +272,11 @@ async def connection_test_events(
     except TimeoutError:
         yield timed_out
         return
-    except codex.TRANSPORT_ERRORS as error:
-        yield {"type": "error", "error": f"the stream broke ({type(error).__name__})"}
+    except codex.CodexTransportError as error:
+        yield {"type": "error", "error": f"the stream broke ({error.detail})"}
         return
     finally:
-        response.release()
+        stream.release()
     yield {"type": "error", "error": "the stream ended without response.completed"}
 
 

@@ -1,4 +1,5 @@
-"""Upstream cookies (spec §2.6): ``cf_clearance`` captured from any answer and replayed.
+"""Upstream cookies (spec §2.6): ``cf_clearance`` captured from any answer and replayed (stored
+by ``proxy.services.account_cookies``).
 
 Cookies follow RFC 6265 identity (account, domain, name, path). A cookie without a Domain
 attribute belongs to the upstream host. Replay sends every live cookie whose domain and path
@@ -11,9 +12,6 @@ import email.utils
 from datetime import UTC, datetime, timedelta
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
-
-from proxy.identifiers import new_id
-from proxy.loop_resources import database_connection
 
 CAPTURED_COOKIE_NAMES = frozenset({"cf_clearance"})
 
@@ -64,32 +62,6 @@ def captured_cookies(set_cookie_headers: list[str], *, url: str, now: datetime) 
                 }
             )
     return found
-
-
-async def store_cookies(account_id: str, cookies: list[dict], *, now: datetime) -> None:
-    """Upsert by (account, domain, name, path): a newer value replaces the old one."""
-    if not cookies:
-        return
-    async with database_connection() as connection:
-        for cookie in cookies:
-            await connection.execute(
-                "insert into account_cookies"
-                " (id, account_id, domain, name, value, path, expires_at, updated_at)"
-                " values (%s, %s, %s, %s, %s, %s, %s, %s)"
-                " on conflict (account_id, domain, name, path) do update set"
-                " value = excluded.value, expires_at = excluded.expires_at,"
-                " updated_at = excluded.updated_at",
-                [
-                    new_id("cookie"),
-                    account_id,
-                    cookie["domain"],
-                    cookie["name"],
-                    cookie["value"],
-                    cookie["path"],
-                    cookie["expires_at"],
-                    now,
-                ],
-            )
 
 
 def cookie_header(cookies: list[dict], *, url: str, now: datetime) -> str | None:

@@ -12,7 +12,13 @@ import json
 import re
 from dataclasses import dataclass, field
 
-ERROR_BODY_READ_CAP = 1024 * 1024
+from proxy.clients.codex import (
+    ERROR_BODY_READ_CAP,  # noqa: F401 - re-exported: how much of an error body is read
+    CodexError,
+    CodexHTTPError,
+    CodexTransportError,
+)
+
 SHORT_TEXT = 200
 
 
@@ -47,7 +53,7 @@ ROTATING_KINDS = frozenset(
 )
 
 # How the exhausted-pool message names each kind ("All accounts exhausted (2 rate-limited)").
-_EXHAUSTED_LABELS = {
+EXHAUSTED_LABELS = {
     FailureKind.RATE_LIMITED: "rate-limited",
     FailureKind.QUOTA_EXHAUSTED: "quota-exhausted",
     FailureKind.EXPIRED: "expired",
@@ -88,6 +94,9 @@ class AttemptFailure:
     # Whether the upstream answered at all (an HTTP status arrived): such attempts count as
     # requests of the account; a connection that never got an answer does not.
     answered: bool = True
+    # Whether the failure showed in the 200 SSE stream (an event, a cut, no output), not as
+    # an HTTP status.
+    in_stream: bool = False
 
     @property
     def rotates(self) -> bool:
@@ -102,7 +111,7 @@ def _body_text(body: bytes) -> str:
     return body.decode("utf-8", "replace")
 
 
-def _json_or_none(body: bytes) -> dict | None:
+def json_or_none(body: bytes) -> dict | None:
     try:
         value = json.loads(body)
     except ValueError:
@@ -133,7 +142,7 @@ def retry_after_seconds(headers: dict[str, str], body: bytes) -> float | None:
             return max(0.0, float(header))
         except ValueError:
             pass
-    payload = _json_or_none(body) or {}
+    payload = json_or_none(body) or {}
     error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
     for key in ("resets_in_seconds", "retry_after_seconds", "retry_after"):
         value = error.get(key)
@@ -184,6 +193,17 @@ def classify_http_failure(status: int, headers: dict[str, str], body: bytes) -> 
     return AttemptFailure(FailureKind.CLIENT_ERROR, status, body)
 
 
+def failure_from_error(error: CodexError) -> AttemptFailure:
+    """The attempt failure of a Codex client error (HTTP status classified, 5xx retries used
+    up; a transport error means no answer arrived)."""
+    if isinstance(error, CodexHTTPError):
+        failure = classify_http_failure(error.status, error.headers, error.body)
+        failure.headers = error.headers
+        return failure
+    detail = error.detail if isinstance(error, CodexTransportError) else type(error).__name__
+    return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=detail, answered=False)
+
+
 _TOKEN_CODES = {
     "token_invalid",
     "token_expired",
@@ -226,132 +246,3 @@ def classify_failed_event(event: dict) -> AttemptFailure:
         seconds = retry_after_seconds({}, json.dumps({"error": error}).encode())
         return AttemptFailure(FailureKind.RATE_LIMITED, retry_after_seconds=seconds, **common)
     return AttemptFailure(FailureKind.RESPONSE_FAILED, **common)
-
-
-# ----------------------------------------------------------------------------- client errors
-
-
-@dataclass(frozen=True)
-class ClientError:
-    status: int
-    error_type: str
-    code: str
-    message: str
-    raw_body: bytes | None = None  # an upstream JSON error passed through verbatim
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.error_type, "code": self.code}}
-
-
-NO_ACCOUNTS = ClientError(
-    503,
-    "server_error",
-    "no_available_accounts",
-    "No available accounts. All accounts are expired or rate-limited.",
-)
-INVALID_UPSTREAM = ClientError(
-    502, "server_error", "invalid_upstream_response", "Invalid upstream Codex response"
-)
-
-
-def failed_event_status(code: str) -> int:
-    """HTTP status of a terminal ``response.failed`` by its upstream code (spec §1.7)."""
-    code = code.lower()
-    if "model" in code and ("not_supported" in code or "not_available" in code):
-        return 400
-    if "invalid_request" in code or "not_found" in code:
-        return 400
-    if any(
-        part in code for part in ("context_window", "invalid_prompt", "cyber_policy", "bad_request")
-    ):
-        return 400
-    if "rate_limit" in code or "usage_limit" in code:
-        return 429
-    if (
-        "unauthorized" in code
-        or "invalid_api_key" in code
-        or code
-        in {
-            "token_invalid",
-            "token_expired",
-            "account_deactivated",
-        }
-    ):
-        return 401
-    if "forbidden" in code or "banned" in code:
-        return 403
-    if "payment" in code or "quota" in code:
-        return 429
-    if "server_overloaded" in code:
-        return 503
-    return 502
-
-
-def _type_for_status(status: int) -> str:
-    if status == 429:
-        return "rate_limit_error"
-    if status >= 500:
-        return "server_error"
-    return "invalid_request_error"
-
-
-def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
-    """The error a client gets when ``failure`` ended the request (``count`` accounts failed
-    with the same kind when the pool ran out)."""
-    kind = failure.kind
-    if kind in ROTATING_KINDS:
-        upstream_text = failure.short_text()
-        message = f"All accounts exhausted ({count} {_EXHAUSTED_LABELS[kind]})."
-        if upstream_text:
-            message += f" Codex upstream error: {upstream_text}"
-        if kind == FailureKind.RATE_LIMITED:
-            return ClientError(429, "rate_limit_error", "rate_limit_exceeded", message)
-        if kind == FailureKind.QUOTA_EXHAUSTED:
-            return ClientError(429, "insufficient_quota", "insufficient_quota", message)
-        if kind == FailureKind.EXPIRED:
-            return ClientError(401, "invalid_request_error", "invalid_api_key", message)
-        if kind == FailureKind.BANNED:
-            return ClientError(
-                failure.upstream_status or 403, "invalid_request_error", "invalid_api_key", message
-            )
-        if kind in (FailureKind.CLOUDFLARE_CHALLENGE, FailureKind.CLOUDFLARE_PATH_BLOCKED):
-            return ClientError(502, "server_error", "upstream_error", message)
-        if kind == FailureKind.MODEL_UNSUPPORTED:
-            return ClientError(400, "invalid_request_error", "model_not_found", message)
-        if kind == FailureKind.EMPTY_RESPONSE:
-            return INVALID_UPSTREAM
-        return ClientError(503, "server_error", "upstream_error", message)
-    if kind == FailureKind.RESPONSE_FAILED:
-        status = failed_event_status(failure.code or "")
-        error_type = "server_error" if status >= 500 else _type_for_status(status)
-        code = "codex_api_error" if status >= 500 else (failure.code or "response_failed")
-        return ClientError(
-            status, error_type, code, failure.detail or "Upstream Codex response failed"
-        )
-    if kind == FailureKind.INVALID_SSE:
-        return INVALID_UPSTREAM
-    # An upstream error returned to the client: a JSON 4xx passes through verbatim.
-    status = failure.upstream_status or 502
-    if 400 <= status < 500 and _json_or_none(failure.body) is not None:
-        return ClientError(
-            status, _type_for_status(status), "upstream_error", "", raw_body=failure.body
-        )
-    if not (400 <= status < 500 or status == 503):
-        status = 502
-    if status == 429:
-        return ClientError(
-            429, "rate_limit_error", "rate_limit_exceeded", "Upstream Codex request failed"
-        )
-    if status == 402:
-        return ClientError(
-            402, "insufficient_quota", "insufficient_quota", "Upstream Codex request failed"
-        )
-    if status in (401, 403):
-        return ClientError(
-            status, "invalid_request_error", "invalid_api_key", "Upstream Codex request failed"
-        )
-    if 400 <= status < 500:
-        return ClientError(
-            status, "invalid_request_error", "codex_client_error", "Upstream Codex request failed"
-        )
-    return ClientError(status, "server_error", "upstream_error", "Upstream Codex request failed")

@@ -23,7 +23,7 @@ from django.conf import settings
 from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
-from proxy.dispatch.accounts import AccountView
+from proxy.accounts import AccountView
 from proxy.loop_resources import async_redis
 
 logger = logging.getLogger(__name__)

@@ -126,6 +126,28 @@ def stream_disconnected_event(response_id: str | None, detail: str | None = None
     return sse_event("response.failed", payload)
 
 
+# The cancellation message the /v1 handler gives a request's view when the server's graceful
+# stop ran out of time (config/v1_handler.py); the relay then ends the stream with
+# ``server_shutdown_event`` instead of just stopping.
+SERVER_SHUTDOWN = "server_shutdown"
+SERVER_SHUTDOWN_MESSAGE = "The server is shutting down; retry the request"
+
+
+def server_shutdown_event(response_id: str | None) -> bytes:
+    """The ``response.failed`` that ends a stream cut at the graceful stop's deadline."""
+    error = {"type": "server_error", "code": SERVER_SHUTDOWN, "message": SERVER_SHUTDOWN_MESSAGE}
+    payload = {
+        "type": "response.failed",
+        "response": {
+            "id": response_id or f"resp_proxy_{uuid.uuid4().hex}",
+            "status": "failed",
+            "error": error,
+        },
+        "error": error,
+    }
+    return sse_event("response.failed", payload)
+
+
 def failure_event(*, error_type: str, code: str, message: str) -> bytes:
     """A ``response.failed`` event standing for a failure found before any upstream byte."""
     error = {"type": error_type, "code": code, "message": message}

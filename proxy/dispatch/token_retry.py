@@ -17,8 +17,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.utils import timezone
 
-from proxy.dispatch.accounts import AccountView, mark_expired
+from proxy.accounts import AccountView
 from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.services.account_state import account_mark_expired
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def wants_token_refresh(outcome: object, account: AccountView) -> bool:
 
 
 def _refresh_in_thread(account_id: str, failed_token: str):
-    from proxy.services.token_refresh import token_refresh_for_request
+    from proxy.services.token_refresh_request import token_refresh_for_request
 
     try:
         return token_refresh_for_request(account_id=account_id, failed_token=failed_token)
@@ -61,6 +62,6 @@ async def refresh_for_retry(account: AccountView) -> bool:
 
 async def give_up_after_refresh(account: AccountView) -> None:
     """The retry with a fresh token met a 401 again: expired, and no refresh scheduled."""
-    await mark_expired(
+    await account_mark_expired(
         account.id, token=account.access_token, now=timezone.now(), schedule_refresh=False
     )

@@ -1,66 +1,17 @@
-"""The upstream request of one attempt (spec §2.2, §2.3, §2.5): headers in wire order and the
-body with the client's identity fields replaced by the account's pseudonyms.
+"""What one attempt sends upstream besides the fixed headers (spec §2.2, §2.3, §2.5): the body
+with the client's identity fields replaced by the account's pseudonyms, and the per-request
+headers (client request id, identity pseudonyms, forwarded context, subagent).
 
-Headers come from the fingerprint row ``current`` (User-Agent template, sec-ch-ua, default
-headers, and the header order, which is itself part of the fingerprint), then the per-request
-business headers. The fingerprint's rendering is computed once per fingerprint version.
+The fixed headers and their wire order are the Codex client's (``proxy.clients.codex``).
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proxy import identity
-
-if TYPE_CHECKING:
-    from proxy.dispatch.accounts import AccountView
-    from proxy.dispatch.dispatcher import DispatchRequest
-
-OPENAI_BETA = "responses_websockets=2026-02-06"
-RESIDENCY = "us"
-
-
-@dataclass(frozen=True)
-class FingerprintHeaders:
-    """A fingerprint rendered once: the static header values and the order to send them in."""
-
-    originator: str
-    user_agent: str
-    sec_ch_ua: str
-    default_headers: tuple[tuple[str, str], ...]
-    order: tuple[str, ...]
-
-
-def render_fingerprint(fingerprint: dict[str, Any]) -> FingerprintHeaders:
-    return _render(json.dumps(fingerprint, sort_keys=True, default=str))
-
-
-@functools.lru_cache(maxsize=8)
-def _render(serialized: str) -> FingerprintHeaders:
-    fingerprint = json.loads(serialized)
-    user_agent = (
-        fingerprint["user_agent_template"]
-        .replace("{version}", fingerprint["app_version"])
-        .replace("{platform}", fingerprint["platform"])
-        .replace("{arch}", fingerprint["arch"])
-    )
-    defaults = tuple(
-        (entry["name"], entry["value"])
-        for entry in fingerprint.get("default_headers_json") or []
-        if isinstance(entry, dict) and entry.get("name")
-    )
-    return FingerprintHeaders(
-        originator=fingerprint["originator"],
-        user_agent=user_agent,
-        sec_ch_ua=f'"Chromium";v="{fingerprint["chromium_version"]}", "Not:A-Brand";v="24"',
-        default_headers=defaults,
-        order=tuple(name.lower() for name in fingerprint.get("header_order_json") or []),
-    )
-
 
 # --------------------------------------------------------------------------- identity inputs
 
@@ -155,8 +106,11 @@ def read_client_identity(body: dict, headers: dict[str, str]) -> ClientIdentity:
 
 def scoped_body(body: dict, client: ClientIdentity, account_id: str) -> dict:
     """The body with identity fields the client sent as top-level strings (and matching
-    ``client_metadata`` entries) replaced by this account's pseudonyms. Key order is kept."""
-    if not client.values:
+    ``client_metadata`` entries) replaced by this account's pseudonyms. Key order is kept.
+    The client's own ``client_metadata["x-client-request-id"]`` never goes upstream: the
+    header carries its scoped form."""
+    metadata = body.get("client_metadata")
+    if not client.values and not (isinstance(metadata, dict) and "x-client-request-id" in metadata):
         return body
     scoped = dict(body)
     if "prompt-cache-key" in client.values and isinstance(body.get("prompt_cache_key"), str):
@@ -166,7 +120,6 @@ def scoped_body(body: dict, client: ClientIdentity, account_id: str) -> dict:
     for body_key, _, _, domain, _ in _IDENTITY_FIELDS:
         if isinstance(body.get(body_key), str) and domain in client.values:
             scoped[body_key] = identity.scoped_id(domain, account_id, client.values[domain])
-    metadata = body.get("client_metadata")
     if isinstance(metadata, dict):
         new_metadata = dict(metadata)
         for _, metadata_key, _, domain, _ in _IDENTITY_FIELDS:
@@ -180,60 +133,25 @@ def scoped_body(body: dict, client: ClientIdentity, account_id: str) -> dict:
     return scoped
 
 
-def upstream_headers(
-    *,
-    account: AccountView,
-    request: DispatchRequest,
-    fingerprint: FingerprintHeaders,
-    cookie: str | None = None,
-) -> list[tuple[str, str]]:
-    """The request headers in wire order: the fingerprint's order first, then the rest."""
-    client = request.client_identity
-    values: dict[str, str] = {"authorization": f"Bearer {account.access_token}"}
-    if account.chatgpt_account_id:
-        values["chatgpt-account-id"] = account.chatgpt_account_id
-    values["originator"] = fingerprint.originator
-    values["x-openai-internal-codex-residency"] = RESIDENCY
-    values["x-client-request-id"] = identity.client_request_id(
-        account.id, client.client_request_id or request.request_id
-    )
-    values["x-codex-installation-id"] = identity.installation_id(account.id)
+def request_headers(
+    *, client: ClientIdentity, account_id: str, request_id: str, subagent: str | None
+) -> dict[str, str]:
+    """The per-request upstream headers of one attempt on ``account_id``, in sending order."""
+    values: dict[str, str] = {
+        "x-client-request-id": identity.client_request_id(
+            account_id, client.client_request_id or request_id
+        )
+    }
     if "x-codex-turn-state" in client.context:
         values["x-codex-turn-state"] = client.context["x-codex-turn-state"]
-    values["openai-beta"] = OPENAI_BETA
-    values["user-agent"] = fingerprint.user_agent
-    values["sec-ch-ua"] = fingerprint.sec_ch_ua
-    for name, value in fingerprint.default_headers:
-        values.setdefault(name.lower(), value)
-    values["content-type"] = "application/json"
-    values["accept"] = "text/event-stream"
-    if cookie:
-        values["cookie"] = cookie
     for _, _, _, domain, header in _IDENTITY_FIELDS:
         if domain in client.values:
-            values[header] = identity.scoped_id(domain, account.id, client.values[domain])
+            values[header] = identity.scoped_id(domain, account_id, client.values[domain])
     for header, value in client.context.items():
         values.setdefault(header, value)
-    if request.subagent:
-        values["x-openai-subagent"] = request.subagent
-
-    ordered = [(name, values.pop(name)) for name in fingerprint.order if name in values]
-    ordered += list(values.items())
-    return ordered
-
-
-# Headers a compact call does not send (spec §2.3).
-COMPACT_OMITTED_HEADERS = frozenset(
-    {
-        "accept",
-        "x-codex-turn-state",
-        "x-codex-turn-metadata",
-        "x-codex-beta-features",
-        "x-responsesapi-include-timing-metrics",
-        "version",
-        "x-openai-subagent",
-    }
-)
+    if subagent:
+        values["x-openai-subagent"] = subagent
+    return values
 
 
 def compact_body(body: dict, client: ClientIdentity, account_id: str, request_id: str) -> dict:

@@ -1,28 +1,27 @@
 """The model refresh (spec §4.5): one eligible account per plan asks the upstream which models
 it offers; the plan snapshots in Redis are replaced as a whole.
 
-Runs in the Celery worker (synchronous ``requests``). The account of each plan is chosen by the
-scheduler (the rotation strategy, with a concurrency slot held during the fetch and released
-without counting a request), so the refresh never pushes a busy account past its limit. A plan
+Runs in the Celery worker; the fetches go through the Codex client on one event loop
+(``run_coroutine``), after the ORM reads and before the ORM writes. The account of each plan
+is chosen by the scheduler (the rotation strategy, with a concurrency slot held during the
+fetch and released without counting a request), so the refresh never pushes a busy account
+past its limit. A plan
 whose fetch fails or returns nothing keeps its previous snapshot; plans no account has any more
 disappear.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import requests
-
-from proxy import identity
+from proxy.accounts import AccountView, ineligibility
 from proxy.background import run_coroutine
 from proxy.clients import codex
 from proxy.dispatch import scheduler
-from proxy.dispatch.accounts import AccountView, ineligibility
 from proxy.dispatch.scheduler import SchedulerSettings, Slot
-from proxy.dispatch.upstream_request import render_fingerprint
 from proxy.models import Account
 from proxy.models_catalog import entries_from_models_payload, normalise_upstream_entry
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
@@ -33,7 +32,6 @@ from proxy.services.upkeep_accounts import (
 )
 
 logger = logging.getLogger(__name__)
-TIMEOUT_SECONDS = (10, 30)
 
 
 @dataclass
@@ -45,41 +43,28 @@ class RefreshReport:
     plans_available: int = 0
 
 
-def _headers(account: AccountView, fingerprint: dict) -> dict[str, str]:
-    """The account's identity with the fingerprint's headers, in the fingerprint's order (the
-    same rendering the request path uses, spec §2.2)."""
-    rendered = render_fingerprint(fingerprint)
-    values = {"authorization": f"Bearer {account.access_token}"}
-    if account.chatgpt_account_id:
-        values["chatgpt-account-id"] = account.chatgpt_account_id
-    values["originator"] = rendered.originator
-    values["x-codex-installation-id"] = identity.installation_id(account.id)
-    values["user-agent"] = rendered.user_agent
-    values["sec-ch-ua"] = rendered.sec_ch_ua
-    for name, value in rendered.default_headers:
-        values.setdefault(name.lower(), value)
-    values["accept"] = "application/json"
-    # requests decodes these itself; the fingerprint may name more (br, zstd) than it can.
-    values["accept-encoding"] = "gzip, deflate"
-    ordered = {name: values.pop(name) for name in rendered.order if name in values}
-    return ordered | values
+def model_headers(account, fingerprint: dict) -> list[tuple[str, str]]:
+    """The models call's headers for ``account``: the Codex client's one header builder."""
+    return codex.build_headers(
+        codex.Call.MODELS,
+        fingerprint=codex.render_fingerprint(fingerprint),
+        credentials=codex.Credentials.of(account),
+    )
 
 
-def fetch_models(account: AccountView, fingerprint: dict, session: requests.Session) -> list[dict]:
+async def fetch_models(account, fingerprint: dict) -> list[dict]:
     """The normalised entries offered to ``account``; empty when no endpoint yields any."""
-    headers = _headers(account, fingerprint)
-    for url, params in codex.models_urls(fingerprint["app_version"]):
-        try:
-            response = session.get(url, params=params, headers=headers, timeout=TIMEOUT_SECONDS)
-        except requests.RequestException as error:
+    headers = model_headers(account, fingerprint)
+    async for answer in codex.models(headers=headers, app_version=fingerprint["app_version"]):
+        if answer.status == 0:
             logger.warning(
-                "model fetch for plan account %s failed: %s", account.id, type(error).__name__
+                "model fetch for plan account %s failed: %s", account.id, answer.body.decode()
             )
             continue
-        if response.status_code != 200:
+        if answer.status != 200:
             continue
         try:
-            payload = response.json()
+            payload = json.loads(answer.body)
         except ValueError:
             continue
         entries = [normalise_upstream_entry(raw) for raw in entries_from_models_payload(payload)]
@@ -112,9 +97,16 @@ async def _slots_per_plan(
     return slots
 
 
-async def _release(slots: list[Slot]) -> None:
-    for slot in slots:
-        await scheduler.release(slot)  # no request is counted for a model fetch
+async def _fetch_per_plan(
+    groups: dict[str, list[AccountView]], scheduler_settings: SchedulerSettings, fingerprint: dict
+) -> dict[str, list[dict]]:
+    """plan → the entries its slot's account was offered (empty: nothing usable)."""
+    slots = await _slots_per_plan(groups, scheduler_settings)
+    try:
+        return {plan: await fetch_models(slot.account, fingerprint) for plan, slot in slots.items()}
+    finally:
+        for slot in slots.values():
+            await scheduler.release(slot)  # no request is counted for a model fetch
 
 
 def models_refresh(*, now: datetime) -> RefreshReport:
@@ -125,21 +117,14 @@ def models_refresh(*, now: datetime) -> RefreshReport:
     snapshots: dict[str, dict] = {}
     groups = _eligible_by_plan(now)
     report.plans_available = len(groups)
-    slots = run_coroutine(_slots_per_plan(groups, current_scheduler_settings()))
-    try:
-        with requests.Session() as session:
-            session.trust_env = False
-            session.headers.clear()  # only the fingerprint's headers, in its order
-            for plan, slot in slots.items():
-                entries = fetch_models(slot.account, fingerprint, session)
-                if entries:
-                    snapshots[plan] = {"models": entries, "fetchedAt": now.isoformat()}
-                    report.refreshed[plan] = len(entries)
-                elif plan in previous:
-                    snapshots[plan] = previous[plan]
-                    report.kept.append(plan)
-    finally:
-        run_coroutine(_release(list(slots.values())))
+    fetched = run_coroutine(_fetch_per_plan(groups, current_scheduler_settings(), fingerprint))
+    for plan, entries in fetched.items():
+        if entries:
+            snapshots[plan] = {"models": entries, "fetchedAt": now.isoformat()}
+            report.refreshed[plan] = len(entries)
+        elif plan in previous:
+            snapshots[plan] = previous[plan]
+            report.kept.append(plan)
     # A plan whose accounts are all ineligible right now keeps its snapshot; a plan no account
     # has any more disappears. "Keeps" is decided against the hash as it is when written
     # (another writer may have stored a plan while the fetches ran), in one atomic update.

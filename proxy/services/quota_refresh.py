@@ -3,9 +3,10 @@
 Candidates: ``quota_exhausted`` accounts, and ``active`` ones with ``quota_limit_reached`` or
 ``quota_verify_required``. An account whose cooldown has not passed (plus 30 s of grace) waits;
 one read within the last 30 minutes waits too, unless its cooldown has passed. Upstream calls
-are 3 s apart. The snapshot then decides (``proxy.quota.apply_snapshot``): a lifted limit puts
-the account back into service. An account whose limit has no known reset time (a 402, a
-snapshot without reset) is simply re-checked every 30 minutes instead of staying parked.
+are 3 s apart. The snapshot then decides (``services.account_quota.account_quota_apply``):
+a lifted limit puts the account back into service. An account whose limit has no known reset
+time (a 402, a snapshot without reset) is simply re-checked every 30 minutes instead of
+staying parked.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from proxy import identity
 from proxy.background import run_coroutine
-from proxy.dispatch.upstream_request import render_fingerprint
+from proxy.clients import codex
 from proxy.models import Account, AccountStatus
-from proxy.quota import UsageFetchError, apply_snapshot, fetch_usage
+from proxy.quota import UsageFetchError, fetch_usage
+from proxy.services.account_quota import account_quota_apply
 from proxy.services.upkeep_accounts import current_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -73,20 +74,14 @@ def quota_refresh_candidates(*, now: datetime) -> list[_Candidate]:
     return picked
 
 
-def _usage_headers(candidate: _Candidate, fingerprint: dict) -> list[tuple[str, str]]:
-    """The usage call's headers (spec §2.3: user-agent, authorization, originator,
-    chatgpt-account-id, accept)."""
-    rendered = render_fingerprint(fingerprint)
-    headers = [
-        ("user-agent", rendered.user_agent),
-        ("authorization", f"Bearer {candidate.access_token}"),
-        ("originator", rendered.originator),
-    ]
-    if candidate.chatgpt_account_id:
-        headers.append(("chatgpt-account-id", candidate.chatgpt_account_id))
-    headers.append(("x-codex-installation-id", identity.installation_id(candidate.id)))
-    headers.append(("accept", "application/json"))
-    return headers
+def usage_headers(account, fingerprint: dict) -> list[tuple[str, str]]:
+    """The usage call's headers for ``account`` (anything with ``id``, ``access_token``,
+    ``chatgpt_account_id``): the Codex client's one header builder (spec §2.3)."""
+    return codex.build_headers(
+        codex.Call.USAGE,
+        fingerprint=codex.render_fingerprint(fingerprint),
+        credentials=codex.Credentials.of(account),
+    )
 
 
 async def _check_all(
@@ -102,12 +97,12 @@ async def _check_all(
         if index:
             await sleep(SPACING_SECONDS)
         try:
-            snapshot = await fetch_usage(_usage_headers(candidate, fingerprint), now=now)
+            snapshot = await fetch_usage(usage_headers(candidate, fingerprint), now=now)
         except UsageFetchError as error:
             logger.warning("quota refresh of %s: %s", candidate.id, error)
             outcome[candidate.id] = None
             continue
-        await apply_snapshot(candidate.id, snapshot, now=now)
+        await account_quota_apply(candidate.id, snapshot, now=now)
         outcome[candidate.id] = snapshot.limit_reached
     return outcome
 

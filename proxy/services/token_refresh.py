@@ -1,5 +1,6 @@
-"""Token refresh (spec §4.1–§4.2; seed 004 §4B.2): the scan, one account's refresh, and the
-refresh a 401 on ``/v1`` asks for.
+"""Token refresh (spec §4.1–§4.2; seed 004 §4B.2): the scan and one account's refresh (its
+timing rules are ``token_refresh_timing``; the refresh a 401 on ``/v1`` asks for is
+``token_refresh_request``).
 
 Rotating refresh tokens are single-use (peers B.2): two refreshes of one account at once burn
 it. So every refresh, in any process, first takes the lease ``cpr:lease:refresh:<account_id>``
@@ -17,7 +18,6 @@ expired account back into service (``quota_exhausted`` while its quota limit hol
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import logging
 import time
@@ -39,20 +39,18 @@ from proxy.runtime_state.refresh_leases import (
 )
 from proxy.runtime_state.refresh_permits import PermitTimeout, refresh_permit
 from proxy.services.runtime_settings import RUNTIME_SETTINGS_DEFAULTS
+from proxy.services.token_refresh_timing import (
+    next_refresh_time,
+    recovery_delay_seconds,
+    retry_delay_seconds,
+)
 from proxy.token_claims import token_claims, token_expiry
 
 logger = logging.getLogger(__name__)
 
 LEASE_TTL_MS = 300_000
 MAX_ATTEMPTS = 5
-FIRST_RETRY_SECONDS = 5.0
-RETRY_GROWTH = 3.0
-LONGEST_RETRY_SECONDS = 300.0
-RETRY_JITTER = 0.30
 CONFIRMATIONS_NEEDED = 2
-RECOVERY_DELAY_SECONDS = 600.0
-RECOVERY_JITTER = 0.20
-MARGIN_JITTER_LOW, MARGIN_JITTER_SPAN = 0.85, 0.30
 # A scheduled refresh waits this long for a permit before counting the attempt as failed (the
 # lease, renewed before each attempt, outlives pause + wait + call);
 # a request waits less (its client is waiting), and at most this long for another refresher.
@@ -80,44 +78,6 @@ class RefreshResult(enum.StrEnum):
     EXPIRED = "expired"  # invalid grant, confirmed
     BANNED = "banned"  # reused refresh token or deactivated account, confirmed
     RETRY_LATER = "retry_later"  # transport failures: the next try is 10 minutes away
-
-
-# ----------------------------------------------------------------------------- timing
-
-
-def stable_unit(key: str) -> float:
-    """A number in [0, 1] that depends only on ``key`` (the same in every process)."""
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / (2**64 - 1)
-
-
-def jittered_margin_seconds(account_id: str, margin_seconds: int) -> float:
-    """margin × (0.85 + 0.30 u), u a stable hash of the account id (spec §4.1): refreshes of
-    many accounts spread out instead of all firing together."""
-    return margin_seconds * (MARGIN_JITTER_LOW + MARGIN_JITTER_SPAN * stable_unit(account_id))
-
-
-def retry_delay_seconds(account_id: str, attempt: int) -> float:
-    """The pause before attempt ``attempt`` (2..5): 5, 15, 45, 135 s (×3, at most 300 s), each
-    with a stable ±30 % jitter of its own."""
-    base = min(FIRST_RETRY_SECONDS * RETRY_GROWTH ** (attempt - 2), LONGEST_RETRY_SECONDS)
-    unit = stable_unit(f"{account_id}:retry:{attempt}")
-    return base * (1 + RETRY_JITTER * (2 * unit - 1))
-
-
-def recovery_delay_seconds(account_id: str) -> float:
-    """10 minutes ±20 % (stable per account) after a refresh failed on transport only."""
-    unit = stable_unit(f"{account_id}:recovery")
-    return RECOVERY_DELAY_SECONDS * (1 + RECOVERY_JITTER * (2 * unit - 1))
-
-
-def next_refresh_time(
-    *, account_id: str, expires_at: datetime | None, margin_seconds: int, now: datetime
-) -> datetime:
-    """When a token that expires at ``expires_at`` is refreshed; ``now`` for an unknown expiry
-    (an opaque token: refresh it to learn one)."""
-    if expires_at is None:
-        return now
-    return expires_at - timedelta(seconds=jittered_margin_seconds(account_id, margin_seconds))
 
 
 def refresh_settings() -> tuple[int, int]:
@@ -422,62 +382,3 @@ def token_refresh_scan(*, now: datetime) -> ScanReport:
         cleared=cleared,
         busy=len(held),
     )
-
-
-# ----------------------------------------------------------------------------- a 401 on /v1
-
-
-@dataclass(frozen=True)
-class FreshToken:
-    access_token: str
-    expires_at: datetime | None
-
-
-def token_refresh_for_request(
-    *, account_id: str, failed_token: str, clock: Callable[[], datetime] = timezone.now
-) -> FreshToken | None:
-    """One refresh for an account whose access token ``failed_token`` just met a 401.
-
-    A refresh already running elsewhere is waited for (and its token used), never repeated;
-    a token someone refreshed meanwhile is used as it is. One attempt, no retries: the client
-    is waiting. Returns the token to retry with, or None (the caller demotes the account, and
-    the background refresher, whose rules confirm permanent failures, takes over).
-    """
-    owner = _new_owner()
-    deadline = time.monotonic() + REQUEST_LEASE_WAIT_SECONDS
-    pause = 0.05
-    while not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(pause)
-        pause = min(pause * 2, 0.5)
-        row = _read(account_id)
-        if row is not None and row.access_token != failed_token and _serves(row):
-            return FreshToken(row.access_token, row.expires_at)
-    try:
-        row = _read(account_id)
-        if row is None:
-            return None
-        if row.access_token != failed_token:
-            return FreshToken(row.access_token, row.expires_at) if _serves(row) else None
-        if not row.refresh_token or row.status not in REFRESHABLE_STATUSES:
-            return None
-        try:
-            tokens = _call_token_endpoint(
-                row.refresh_token, permit_wait=REQUEST_PERMIT_WAIT_SECONDS
-            )
-        except oauth.OAuthError as error:
-            logger.warning("token refresh of %s after a 401: %s", account_id, error)
-            return None
-        margin, _ = refresh_settings()
-        stored, expires_at = _store_tokens(row, tokens, margin_seconds=margin, now=clock())
-        if not stored:
-            return None
-        logger.info("token refresh of %s after a 401: refreshed", account_id)
-        return FreshToken(tokens.access_token, expires_at)
-    finally:
-        refresh_lease_release(account_id=account_id, owner=owner)
-
-
-def _serves(row: _Row) -> bool:
-    return row.status in REFRESHABLE_STATUSES

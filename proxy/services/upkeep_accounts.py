@@ -8,9 +8,10 @@ from datetime import datetime
 from django.conf import settings
 from django.db import connection
 
-from proxy.dispatch.accounts import CANDIDATES_JSON_SQL, AccountView, accounts_from_json
+from proxy.accounts import AccountView, accounts_from_json
 from proxy.dispatch.scheduler import SchedulerSettings
 from proxy.models import Fingerprint, RuntimeSettings
+from proxy.selectors import CANDIDATES_JSON_SQL
 
 _CANDIDATES_SQL = "select " + CANDIDATES_JSON_SQL
 

@@ -17,9 +17,9 @@ from django.conf import settings
 from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
-from proxy.dispatch.accounts import CANDIDATES_JSON_SQL, AccountView, accounts_from_json
+from proxy.accounts import AccountView, accounts_from_json
+from proxy.clients.codex import FingerprintHeaders, render_fingerprint
 from proxy.dispatch.scheduler import SchedulerSettings
-from proxy.dispatch.upstream_request import FingerprintHeaders, render_fingerprint
 from proxy.loop_resources import (
     DATABASE_ACQUIRE_TIMEOUT_SECONDS,
     PerLoop,
@@ -27,6 +27,7 @@ from proxy.loop_resources import (
     discard_dead_connections,
 )
 from proxy.models_catalog import clean_aliases
+from proxy.selectors import CANDIDATES_JSON_SQL
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +185,11 @@ class KeyTouches:
             self._flush_task = asyncio.get_running_loop().create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(TOUCH_DEBOUNCE_SECONDS)
-        await self.flush()
+        # Keys touched while a flush runs find this task still running (touch() starts none):
+        # they are written by the next round here, not left waiting for a later touch.
+        while self._pending:
+            await asyncio.sleep(TOUCH_DEBOUNCE_SECONDS)
+            await self.flush()
 
     async def flush(self) -> None:
         ids, self._pending = self._pending, set()

@@ -20,20 +20,20 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from proxy.chat import ChatRequestInvalid, ChatStreamTranslator, chat_request_to_responses
-from proxy.dispatch import recording
-from proxy.dispatch.dispatcher import Committed, Dispatch
-from proxy.dispatch.failures import ClientError
-from proxy.dispatch.sse import DONE_FRAME, Frame
+from proxy.chat import ChatStreamTranslator, chat_request_to_responses
+from proxy.dispatch.dispatcher import Dispatch
+from proxy.dispatch.relay import StreamRelay
+from proxy.dispatch.sse import DONE_FRAME, SERVER_SHUTDOWN_MESSAGE, Frame
+from proxy.dispatch.types import Committed
 from proxy.v1.common import (
-    dispatch_request,
+    build_dispatch_request,
     event_stream_response,
     model_catalog_or_404,
     resolved,
     validate,
     with_upstream_headers,
 )
-from proxy.v1.errors import error_response, openai_errors
+from proxy.v1.errors import openai_errors
 
 ROUTE = "/v1/chat/completions"
 STREAM_CUT_MESSAGE = "Upstream stream closed before response.completed"
@@ -64,21 +64,12 @@ def _events(frames: list[Frame]) -> Iterator[tuple[str, dict]]:
 @openai_errors
 async def chat_completions(request: HttpRequest) -> HttpResponse:
     valid = await validate(request)
-    if isinstance(valid, HttpResponse):
-        return valid
-    try:
-        plan = chat_request_to_responses(valid.body)
-    except ChatRequestInvalid as rejection:
-        response = JsonResponse(rejection.envelope(), status=rejection.status_code)
-        response["x-request-id"] = valid.request_id
-        return response
+    plan = chat_request_to_responses(valid.body)  # raises ChatRequestInvalid
     catalog = await model_catalog_or_404(valid, plan.requested_model)
-    if isinstance(catalog, HttpResponse):
-        return catalog
     body = dict(plan.responses_body)
     body["model"] = resolved(plan.requested_model, valid)
     dispatch = Dispatch(
-        dispatch_request(
+        build_dispatch_request(
             request,
             valid,
             route=ROUTE,
@@ -91,55 +82,35 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     completion_id = f"chatcmpl-{secrets.token_hex(12)}"
     translator = ChatStreamTranslator(plan, completion_id, int(time.time()), plan.requested_model)
     if plan.stream:
-        return await _stream(dispatch, translator, valid.request_id)
-    return await _complete(dispatch, translator, valid.request_id)
-
-
-async def _stream(
-    dispatch: Dispatch, translator: ChatStreamTranslator, request_id: str
-) -> HttpResponse:
-    outcome = await dispatch.open_stream()
-    if isinstance(outcome, ClientError):
-        recording.schedule(recording.build_entry(dispatch))
-        return error_response(outcome, request_id)
-
-    async def chunks():
-        try:
-            async for _, frames in dispatch.upstream_chunks(outcome):
-                for event_type, event in _events(frames):
-                    for chunk in translator.feed(event_type, event):
-                        yield _frame(chunk)
-            if dispatch.synthetic_failure:
-                message = STREAM_CUT_MESSAGE
-                if dispatch.stream_error:
-                    message = f"{message}: {dispatch.stream_error}"
-                closing = translator.error_chunks(message)
-            else:
-                closing = translator.finish()
-            for chunk in closing:
-                yield _frame(chunk)
-            yield DONE_FRAME
-        finally:
-            recording.schedule(recording.build_entry(dispatch, committed=outcome))
-
-    return event_stream_response(chunks(), request_id, outcome.upstream_headers)
-
-
-async def _complete(
-    dispatch: Dispatch, translator: ChatStreamTranslator, request_id: str
-) -> HttpResponse:
+        relay = await dispatch.stream()
+        return event_stream_response(
+            _chunks(relay, translator), valid.request_id, relay.upstream_headers
+        )
     # The answer is built from the streamed events (text deltas first, spec §1.9).
-    outcome = await dispatch.run_to_completion(keep_frames=True)
-    if isinstance(outcome, ClientError):
-        recording.schedule(recording.build_entry(dispatch))
-        return error_response(outcome, request_id)
-    committed, response_object = outcome
-    recording.schedule(
-        recording.build_entry(dispatch, committed=committed, response_object=response_object)
-    )
+    committed = await dispatch.complete(keep_frames=True)
     _replay(translator, committed)
     response = JsonResponse(translator.completion(), json_dumps_params={"ensure_ascii": False})
-    return with_upstream_headers(response, request_id, committed.upstream_headers)
+    return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
+
+
+async def _chunks(relay: StreamRelay, translator: ChatStreamTranslator):
+    """The committed stream translated to chat chunks, then the closing chunks and [DONE]."""
+    async for _, frames in relay.chunks():
+        for event_type, event in _events(frames):
+            for chunk in translator.feed(event_type, event):
+                yield _frame(chunk)
+    if relay.end.server_shutdown:
+        closing = translator.error_chunks(SERVER_SHUTDOWN_MESSAGE)
+    elif relay.end.synthetic_failure:
+        message = STREAM_CUT_MESSAGE
+        if relay.end.stream_error:
+            message = f"{message}: {relay.end.stream_error}"
+        closing = translator.error_chunks(message)
+    else:
+        closing = translator.finish()
+    for chunk in closing:
+        yield _frame(chunk)
+    yield DONE_FRAME
 
 
 def _replay(translator: ChatStreamTranslator, committed: Committed) -> None:

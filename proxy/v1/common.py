@@ -13,9 +13,12 @@ from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from proxy.catalog_cache import recognised_catalog
-from proxy.dispatch import recording
-from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS, DispatchRequest
+from proxy.dispatch.client_errors import ClientFailure
+from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
+from proxy.dispatch.types import DispatchRequest
 from proxy.dispatch.upstream_request import read_client_identity
+from proxy.ledger import writer as ledger
+from proxy.ledger.entries import LedgerEntry
 from proxy.models_catalog import Catalog, resolve_alias
 from proxy.v1.auth import AuthenticatedClient, KeyHolder, KeyLookupUnavailable, authenticate
 from proxy.v1.errors import (
@@ -26,8 +29,10 @@ from proxy.v1.errors import (
     MISSING_KEY,
     MODEL_NOT_FOUND,
     error_response,
+    failure_response,
     request_id_for,
 )
+from telemetry.services.facts import ErrorFact
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +49,11 @@ BODY_ROUTES = frozenset(
 async def authenticated(
     request: HttpRequest,
     lookup: Callable[[str | None], Awaitable[Client | None]] = authenticate,
-) -> tuple[str, Client] | HttpResponse:
-    """The request id and the client ``lookup`` verifies from ``Authorization``, or the answer
-    to send: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with ``Retry-After`` when
-    the database could not say. A key already checked before the body was read is reused."""
+) -> tuple[str, Client]:
+    """The request id and the client ``lookup`` verifies from ``Authorization``. Raises
+    ClientFailure: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with
+    ``Retry-After`` when the database could not say. A key already checked before the body
+    was read is reused."""
     early = getattr(request, "v1_authenticated", None)
     if early is not None:
         return early
@@ -55,36 +61,36 @@ async def authenticated(
     try:
         client = await lookup(request.headers.get("authorization"))
     except KeyLookupUnavailable:
-        recording.schedule(_key_lookup_failure_entry(request, request_id))
-        response = error_response(DATABASE_UNAVAILABLE, request_id)
-        response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
-        return response
+        ledger.submit(_key_lookup_failure_entry(request, request_id))
+        raise ClientFailure(
+            DATABASE_UNAVAILABLE, retry_after=DATABASE_RETRY_AFTER_SECONDS
+        ) from None
     if client is None:
-        return error_response(MISSING_KEY, request_id)
+        raise ClientFailure(MISSING_KEY)
     return request_id, client
 
 
-def _key_lookup_failure_entry(request: HttpRequest, request_id: str) -> recording.LedgerEntry:
+def _key_lookup_failure_entry(request: HttpRequest, request_id: str) -> LedgerEntry:
     """The ops_error_logs row of a request refused because its key could not be checked; the
     ledger writer keeps it until the database is back."""
-    return recording.LedgerEntry(
+    return LedgerEntry(
         errors=[
-            {
-                "request_id": request_id,
-                "route": request.path[:200],
-                "created_at": timezone.now(),
-                "message": "v1 client key lookup failed",
-                "status_code": DATABASE_UNAVAILABLE.status,
-                "client_status_code": DATABASE_UNAVAILABLE.status,
-                "failure_class": DATABASE_UNAVAILABLE.code,
-                "metadata": {
+            ErrorFact(
+                request_id=request_id,
+                route=request.path[:200],
+                created_at=timezone.now(),
+                message="v1 client key lookup failed",
+                status_code=DATABASE_UNAVAILABLE.status,
+                client_status_code=DATABASE_UNAVAILABLE.status,
+                failure_class=DATABASE_UNAVAILABLE.code,
+                metadata={
                     "failed": True,
                     "errorKind": DATABASE_UNAVAILABLE.code,
                     "failureSource": "proxy",
                     "clientIp": request.META.get("REMOTE_ADDR"),
                     "userAgent": request.headers.get("user-agent"),
                 },
-            }
+            )
         ]
     )
 
@@ -101,13 +107,12 @@ async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
     if match.url_name not in BODY_ROUTES:
         return None
     try:
-        checked = await authenticated(request)
+        request.v1_authenticated = await authenticated(request)
+    except ClientFailure as failure:
+        return failure_response(failure, request_id_for(request))
     except Exception:
         logger.exception("client key check failed before the body was read")
         return error_response(INTERNAL, request_id_for(request))
-    if isinstance(checked, HttpResponse):
-        return checked
-    request.v1_authenticated = checked
     return None
 
 
@@ -136,40 +141,36 @@ class ValidRequest:
     body: dict
 
 
-async def validate(
-    request: HttpRequest, *, model_field: str = "model"
-) -> ValidRequest | HttpResponse:
+async def validate(request: HttpRequest, *, model_field: str = "model") -> ValidRequest:
     """Auth → body is a JSON object → model a non-empty string (spec §1.4 order).
 
-    Returns the parsed request or the error response to send.
+    Returns the parsed request; raises ClientFailure with the error to send.
     """
-    checked = await authenticated(request)
-    if isinstance(checked, HttpResponse):
-        return checked
-    request_id, client = checked
+    request_id, client = await authenticated(request)
     try:
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
         body = json.loads(request.read())
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: JSON nested deeper than the parser's recursion limit.
-        return error_response(INVALID_REQUEST, request_id)
+        raise ClientFailure(INVALID_REQUEST) from None
     if not isinstance(body, dict):
-        return error_response(INVALID_REQUEST, request_id)
+        raise ClientFailure(INVALID_REQUEST)
     model = body.get(model_field)
     if not isinstance(model, str) or not model.strip():
-        return error_response(INVALID_REQUEST, request_id)
+        raise ClientFailure(INVALID_REQUEST)
     return ValidRequest(request_id=request_id, client=client, body=body)
 
 
-async def model_catalog_or_404(valid: ValidRequest, model: str) -> Catalog | HttpResponse:
+async def model_catalog_or_404(valid: ValidRequest, model: str) -> Catalog:
+    """The catalog that recognises ``model``; raises ClientFailure (404) otherwise."""
     catalog = await recognised_catalog(model, valid.client.aliases)
     if catalog is None:
-        return error_response(MODEL_NOT_FOUND, valid.request_id)
+        raise ClientFailure(MODEL_NOT_FOUND)
     return catalog
 
 
-def dispatch_request(
+def build_dispatch_request(
     request: HttpRequest,
     valid: ValidRequest,
     *,
@@ -179,6 +180,7 @@ def dispatch_request(
     stream: bool,
     catalog: Catalog,
     subagent: str | None = None,
+    failures_as_events: bool = False,
 ) -> DispatchRequest:
     headers = {name.lower(): value for name, value in request.headers.items()}
     return DispatchRequest(
@@ -195,6 +197,7 @@ def dispatch_request(
         client_ip=request.META.get("REMOTE_ADDR"),
         user_agent=request.headers.get("user-agent"),
         subagent=subagent,
+        failures_as_events=failures_as_events,
         catalog=catalog,
         accounts=valid.client.accounts,
     )

@@ -10,7 +10,8 @@ import uuid
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from proxy.dispatch.failures import ClientError
+from proxy.chat import ChatRequestInvalid
+from proxy.dispatch.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
 from proxy.dispatch.sse import DONE_FRAME, failure_event
 from proxy.dispatch.upstream_request import InvalidHeaderValue
 
@@ -37,8 +38,9 @@ TOO_DEEP = ClientError(
 INTERNAL = ClientError(
     500, "server_error", "internal_error", "The proxy failed to handle the request"
 )
-# Shorter wording used inside a stream (spec §1.7).
-_STREAM_MESSAGES = {"no_available_accounts": "No active upstream account is available"}
+# Shorter wording used inside a stream (spec §1.7) for "no account at all" (not for "all
+# accounts busy", which shares its code but not its meaning).
+_STREAM_MESSAGES = {NO_ACCOUNTS: "No active upstream account is available"}
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
@@ -51,8 +53,13 @@ def request_id_from(supplied: str | None) -> str:
 
 
 def request_id_for(request: HttpRequest) -> str:
-    """The request id of ``request`` (its ``x-request-id`` when well-formed, else ours)."""
-    return request_id_from(request.headers.get("x-request-id"))
+    """The request id of ``request`` (its ``x-request-id`` when well-formed, else ours); the
+    same for every caller during one request."""
+    request_id = getattr(request, "v1_request_id", None)
+    if request_id is None:
+        request_id = request_id_from(request.headers.get("x-request-id"))
+        request.v1_request_id = request_id
+    return request_id
 
 
 def body_too_large(limit_bytes: int) -> ClientError:
@@ -78,7 +85,7 @@ def error_response(error: ClientError, request_id: str) -> HttpResponse:
 
 def stream_error_body(error: ClientError) -> bytes:
     """A stream that failed before any byte: one ``response.failed`` event, then [DONE]."""
-    message = _STREAM_MESSAGES.get(error.code, error.message)
+    message = _STREAM_MESSAGES.get(error, error.message)
     return failure_event(error_type=error.error_type, code=error.code, message=message) + DONE_FRAME
 
 
@@ -92,16 +99,37 @@ def invalid_header_value(header: str) -> ClientError:
     )
 
 
+def failure_response(failure: ClientFailure, request_id: str) -> HttpResponse:
+    """The answer of a ``ClientFailure``: the envelope with its status, or (``as_event``) a
+    200 SSE failure event."""
+    if failure.as_event:
+        response = HttpResponse(stream_error_body(failure.error), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["x-request-id"] = request_id
+    else:
+        response = error_response(failure.error, request_id)
+    if failure.retry_after is not None:
+        response["Retry-After"] = str(failure.retry_after)
+    return response
+
+
 def openai_errors(view):
-    """Answer an unexpected failure of a ``/v1`` view in the OpenAI envelope (500), logged,
-    instead of Django's HTML page — clients parse JSON. No exception text reaches the client.
-    Input no upstream request can carry (a CRLF bound for a header, JSON too deep to walk) is
-    the client's error: 400."""
+    """The one handler of a ``/v1`` view's errors: a ``ClientFailure`` becomes its envelope
+    (or SSE failure event), a rejected chat request its own envelope; an unexpected failure is
+    logged and answered in the OpenAI envelope (500) instead of Django's HTML page — clients
+    parse JSON. No exception text reaches the client. Input no upstream request can carry (a
+    CRLF bound for a header, JSON too deep to walk) is the client's error: 400."""
 
     @functools.wraps(view)
     async def wrapper(request, *args, **kwargs):
         try:
             return await view(request, *args, **kwargs)
+        except ClientFailure as failure:
+            return failure_response(failure, request_id_for(request))
+        except ChatRequestInvalid as rejection:
+            response = JsonResponse(rejection.envelope(), status=rejection.status_code)
+            response["x-request-id"] = request_id_for(request)
+            return response
         except InvalidHeaderValue as error:
             return error_response(invalid_header_value(error.header), request_id_for(request))
         except RecursionError:

@@ -29,16 +29,14 @@ def _json(payload, request_id: str) -> JsonResponse:
 
 def models_route(view):
     """A GET route of the models API: a JSON 500 on failure, and the view called as
-    ``view(request, *args, request_id=…, client=…)`` once the key checks out (else 401)."""
+    ``view(request, *args, request_id=…, client=…)`` once the key checks out (else 401,
+    raised by ``authenticated``)."""
 
     @require_GET
     @openai_errors
     @functools.wraps(view)
     async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        checked = await authenticated(request, authenticate_key)
-        if isinstance(checked, HttpResponse):
-            return checked
-        request_id, client = checked
+        request_id, client = await authenticated(request, authenticate_key)
         return await view(request, *args, request_id=request_id, client=client, **kwargs)
 
     return wrapper

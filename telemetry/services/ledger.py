@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +27,16 @@ from telemetry.services.buckets import (
     dimension,
     merge_increments,
 )
+from telemetry.services.facts import (
+    DEFAULT_PROVIDER,
+    DEFAULT_SUCCESS_STATUS,
+    ErrorFact,
+    Fact,
+    UsageFact,
+    fact_values,
+)
 
 V1_RESPONSE_KIND = "v1.response"
-# What a success is when its caller does not say (every /v1 success is one of OpenAI's, 200).
-DEFAULT_PROVIDER = "openai"
-DEFAULT_SUCCESS_STATUS = 200
 
 
 def event_kind(route: str | None) -> str:
@@ -49,7 +55,10 @@ _UNSTORABLE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
 def storable(value: Any) -> Any:
     """``value`` with every string (dict keys included) made storable in PostgreSQL: NUL and
     lone surrogates become U+FFFD. Dicts and lists are copied; other values are returned as
-    they are. The ledger uses it when the database has refused a batch."""
+    they are; a fact comes back as a new fact with its text fields and metadata made storable.
+    The ledger uses it when the database has refused a batch."""
+    if isinstance(value, UsageFact | ErrorFact):
+        return type(value)(**{name: storable(item) for name, item in fact_values(value).items()})
     if isinstance(value, str):
         return _UNSTORABLE_CHARACTERS.sub("\ufffd", value)
     if isinstance(value, dict):
@@ -104,7 +113,7 @@ def usage_record_create(
     Raises django.db.IntegrityError (and writes nothing) when a CHECK rejects the row, e.g. a
     status outside 200–399 or a negative token count.
     """
-    fact = dict(locals())
+    fact = UsageFact(**locals())
     [record_id], _ = ledger_write_batch(usage_facts=[fact], error_facts=[])
     return UsageRecord.objects.get(pk=record_id)
 
@@ -136,7 +145,7 @@ def ops_error_log_create(
     The error path never touches token or latency columns, and its tier is always
     ``__unknown__`` (failures carry no trustworthy service tier; seed §5.2).
     """
-    fact = dict(locals())
+    fact = ErrorFact(**locals())
     _, [record_id] = ledger_write_batch(usage_facts=[], error_facts=[fact])
     return OpsErrorLog.objects.get(pk=record_id)
 
@@ -159,36 +168,31 @@ ERROR_COLUMNS = (
 )  # fmt: skip
 
 
-def _with_usage_defaults(fact: dict[str, Any]) -> dict[str, Any]:
-    return {"provider": DEFAULT_PROVIDER, "status_code": DEFAULT_SUCCESS_STATUS, **fact}
-
-
-def _row(fact: dict[str, Any], record_id: str, columns: tuple[str, ...]) -> tuple:
+def _row(fact: Fact, record_id: str, columns: tuple[str, ...]) -> tuple:
     """The COPY row of one fact (kind derived from its route; metadata as jsonb)."""
     values = {
-        **fact,
+        **fact_values(fact),
         "id": record_id,
-        "kind": event_kind(fact.get("route")),
-        "metadata_json": Jsonb(fact.get("metadata") or {}),
+        "kind": event_kind(fact.route),
+        "metadata_json": Jsonb(fact.metadata or {}),
     }
     return tuple(values.get(column) for column in columns)
 
 
-def _usage_increment(fact: dict[str, Any]) -> BucketIncrement:
-    latency = fact.get("latency_ms")
-    first_token = fact.get("first_token_ms")
+def _usage_increment(fact: UsageFact) -> BucketIncrement:
+    latency = fact.latency_ms
     latency_sum, latency_count = _sample(latency)
-    first_token_sum, first_token_count = _sample(first_token)
+    first_token_sum, first_token_count = _sample(fact.first_token_ms)
     return BucketIncrement(
-        bucket_start=bucket_start_for(fact["created_at"]),
-        provider=dimension(fact["provider"]),
-        account_id=dimension(fact.get("account_id")),
-        model=dimension(fact.get("model")),
-        service_tier=dimension(fact.get("service_tier")),
+        bucket_start=bucket_start_for(fact.created_at),
+        provider=dimension(fact.provider),
+        account_id=dimension(fact.account_id),
+        model=dimension(fact.model),
+        service_tier=dimension(fact.service_tier),
         success_count=1,
-        input_tokens=fact.get("input_tokens") or 0,
-        output_tokens=fact.get("output_tokens") or 0,
-        cached_tokens=fact.get("cached_tokens") or 0,
+        input_tokens=fact.input_tokens or 0,
+        output_tokens=fact.output_tokens or 0,
+        cached_tokens=fact.cached_tokens or 0,
         first_token_latency_sum=first_token_sum,
         first_token_latency_count=first_token_count,
         latency_sum=latency_sum,
@@ -198,12 +202,12 @@ def _usage_increment(fact: dict[str, Any]) -> BucketIncrement:
     )
 
 
-def _error_increment(fact: dict[str, Any]) -> BucketIncrement:
+def _error_increment(fact: ErrorFact) -> BucketIncrement:
     return BucketIncrement(
-        bucket_start=bucket_start_for(fact["created_at"]),
-        provider=dimension(fact.get("provider")),
-        account_id=dimension(fact.get("account_id")),
-        model=dimension(fact.get("model")),
+        bucket_start=bucket_start_for(fact.created_at),
+        provider=dimension(fact.provider),
+        account_id=dimension(fact.account_id),
+        model=dimension(fact.model),
         service_tier=UNKNOWN_DIMENSION,
         error_count=1,
     )
@@ -211,17 +215,21 @@ def _error_increment(fact: dict[str, Any]) -> BucketIncrement:
 
 @transaction.atomic
 def ledger_write_batch(
-    *, usage_facts: list[dict[str, Any]], error_facts: list[dict[str, Any]]
+    *, usage_facts: Sequence[UsageFact], error_facts: Sequence[ErrorFact]
 ) -> tuple[list[str], list[str]]:
     """Write many facts and their bucket changes in ONE transaction (seed 004 §5.2 holds for
     each fact: it and its bucket change commit together or not at all).
 
-    Takes the same keyword dictionaries as ``usage_record_create`` / ``ops_error_log_create``.
+    Raises TypeError for anything but ``UsageFact`` / ``ErrorFact`` instances (a dict with a
+    misspelt key must not become a NULL column).
     Increments of the same bucket are added up first, so each bucket costs one upsert.
     Returns the new ids (usage, errors). Raises the database error (and writes nothing) if any
     row is rejected.
     """
-    usage_facts = [_with_usage_defaults(fact) for fact in usage_facts]
+    for facts, expected in ((usage_facts, UsageFact), (error_facts, ErrorFact)):
+        for fact in facts:
+            if not isinstance(fact, expected):
+                raise TypeError(f"expected {expected.__name__}, got {type(fact).__name__}")
     usage_ids = [new_usage_record_id() for _ in usage_facts]
     error_ids = [new_ops_error_log_id() for _ in error_facts]
     increments = [_usage_increment(fact) for fact in usage_facts]
@@ -245,6 +253,6 @@ def ledger_write_batch(
     if increments:
         buckets_add(
             increments=merge_increments(increments),
-            now=max(fact["created_at"] for fact in usage_facts + error_facts),
+            now=max(fact.created_at for fact in [*usage_facts, *error_facts]),
         )
     return usage_ids, error_ids

@@ -50,6 +50,8 @@ _OTHER_WORKER = """
 import os, sys
 os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
 import django
+from config.bootstrap import prepare
+prepare()
 django.setup()
 from datetime import UTC, datetime
 from bots.selfcheck_throttle import selfcheck_slot_take

@@ -16,10 +16,14 @@ import redis
 from config import embedded
 from tests.conftest import run_project
 
+# A process of the project started like any entry point (config.bootstrap.prepare first): it
+# finds the embedded stores `prepare` left running and uses them.
 PROBE = """
 import os
 os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
 import django
+from config.bootstrap import prepare
+prepare()
 django.setup()
 from django.conf import settings
 from django_redis import get_redis_connection

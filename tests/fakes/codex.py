@@ -61,6 +61,28 @@ class Reply:
     delta_delay: float = 0.0
     usage: dict | None = None
     model: str | None = None
+    # "ok" only: the whole SSE body sent compressed with this content coding (gzip, br, zstd).
+    content_encoding: str | None = None
+
+
+def _compressed(body: bytes, coding: str) -> bytes:
+    if coding == "gzip":
+        import gzip
+
+        return gzip.compress(body)
+    if coding == "deflate":
+        import zlib
+
+        return zlib.compress(body)
+    if coding == "br":
+        import brotli
+
+        return brotli.compress(body)
+    if coding == "zstd":
+        from backports import zstd
+
+        return zstd.compress(body)
+    raise ValueError(f"the fake cannot compress with {coding!r}")
 
 
 def usage_object(
@@ -390,6 +412,17 @@ class FakeCodexUpstream:
             )
         elif reply.kind in ("cut", "eof"):
             events = events[: reply.cut_after]
+        if reply.content_encoding:
+            body = b"".join(sse_frame(event) for event in events)
+            return web.Response(
+                body=_compressed(body, reply.content_encoding),
+                headers={
+                    "Content-Type": "text/event-stream",
+                    "Content-Encoding": reply.content_encoding,
+                    "openai-model": model,
+                    **reply.headers,
+                },
+            )
         response = web.StreamResponse(
             status=200,
             headers={

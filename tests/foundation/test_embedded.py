@@ -171,7 +171,8 @@ def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
         "REDIS_URL": settings.REDIS_URL,
     }
     probe = (
-        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup();"
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings';"
+        "from config.bootstrap import prepare; prepare(); django.setup();"
         "from django.conf import settings as s;"
         "print(s.EMBEDDED_POSTGRES, s.EMBEDDED_REDIS, s.REDIS_URL)"
     )
@@ -187,6 +188,34 @@ def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
     assert result.stdout.split() == ["False", "False", settings.REDIS_URL]
     assert not (tmp_path / "postgres").exists()
     assert not (tmp_path / "redis").exists()
+
+
+def test_importing_the_settings_starts_nothing_and_writes_nothing(tmp_path):
+    """Only the entry points (``config.bootstrap.prepare``) make var/ and start the stores;
+    settings imported without them say so and leave the disk as it was."""
+    var_dir = tmp_path / "var"
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "CPR_EMBEDDED_POSTGRES")
+        and name != "CPR_EMBEDDED_REDIS_URL"
+    }
+    environment["CPR_VAR_DIR"] = str(var_dir)
+    probe = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings';django.setup()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+
+    assert result.returncode != 0
+    assert "NotPrepared" in result.stderr
+    assert "start through manage.py or `python -m config.run`" in result.stderr
+    assert not var_dir.exists()
 
 
 def test_stop_embedded_reads_a_blank_url_as_unset_like_the_settings(tmp_path):

@@ -16,6 +16,8 @@ PROBE = """
 import os
 os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
 import django
+from config.bootstrap import prepare
+prepare()
 django.setup()
 from django_redis import get_redis_connection
 from redis import AuthenticationError

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from proxy.dispatch import recording
+from proxy.ledger import writer as ledger_writer
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
@@ -47,7 +47,7 @@ class LiveServer(LiveASGIServer):
 
     def drain(self) -> None:
         """Wait until the ledger writes the server scheduled have finished."""
-        future = asyncio.run_coroutine_threadsafe(recording.await_pending_writes(), self.loop)
+        future = asyncio.run_coroutine_threadsafe(ledger_writer.await_pending_writes(), self.loop)
         future.result(30)
 
 

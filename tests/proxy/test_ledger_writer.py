@@ -13,12 +13,13 @@ from django.db import connection
 from django.utils import timezone
 
 from proxy import redis_keys
-from proxy.dispatch import recording
-from proxy.dispatch.recording import LedgerEntry, _Attempt, _Unit, _write_unit_in_thread
+from proxy.ledger import writer as ledger_writer
+from proxy.ledger.writer import LedgerEntry, _Attempt, _Unit, _write_unit_in_thread
 from proxy.loop_resources import close_current_loop_resources
 from proxy.models import AccountUsage
 from proxy.services.account_usage import AccountUsageIncrement
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
+from telemetry.services.facts import ErrorFact, UsageFact
 from tests.proxy.factories import make_account
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,7 +36,7 @@ def _success(account, request_id: str, **fields) -> LedgerEntry:
         **fields,
     }
     return LedgerEntry(
-        usage=usage,
+        usage=UsageFact(**usage),
         account_usage=[(account.id, AccountUsageIncrement(counted_request=True, input_tokens=10))],
     )
 
@@ -43,7 +44,7 @@ def _success(account, request_id: str, **fields) -> LedgerEntry:
 def _written_in_own_transaction(entries: list[LedgerEntry]) -> int:
     """Write ``entries`` as the writer does and return that transaction's id."""
     attempt = _Attempt()
-    recording._write_atomically(entries, attempt, sanitize=False)
+    ledger_writer._write_atomically(entries, attempt, sanitize=False)
     connection.close()
     return attempt.transaction_id
 
@@ -86,7 +87,7 @@ def test_text_the_database_refuses_is_stored_with_replacement_characters(caplog)
         _success(account, "req-plain"),
     ]
 
-    with caplog.at_level(logging.WARNING, logger="proxy.dispatch.recording"):
+    with caplog.at_level(logging.WARNING, logger="proxy.ledger.writer"):
         assert _write_unit_in_thread(_Unit(entries)) is None
 
     rows = dict(UsageRecord.objects.values_list("request_id", "model"))
@@ -103,18 +104,18 @@ def test_text_the_database_refuses_is_stored_with_replacement_characters(caplog)
 
 def test_only_a_row_the_database_keeps_refusing_is_given_up_loudly_and_counted(caplog):
     account = make_account()
-    before = recording.ledger_stats().entries_given_up
+    before = ledger_writer.ledger_stats().entries_given_up
     refused = _success(account, "req-refused", status_code=500)  # a CHECK: 200–399 only
-    refused.errors.append({"created_at": timezone.now(), "message": "x", "request_id": "e-1"})
+    refused.errors.append(ErrorFact(created_at=timezone.now(), message="x", request_id="e-1"))
     entries = [_success(account, "req-good"), refused]
 
-    with caplog.at_level(logging.ERROR, logger="proxy.dispatch.recording"):
+    with caplog.at_level(logging.ERROR, logger="proxy.ledger.writer"):
         assert _write_unit_in_thread(_Unit(entries)) is None
 
     assert list(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-good"]
     assert not OpsErrorLog.objects.exists()  # the refused entry is given up as a whole
     assert AccountUsage.objects.get(account=account).request_count == 1  # never its counter
-    assert recording.ledger_stats().entries_given_up == before + 1
+    assert ledger_writer.ledger_stats().entries_given_up == before + 1
     assert "telemetry rows GIVEN UP" in caplog.text
     assert "req-refused" in caplog.text
 
@@ -123,21 +124,21 @@ def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog, redis
     """Past MAX_BACKLOG the oldest held entries are given up, not the worker's memory; the
     count of given-up entries is where operators can read it (Redis), not only in the log."""
     account = make_account()
-    monkeypatch.setattr(recording, "MAX_BACKLOG", 3)
-    before = recording.ledger_stats().entries_given_up
-    monkeypatch.setattr(recording, "_published_given_up", before)  # earlier tests' are not ours
+    monkeypatch.setattr(ledger_writer, "MAX_BACKLOG", 3)
+    before = ledger_writer.ledger_stats().entries_given_up
+    monkeypatch.setattr(ledger_writer, "_published_given_up", before)  # earlier tests' are not ours
     counter = redis_keys.ledger_rows_given_up()
     counted_before = int(redis_client.get(counter) or 0)
 
     async def submit_five() -> None:
-        writer = recording.LedgerWriter()
+        writer = ledger_writer.LedgerWriter()
         for index in range(5):  # faster than the writer's first flush
             writer.submit(_success(account, f"req-{index}"))
         assert writer.backlog == 3
         await writer.flush()
         await close_current_loop_resources()
 
-    with caplog.at_level(logging.ERROR, logger="proxy.dispatch.recording"):
+    with caplog.at_level(logging.ERROR, logger="proxy.ledger.writer"):
         asyncio.run(submit_five())
 
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == [
@@ -145,10 +146,10 @@ def test_the_backlog_held_during_an_outage_is_bounded(monkeypatch, caplog, redis
         "req-3",
         "req-4",
     ]
-    assert recording.ledger_stats().entries_given_up == before + 2
+    assert ledger_writer.ledger_stats().entries_given_up == before + 2
     assert "the in-memory backlog is full" in caplog.text
     assert int(redis_client.get(counter)) == counted_before + 2
-    assert 0 < redis_client.ttl(counter) <= recording.GIVEN_UP_COUNTER_TTL_SECONDS
+    assert 0 < redis_client.ttl(counter) <= ledger_writer.GIVEN_UP_COUNTER_TTL_SECONDS
 
 
 def test_a_retry_writes_what_the_in_doubt_transaction_did_not_hold():
@@ -169,28 +170,28 @@ def test_a_transaction_the_server_does_not_know_is_written_again_not_given_up():
     """After a failover to a standby that never received the old COMMIT, txid_status answers
     "in the future": the entries did not commit there and are written."""
     account = make_account()
-    before = recording.ledger_stats().entries_given_up
+    before = ledger_writer.ledger_stats().entries_given_up
     entries = [_success(account, "req-a"), _success(account, "req-b")]
 
     unit = _Unit(entries, in_doubt_transaction=10**12, in_doubt_count=2)
     assert _write_unit_in_thread(unit) is None
 
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-a", "req-b"]
-    assert recording.ledger_stats().entries_given_up == before
+    assert ledger_writer.ledger_stats().entries_given_up == before
 
 
 def test_a_value_the_database_refuses_is_not_retried_forever():
     """An index row too large is an OperationalError in psycopg's classes, but it is the row
     that is wrong: it is given up and the good row beside it is written at once."""
     account = make_account()
-    before = recording.ledger_stats().entries_given_up
+    before = ledger_writer.ledger_stats().entries_given_up
     incompressible = secrets.token_urlsafe(15_000)  # ~20,000 characters, past a btree entry
     entries = [_success(account, "req-huge", response_id=incompressible), _success(account, "ok")]
 
     assert _write_unit_in_thread(_Unit(entries)) is None  # nothing left to retry
 
     assert list(UsageRecord.objects.values_list("request_id", flat=True)) == ["ok"]
-    assert recording.ledger_stats().entries_given_up == before + 1
+    assert ledger_writer.ledger_stats().entries_given_up == before + 1
 
 
 @pytest.fixture

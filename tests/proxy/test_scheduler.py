@@ -10,8 +10,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
-from proxy.dispatch.accounts import AccountView
 from proxy.dispatch.scheduler import SchedulerSettings, rank
 from tests.proxy.conftest import reset_rotation
 

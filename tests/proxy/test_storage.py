@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from datetime import timedelta
@@ -267,12 +268,13 @@ def test_cookie_identity_is_unique_per_account_domain_name_path():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_ledger_writer_keeps_good_rows_when_a_batch_is_rejected():
-    from proxy.dispatch.recording import LedgerEntry, _Unit, _write_unit_in_thread
+    from proxy.ledger.writer import LedgerEntry, _Unit, _write_unit_in_thread
+    from telemetry.services.facts import UsageFact
 
     account = make_account()
     now = timezone.now()
-    good = {"created_at": now, "account_id": account.id, "model": "m", "message": "ok"}
-    bad = {**good, "status_code": 500}
+    good = UsageFact(created_at=now, account_id=account.id, model="m", message="ok")
+    bad = dataclasses.replace(good, status_code=500)
     entries = [
         LedgerEntry(
             usage=good, account_usage=[(account.id, AccountUsageIncrement(counted_request=True))]

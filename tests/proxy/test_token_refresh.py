@@ -12,13 +12,8 @@ from proxy.clients.oauth import refresh_tokens
 from proxy.models import Account, RuntimeSettings
 from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
 from proxy.services.runtime_settings import runtime_settings_ensure
-from proxy.services.token_refresh import (
-    RefreshResult,
-    jittered_margin_seconds,
-    recovery_delay_seconds,
-    token_refresh_account,
-    token_refresh_scan,
-)
+from proxy.services.token_refresh import RefreshResult, token_refresh_account, token_refresh_scan
+from proxy.services.token_refresh_timing import jittered_margin_seconds, recovery_delay_seconds
 from proxy.token_claims import token_expiry
 from tests.fakes.oauth import Identity
 from tests.proxy.conftest import make_oauth_account

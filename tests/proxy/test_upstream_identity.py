@@ -409,8 +409,8 @@ def test_a_client_leaving_before_the_first_byte_frees_the_slot_at_once(
 def test_a_401_does_not_expire_a_token_refreshed_meanwhile(proxy, upstream, client_key):
     import asyncio
 
-    from proxy.dispatch.accounts import mark_expired
     from proxy.loop_resources import close_current_loop_resources
+    from proxy.services.account_state import account_mark_expired as mark_expired
 
     account = make_pool_account("tok-old")
     Account.objects.filter(pk=account.pk).update(access_token="tok-fresh")

@@ -10,6 +10,7 @@ from django.db import IntegrityError, connection
 
 from telemetry.models import OpsErrorLog, RequestTimeBucket, UsageRecord
 from telemetry.services.buckets import bucket_start_for
+from telemetry.services.facts import ErrorFact, UsageFact
 from telemetry.services.ledger import ops_error_log_create, usage_record_create
 
 T0 = datetime(2026, 11, 1, 10, 7, 30, tzinfo=UTC)  # inside the 10:00–10:15 bucket
@@ -246,7 +247,7 @@ def _usage_fact(**overrides):
         "metadata": {"stream": True},
     }
     fact.update(overrides)
-    return fact
+    return UsageFact(**fact)
 
 
 @pytest.mark.django_db
@@ -259,13 +260,13 @@ def test_a_batch_writes_the_same_facts_and_buckets_as_one_by_one():
         _usage_fact(model="gpt-5.5", service_tier="priority", created_at=T0 + timedelta(minutes=20))
     )
     errors = [
-        {
-            "created_at": T0,
-            "message": "failed",
-            "status_code": 503,
-            "account_id": "acct_a",
-            "model": "gpt-5.4",
-        }
+        ErrorFact(
+            created_at=T0,
+            message="failed",
+            status_code=503,
+            account_id="acct_a",
+            model="gpt-5.4",
+        )
     ]
 
     ledger_write_batch(usage_facts=usage, error_facts=errors)
@@ -301,6 +302,25 @@ def test_a_batch_with_a_bad_fact_writes_nothing():
         ledger_write_batch(
             usage_facts=[_usage_fact(), _usage_fact(status_code=500)], error_facts=[]
         )
+
+    assert UsageRecord.objects.count() == 0
+    assert RequestTimeBucket.objects.count() == 0
+
+
+def test_a_misspelt_fact_field_is_a_type_error_not_a_null_column():
+    with pytest.raises(TypeError, match="input_token"):
+        UsageFact(created_at=T0, model="gpt-5.4", message="ok", input_token=10)
+    with pytest.raises(TypeError):
+        ErrorFact(T0, "failed")  # keyword-only: positional values could land in the wrong column
+
+
+@pytest.mark.django_db
+def test_the_batch_writer_refuses_plain_dicts_and_writes_nothing():
+    from telemetry.services.ledger import ledger_write_batch
+
+    misspelt = {"created_at": T0, "model": "gpt-5.4", "message": "ok", "input_token": 10}
+    with pytest.raises(TypeError, match="expected UsageFact, got dict"):
+        ledger_write_batch(usage_facts=[_usage_fact(), misspelt], error_facts=[])
 
     assert UsageRecord.objects.count() == 0
     assert RequestTimeBucket.objects.count() == 0

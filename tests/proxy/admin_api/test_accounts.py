@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from proxy.dispatch.accounts import ineligibility
+from proxy.accounts import ineligibility
 from proxy.models import Account, AccountUsage
 from proxy.runtime_state.affinity import affinity_get, affinity_record
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace

@@ -1,7 +1,7 @@
 """The per-request ledger (spec §7.1), written after the response has ended.
 
 Nothing here runs before the last byte reached the client: a finished request hands its
-``LedgerEntry`` (``proxy.dispatch.ledger_entries``) to the loop's ``LedgerWriter``, which
+``LedgerEntry`` (``proxy.ledger.entries``) to the loop's ``LedgerWriter``, which
 writes batches from a worker thread. A telemetry failure is logged and never reaches the client.
 
 A completed request's rows survive a database that goes away (seed 004 §4.7: every success is
@@ -39,14 +39,10 @@ from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
 from proxy import redis_keys
-from proxy.dispatch.cookies import store_cookies
-from proxy.dispatch.ledger_entries import (  # noqa: F401 - the views build entries through here
-    LedgerEntry,
-    build_compact_entry,
-    build_entry,
-)
+from proxy.ledger.entries import LedgerEntry
 from proxy.loop_resources import PerLoop, async_redis
-from proxy.quota import passive_quota_sync
+from proxy.services.account_cookies import account_cookies_store
+from proxy.services.account_quota import account_quota_sync_passive
 from proxy.services.account_usage import account_usage_add_many
 from telemetry.services.ledger import ledger_write_batch, storable
 
@@ -155,7 +151,7 @@ class LedgerWriter:
 _writers: PerLoop[LedgerWriter] = PerLoop(LedgerWriter)
 
 
-def schedule(entry: LedgerEntry) -> None:
+def submit(entry: LedgerEntry) -> None:
     """Hand ``entry`` to this loop's writer; the caller returns (or ends its stream) at once."""
     _writers.get_or_create().submit(entry)
 
@@ -323,7 +319,7 @@ def _give_up(entries: list[LedgerEntry], reason: str, *, exc_info: bool = False)
     """The loud end of rows that will never be written."""
     _stats.entries_given_up += len(entries)
     request_ids = [
-        fact.get("request_id")
+        fact.request_id
         for entry in entries
         for fact in ([entry.usage] if entry.usage else []) + entry.errors
     ]
@@ -347,7 +343,7 @@ async def _write_extras(batch: list[LedgerEntry]) -> None:
     for entry in batch:
         for account_id, cookies in entry.cookies:
             try:
-                await store_cookies(account_id, cookies, now=now)
+                await account_cookies_store(account_id=account_id, cookies=cookies, now=now)
             except Exception:
                 logger.warning("could not store upstream cookies", exc_info=True)
         if entry.quota_sync is not None:
@@ -356,7 +352,7 @@ async def _write_extras(batch: list[LedgerEntry]) -> None:
             newest_quota[account_id] = headers
     for account_id, headers in newest_quota.items():
         try:
-            await passive_quota_sync(account_id, headers, now=now)
+            await account_quota_sync_passive(account_id, headers, now=now)
         except Exception:
             logger.warning("passive quota sync failed", exc_info=True)
     etags = [entry.models_etag for entry in batch if entry.models_etag]

@@ -1,4 +1,4 @@
-"""The per-request candidate ledger (spec §3.3).
+"""The per-request candidate queue (spec §3.3).
 
 The candidate order is frozen when the request starts. Walking it, each account is checked
 again (another request may have changed it): no longer eligible → dropped; at its concurrency
@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
-from proxy.dispatch import accounts as account_pool
+from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
-from proxy.dispatch.accounts import AccountView
 from proxy.dispatch.scheduler import SchedulerSettings, Slot, WaitPolicy
+from proxy.selectors import still_eligible
 
 
-class CandidateLedger:
+class CandidateQueue:
     def __init__(
         self,
         eligible: list[AccountView],
@@ -45,7 +45,7 @@ class CandidateLedger:
         return self._limit is None or self._tried < self._limit
 
     async def next_slot(self) -> Slot | None:
-        """A slot on the next account to try, or None when the ledger is exhausted."""
+        """A slot on the next account to try, or None when the queue is exhausted."""
         if not self._within_limit():
             return None
         if not self._started:
@@ -83,7 +83,7 @@ class CandidateLedger:
         if not self._pending:
             return None
         candidates, self._pending = self._pending, []
-        live = await account_pool.still_eligible(candidates, now=timezone.now())
+        live = await still_eligible(candidates, now=timezone.now())
         slot = await scheduler.acquire_first_free(live, self._settings)
         if slot is None:
             self._parked += live
@@ -102,7 +102,7 @@ class CandidateLedger:
             slot = await scheduler.acquire_first_free(self._parked, self._settings)
             if slot is not None:
                 self._parked.remove(slot.account)
-                if await account_pool.still_eligible([slot.account], now=timezone.now()):
+                if await still_eligible([slot.account], now=timezone.now()):
                     return slot
                 # Another request marked it meanwhile: give the slot back, look again at once.
                 await scheduler.release(slot)

@@ -1,7 +1,7 @@
 """What one finished ``/v1`` request leaves behind (spec §7.1): its ``LedgerEntry``.
 
-Built from the finished ``Dispatch`` once the response has ended; ``proxy.dispatch.recording``
-writes the entries later, in batches.
+Built from the dispatch's frozen ``DispatchReport``; ``proxy.ledger.writer`` writes the entries
+later, in batches. Facts are telemetry's typed ``UsageFact`` / ``ErrorFact``.
 """
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ from typing import Any
 
 from django.utils import timezone
 
-from proxy.dispatch.accounts import AccountView
-from proxy.dispatch.failures import ROTATING_KINDS, FailureKind, failed_event_status
+from proxy.dispatch.client_errors import failed_event_status, ops_message
+from proxy.dispatch.failures import ROTATING_KINDS, FailureKind
+from proxy.dispatch.types import DispatchReport, Served
 from proxy.services.account_usage import AccountUsageIncrement
+from telemetry.services.facts import ErrorFact, UsageFact
 
 
 @dataclass
 class LedgerEntry:
     """Everything one finished request leaves behind."""
 
-    usage: dict[str, Any] | None = None
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    usage: UsageFact | None = None
+    errors: list[ErrorFact] = field(default_factory=list)
     account_usage: list[tuple[str, AccountUsageIncrement]] = field(default_factory=list)
     cookies: list[tuple[str, list[dict]]] = field(default_factory=list)
     # (account id, upstream headers) of a success whose rate-limit headers update the quota.
@@ -45,9 +47,9 @@ def _request_summary(body: dict) -> dict[str, Any]:
     }
 
 
-def _base_metadata(dispatch) -> dict[str, Any]:
-    """Metadata every row of ``dispatch`` carries (spec §7.1)."""
-    request = dispatch.request
+def _base_metadata(report: DispatchReport) -> dict[str, Any]:
+    """Metadata every row of the request carries (spec §7.1)."""
+    request = report.request
     reasoning = request.body.get("reasoning")
     return {
         "apiKind": "chat" if request.route == "/v1/chat/completions" else "responses",
@@ -57,10 +59,8 @@ def _base_metadata(dispatch) -> dict[str, Any]:
         "userAgent": request.user_agent,
         "requestedModel": request.requested_model,
         "reasoningEffort": reasoning.get("effort") if isinstance(reasoning, dict) else None,
-        "attemptCount": len(dispatch.notes),
-        "attempts": [
-            {"index": note.index, "accountId": note.account_id} for note in dispatch.notes
-        ],
+        "attemptCount": len(report.notes),
+        "attempts": [{"index": note.index, "accountId": note.account_id} for note in report.notes],
         "requestSummary": _request_summary(request.body),
     }
 
@@ -107,33 +107,31 @@ class _Moment:
     latency_ms: int
 
 
-@dataclass
-class _Served:
-    """The attempt that answered: its account, headers, position and usage."""
+@dataclass(frozen=True)
+class _Answer:
+    """The served attempt as the ledger reads it: its response id and usage."""
 
-    account: AccountView
-    upstream_headers: dict[str, str]
-    attempt_index: int
+    served: Served
     response_id: str | None
     usage: dict
 
 
-def _served_fact(dispatch, served: _Served, base_metadata: dict, moment: _Moment):
+def _served_columns(report: DispatchReport, answer: _Answer, base_metadata: dict, moment):
     """The columns and metadata shared by the success row and the failed-stream row."""
-    request = dispatch.request
+    request = report.request
+    served = answer.served
     headers = served.upstream_headers
-    effective_model = headers.get("openai-model") or request.model
-    fact = {
+    columns = {
         "request_id": request.request_id,
         "client_api_key_id": request.client_api_key_id,
         "route": request.route,
         "created_at": moment.now,
         "provider": "openai",
         "account_id": served.account.id,
-        "model": effective_model,
-        "transport": dispatch.transport,
+        "model": headers.get("openai-model") or request.model,
+        "transport": report.transport,
         "attempt_index": served.attempt_index,
-        "response_id": served.response_id,
+        "response_id": answer.response_id,
         "upstream_request_id": _upstream_request_id(headers),
         "latency_ms": moment.latency_ms,
     }
@@ -145,13 +143,13 @@ def _served_fact(dispatch, served: _Served, base_metadata: dict, moment: _Moment
         "cfRay": headers.get("cf-ray"),
         "accountEmail": served.account.email,
     }
-    return fact, metadata
+    return columns, metadata
 
 
 def _record_success(
     entry: LedgerEntry,
-    dispatch,
-    served: _Served,
+    report: DispatchReport,
+    answer: _Answer,
     base_metadata: dict,
     moment: _Moment,
     *,
@@ -161,31 +159,32 @@ def _record_success(
 ) -> None:
     """The usage row of a successful attempt, and what every success triggers: the passive
     quota sync from its rate-limit headers and the models etag check (spec §4.3, §4.5)."""
-    request = dispatch.request
-    fact, metadata = _served_fact(dispatch, served, base_metadata, moment)
+    request = report.request
+    served = answer.served
+    columns, metadata = _served_columns(report, answer, base_metadata, moment)
     service_tier = request.body.get("service_tier")
     entry.quota_sync = (served.account.id, served.upstream_headers)
     entry.models_etag = served.upstream_headers.get("x-models-etag")
-    entry.usage = {
-        **fact,
-        **_tokens(served.usage),
-        "message": message,
-        "status_code": 200,
-        "requested_model": request.requested_model,
-        "upstream_model": fact["model"],
-        "service_tier": service_tier if isinstance(service_tier, str) else None,
-        "first_token_ms": first_token_ms,
-        "metadata": {**metadata, "completed": not incomplete, "incomplete": incomplete},
-    }
+    entry.usage = UsageFact(
+        **columns,
+        **_tokens(answer.usage),
+        message=message,
+        status_code=200,
+        requested_model=request.requested_model,
+        upstream_model=columns["model"],
+        service_tier=service_tier if isinstance(service_tier, str) else None,
+        first_token_ms=first_token_ms,
+        metadata={**metadata, "completed": not incomplete, "incomplete": incomplete},
+    )
 
 
 def _record_attempt_failures(
-    entry: LedgerEntry, dispatch, base_metadata: dict, moment: _Moment
+    entry: LedgerEntry, report: DispatchReport, base_metadata: dict, moment: _Moment
 ) -> None:
     """Counters of the attempts that failed, and a row per transient failure that moved the
     request on (spec §7.1); the other rotations (429, 401, ...) show up as account state."""
-    request = dispatch.request
-    for note in dispatch.notes:
+    request = report.request
+    for note in report.notes:
         failure = note.failure
         if failure is None:
             continue
@@ -197,111 +196,133 @@ def _record_attempt_failures(
             entry.account_usage.append(
                 (note.account_id, AccountUsageIncrement(empty_response=True))
             )
-        is_final = failure is dispatch.final_failure
+        is_final = failure is report.final_failure
         if failure.kind == FailureKind.UPSTREAM_UNAVAILABLE and not is_final:
             entry.errors.append(
-                {
-                    "request_id": request.request_id,
-                    "client_api_key_id": request.client_api_key_id,
-                    "route": request.route,
-                    "created_at": moment.now,
-                    "message": "v1 responses upstream request failed",
-                    "provider": "openai",
-                    "account_id": note.account_id,
-                    "model": request.model,
-                    "status_code": failure.upstream_status or 502,
-                    "upstream_status_code": failure.upstream_status,
-                    "transport": dispatch.transport,
-                    "attempt_index": note.index,
-                    "failure_class": failure.kind.value,
-                    "latency_ms": moment.latency_ms,
-                    "metadata": {
+                ErrorFact(
+                    request_id=request.request_id,
+                    client_api_key_id=request.client_api_key_id,
+                    route=request.route,
+                    created_at=moment.now,
+                    message="v1 responses upstream request failed",
+                    provider="openai",
+                    account_id=note.account_id,
+                    model=request.model,
+                    status_code=failure.upstream_status or 502,
+                    upstream_status_code=failure.upstream_status,
+                    transport=report.transport,
+                    attempt_index=note.index,
+                    failure_class=failure.kind.value,
+                    latency_ms=moment.latency_ms,
+                    metadata={
                         **base_metadata,
                         "errorKind": failure.kind.value,
                         "error": failure.short_text(),
                         "failureSource": "upstream",
                     },
-                }
+                )
             )
 
 
 def _record_dispatch_failure(
-    entry: LedgerEntry, dispatch, base_metadata: dict, moment: _Moment
+    entry: LedgerEntry, report: DispatchReport, base_metadata: dict, moment: _Moment
 ) -> None:
-    """The row of a request no account could serve (the client got ``dispatch.client_error``)."""
-    request = dispatch.request
-    failure = dispatch.final_failure
+    """The row of a request no account could serve (the client got ``report.client_error``)."""
+    request = report.request
+    failure = report.final_failure
     failure_class = failure.kind.value if failure else "no_available_accounts"
-    error = dispatch.client_error
-    last_account = dispatch.notes[-1].account_id if dispatch.notes else None
+    error = report.client_error
+    last = report.notes[-1] if report.notes else None
     entry.errors.append(
-        {
-            "request_id": request.request_id,
-            "client_api_key_id": request.client_api_key_id,
-            "route": request.route,
-            "created_at": moment.now,
-            "message": "v1 responses dispatch failed",
-            "provider": "openai",
-            "account_id": last_account,
-            "model": request.model,
-            "status_code": error.status,
-            "client_status_code": error.status,
-            "upstream_status_code": failure.upstream_status if failure else None,
-            "transport": dispatch.transport if dispatch.notes else None,
-            "attempt_index": dispatch.notes[-1].index if dispatch.notes else None,
-            "failure_class": failure_class,
-            "response_id": failure.response_id if failure else None,
-            "latency_ms": moment.latency_ms,
-            "metadata": {
+        ErrorFact(
+            request_id=request.request_id,
+            client_api_key_id=request.client_api_key_id,
+            route=request.route,
+            created_at=moment.now,
+            message=ops_message(failure),
+            provider="openai",
+            account_id=last.account_id if last else None,
+            model=request.model,
+            status_code=error.status,
+            client_status_code=error.status,
+            upstream_status_code=failure.upstream_status if failure else None,
+            transport=report.transport if last else None,
+            attempt_index=last.index if last else None,
+            failure_class=failure_class,
+            response_id=failure.response_id if failure else None,
+            latency_ms=moment.latency_ms,
+            metadata={
                 **base_metadata,
                 "failed": True,
                 "errorKind": failure_class,
                 "error": (failure.short_text() if failure else error.message),
                 "upstreamCode": failure.code if failure else None,
-                "exhaustedCount": dispatch.exhausted_count
+                "exhaustedCount": report.exhausted_count
                 if failure and failure.kind in ROTATING_KINDS
                 else None,
                 "failureSource": "upstream" if failure else "proxy",
             },
-        }
+        )
     )
 
 
-def build_entry(dispatch, *, committed=None, response_object: dict | None = None) -> LedgerEntry:
-    """Translate what ``dispatch`` (a finished Dispatch) saw into facts and counters."""
-    request = dispatch.request
-    moment = _Moment(timezone.now(), request.elapsed_ms())
-    base_metadata = _base_metadata(dispatch)
-    entry = LedgerEntry(cookies=list(dispatch.captured_cookies))
-    _record_attempt_failures(entry, dispatch, base_metadata, moment)
-    if dispatch.client_error is not None:
-        _record_dispatch_failure(entry, dispatch, base_metadata, moment)
-        return entry
-    if committed is None:
-        return entry
-
-    progress = committed.progress
-    terminal = progress.terminal if isinstance(progress.terminal, dict) else {}
-    response = response_object or terminal.get("response")
-    response = response if isinstance(response, dict) else {}
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    served = _Served(
-        account=committed.account,
-        upstream_headers=committed.upstream_headers,
-        attempt_index=committed.attempt_index,
-        response_id=progress.response_id or response.get("id"),
+def _record_compact(entry, report: DispatchReport, base_metadata: dict, moment: _Moment) -> None:
+    """A successful ``/v1/responses/compact`` call (transport ``http``): a success like any
+    other (spec §1.5, §4.3), its usage from the JSON answer."""
+    served = report.served
+    payload = served.compact_payload if isinstance(served.compact_payload, dict) else {}
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    answer = _Answer(
+        served=served,
+        response_id=payload.get("id") if isinstance(payload.get("id"), str) else None,
         usage=usage,
     )
     entry.account_usage.append((served.account.id, _counted_usage(usage)))
-    failed_badly = dispatch.stream_error or dispatch.synthetic_failure or dispatch.client_cancelled
+    _record_success(
+        entry, report, answer, base_metadata, moment, message="v1 responses compact completed"
+    )
+
+
+def build_entry(report: DispatchReport) -> LedgerEntry:
+    """Translate what a finished dispatch saw into facts and counters."""
+    request = report.request
+    moment = _Moment(timezone.now(), request.elapsed_ms())
+    base_metadata = _base_metadata(report)
+    entry = LedgerEntry(
+        cookies=[(account, list(found)) for account, found in report.captured_cookies]
+    )
+    _record_attempt_failures(entry, report, base_metadata, moment)
+    if report.client_error is not None:
+        _record_dispatch_failure(entry, report, base_metadata, moment)
+        return entry
+    served = report.served
+    if served is None:
+        return entry
+    if served.compact_payload is not None:
+        _record_compact(entry, report, base_metadata, moment)
+        return entry
+
+    progress = served.progress
+    terminal = progress.terminal if isinstance(progress.terminal, dict) else {}
+    response = served.response_object or terminal.get("response")
+    response = response if isinstance(response, dict) else {}
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    answer = _Answer(
+        served=served, response_id=progress.response_id or response.get("id"), usage=usage
+    )
+    entry.account_usage.append((served.account.id, _counted_usage(usage)))
+    end = report.end
+    failed_badly = (
+        end.stream_error or end.synthetic_failure or end.client_cancelled or end.server_shutdown
+    )
     terminal_event = progress.terminal_event
     if not failed_badly and terminal_event in ("response.completed", "response.incomplete"):
         incomplete = terminal_event == "response.incomplete"
         kind_word = "incomplete" if incomplete else "completed"
         _record_success(
             entry,
-            dispatch,
-            served,
+            report,
+            answer,
             base_metadata,
             moment,
             message=f"v1 responses stream {kind_word}"
@@ -313,9 +334,12 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
         return entry
 
     # The stream was committed but did not end well: cancelled, cut, or a terminal failure.
-    if dispatch.client_cancelled:
+    if end.client_cancelled:
         status, failure_class, source = 499, "client_cancelled", "client"
         detail = "the client closed the connection before the response ended"
+    elif end.server_shutdown:
+        status, failure_class, source = 503, "server_shutdown", "proxy"
+        detail = "the server's graceful stop ran out of time before the response ended"
     elif terminal_event in ("response.failed", "error"):
         error = response.get("error") or terminal.get("error") or {}
         code = str(error.get("code") or "") if isinstance(error, dict) else ""
@@ -324,53 +348,26 @@ def build_entry(dispatch, *, committed=None, response_object: dict | None = None
     else:
         status, source = 502, "proxy"
         failure_class = (
-            "invalid_sse"
-            if dispatch.stream_error and "SSE" in dispatch.stream_error
-            else "missing_completed"
+            "invalid_sse" if end.stream_error and "SSE" in end.stream_error else "missing_completed"
         )
-        detail = dispatch.stream_error or "ended without response.completed"
-    fact, metadata = _served_fact(dispatch, served, base_metadata, moment)
+        detail = end.stream_error or "ended without response.completed"
+    columns, metadata = _served_columns(report, answer, base_metadata, moment)
     entry.errors.append(
-        {
-            **fact,
-            "message": "v1 responses stream failed",
-            "status_code": status,
-            "client_status_code": 200,
-            "failure_class": failure_class,
-            "metadata": {
+        ErrorFact(
+            **columns,
+            message="v1 responses stream failed",
+            status_code=status,
+            client_status_code=200,
+            failure_class=failure_class,
+            metadata={
                 **metadata,
                 "failed": True,
                 "errorKind": failure_class,
                 "failureSource": source,
-                "synthetic": dispatch.synthetic_failure,
+                "synthetic": end.synthetic_failure,
                 "failureDetail": detail[:200],
                 "firstTokenMs": progress.first_token_ms,
             },
-        }
-    )
-    return entry
-
-
-def build_compact_entry(dispatch, result) -> LedgerEntry:
-    """The ledger of a successful ``/v1/responses/compact`` call (transport ``http``): a
-    success like any other (spec §1.5, §4.3), its usage from the JSON answer."""
-    entry = build_entry(dispatch)  # transient failures of earlier attempts, if any
-    payload = result.payload if isinstance(result.payload, dict) else {}
-    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
-    served = _Served(
-        account=result.account,
-        upstream_headers=result.upstream_headers,
-        attempt_index=result.attempt_index,
-        response_id=payload.get("id") if isinstance(payload.get("id"), str) else None,
-        usage=usage,
-    )
-    entry.account_usage.append((served.account.id, _counted_usage(usage)))
-    _record_success(
-        entry,
-        dispatch,
-        served,
-        _base_metadata(dispatch),
-        _Moment(timezone.now(), dispatch.request.elapsed_ms()),
-        message="v1 responses compact completed",
+        )
     )
     return entry

@@ -1,4 +1,5 @@
-"""Writes to ``messages``, the ledger of relayed messages."""
+"""Writes to ``messages``: the relayed messages (one row per message copied between a user and
+the group)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,46 @@
+"""The typed failures of a ChatGPT backend call."""
+
+from __future__ import annotations
+
+
+class CodexError(Exception):
+    """A backend call that produced no usable answer."""
+
+    #: Whether asking again (the same request, the same account) cannot help.
+    permanent: bool = False
+
+
+class CodexTransportError(CodexError):
+    """No HTTP answer arrived, or the body broke off: connect error, timeout, reset."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class CodexHTTPError(CodexError):
+    """The backend answered with a status other than the call's success.
+
+    ``headers`` are lower-cased; ``body`` holds at most ``ERROR_BODY_READ_CAP`` bytes;
+    ``set_cookies`` are the ``Set-Cookie`` values of every answer of the call (its 5xx retries
+    included). 429 and 5xx are not permanent (later, or another try, may succeed); any other
+    4xx is.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        set_cookies: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(f"upstream answered {status}")
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.set_cookies = set_cookies
+
+    @property
+    def permanent(self) -> bool:  # type: ignore[override]
+        return self.status != 429 and self.status < 500

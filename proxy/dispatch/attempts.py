@@ -1,0 +1,248 @@
+"""One attempt on one account, as a per-call strategy (spec §1.4, §1.5, §3.6).
+
+Each strategy says which backend call it makes and how its answer is read:
+
+* ``StreamStrategy`` — stream clients: the SSE is held until real output, a terminal event or
+  64 KiB (``COMMIT_PREFETCH_LIMIT``), so a failure right after ``response.created`` can still
+  move to another account;
+* ``CompleteStrategy`` — non-stream clients: the SSE is read to its end (nothing was sent, so
+  any failure rotates);
+* ``CompactStrategy`` — ``/v1/responses/compact``: one JSON call, no request pacing.
+
+``run`` returns the attempt's success or an ``AttemptFailure``; it never raises for what the
+upstream did.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Protocol
+
+from proxy.clients import codex
+from proxy.dispatch.failures import (
+    AttemptFailure,
+    FailureKind,
+    classify_failed_event,
+    failure_from_error,
+)
+from proxy.dispatch.progress import is_empty_completion, observe
+from proxy.dispatch.scheduler import Slot
+from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
+from proxy.dispatch.types import Committed, CompactResult, DispatchRequest, StreamProgress
+from proxy.dispatch.upstream_request import compact_body, scoped_body
+
+COMMIT_PREFETCH_LIMIT = 64 * 1024
+
+
+def _encoded(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class Strategy(Protocol):
+    call: codex.Call
+    #: The ledger's ``transport`` of the call.
+    transport: str
+    #: Whether the request interval applies (compact skips it, spec §1.5).
+    paced: bool
+
+    def body(self, request: DispatchRequest, account_id: str) -> bytes: ...
+
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure: ...
+
+
+class _SSEStrategy:
+    call = codex.Call.RESPONSES
+    transport = "http_sse"
+    paced = True
+
+    def body(self, request: DispatchRequest, account_id: str) -> bytes:
+        return _encoded(scoped_body(request.body, request.client_identity, account_id))
+
+    async def _open(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> codex.CodexStream | AttemptFailure:
+        try:
+            stream = await codex.open_responses(
+                body=self.body(request, slot.account.id), headers=headers
+            )
+        except codex.CodexError as error:
+            cookies_seen += getattr(error, "set_cookies", ())
+            return failure_from_error(error)
+        cookies_seen += stream.set_cookies
+        return stream
+
+
+class StreamStrategy(_SSEStrategy):
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
+        stream = await self._open(request, slot, headers, cookies_seen)
+        if isinstance(stream, AttemptFailure):
+            return stream
+        scanner = SSEScanner()
+        progress = StreamProgress()
+        buffered: list[bytes] = []
+        buffered_frames: list[Frame] = []
+        held = 0
+        try:
+            async for chunk in stream.chunks():
+                buffered.append(chunk)
+                held += len(chunk)
+                frames = scanner.feed(chunk)
+                buffered_frames += frames
+                failure = observe(frames, progress, request)
+                if failure is not None:
+                    stream.close()
+                    return failure
+                if progress.output_seen or progress.terminal_event or held >= COMMIT_PREFETCH_LIMIT:
+                    break
+            else:
+                if not progress.terminal_event:
+                    stream.release()
+                    return AttemptFailure(
+                        FailureKind.UPSTREAM_UNAVAILABLE,
+                        detail="upstream stream ended before any output",
+                        response_id=progress.response_id,
+                        in_stream=True,
+                    )
+        except codex.CodexTransportError as error:
+            stream.close()
+            return AttemptFailure(
+                FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True
+            )
+        except SSEFrameTooLarge as error:
+            stream.close()
+            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
+        return Committed(
+            slot=slot,
+            attempt_index=attempt_index,
+            stream=stream,
+            upstream_headers=stream.headers,
+            buffered=buffered,
+            scanner=scanner,
+            progress=progress,
+            buffered_frames=buffered_frames,
+        )
+
+
+class CompleteStrategy(_SSEStrategy):
+    """``keep_frames``: keep every event too, for callers that build their answer from the
+    stream rather than from the terminal ``response`` object."""
+
+    def __init__(self, *, keep_frames: bool = False) -> None:
+        self.keep_frames = keep_frames
+
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
+        stream = await self._open(request, slot, headers, cookies_seen)
+        if isinstance(stream, AttemptFailure):
+            return stream
+        scanner = SSEScanner()
+        progress = StreamProgress()
+        kept: list[Frame] = []
+        try:
+            async for chunk in stream.chunks():
+                frames = scanner.feed(chunk)
+                if self.keep_frames:
+                    kept += frames
+                observe(frames, progress, request)
+        except codex.CodexTransportError as error:
+            stream.close()
+            return AttemptFailure(
+                FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True
+            )
+        except SSEFrameTooLarge as error:
+            stream.close()
+            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
+        stream.release()
+        terminal = progress.terminal
+        if progress.terminal_event is None or terminal is None:
+            return AttemptFailure(
+                FailureKind.UPSTREAM_UNAVAILABLE,
+                detail="upstream stream ended before response.completed",
+                response_id=progress.response_id,
+                in_stream=True,
+            )
+        if progress.terminal_event not in SUCCESS_TERMINAL_EVENTS:
+            failure = classify_failed_event(terminal)
+            failure.in_stream = True
+            return failure
+        response_object = terminal.get("response")
+        if not isinstance(response_object, dict):
+            return AttemptFailure(
+                FailureKind.INVALID_SSE, detail="terminal event without response", in_stream=True
+            )
+        if is_empty_completion(response_object):
+            return AttemptFailure(
+                FailureKind.EMPTY_RESPONSE,
+                detail="upstream completed with no output",
+                response_id=response_object.get("id"),
+                in_stream=True,
+            )
+        return Committed(
+            slot=slot,
+            attempt_index=attempt_index,
+            stream=stream,
+            upstream_headers=stream.headers,
+            buffered=[],
+            scanner=scanner,
+            progress=progress,
+            buffered_frames=kept,
+            response_object=response_object,
+        )
+
+
+class CompactStrategy:
+    call = codex.Call.COMPACT
+    transport = "http"
+    paced = False
+
+    def body(self, request: DispatchRequest, account_id: str) -> bytes:
+        return _encoded(
+            compact_body(request.body, request.client_identity, account_id, request.request_id)
+        )
+
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
+        try:
+            answer = await codex.compact(body=self.body(request, slot.account.id), headers=headers)
+        except codex.CodexError as error:
+            cookies_seen += getattr(error, "set_cookies", ())
+            return failure_from_error(error)
+        cookies_seen += answer.set_cookies
+        try:
+            payload = json.loads(answer.body)
+        except ValueError:
+            # A non-JSON answer is an upstream error, returned as 502 (spec §1.5).
+            return AttemptFailure(
+                FailureKind.CLIENT_ERROR, upstream_status=502, body=answer.body[:200]
+            )
+        return CompactResult(slot, attempt_index, answer.headers, answer.body, payload)

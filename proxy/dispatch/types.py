@@ -1,0 +1,148 @@
+"""The values of one dispatch: its request, what each attempt left, and the frozen report.
+
+``DispatchRequest`` is built by the view from a validated client request; ``Dispatch`` fills an
+``AttemptNote`` per attempt and ends with one ``DispatchReport``, which the ledger turns into
+facts. ``ClientFailure`` (defined in ``proxy.dispatch.client_errors``, re-exported here) is the
+one exception a dispatch (or a view's parsing) raises for an answer in the OpenAI error
+envelope; ``proxy.v1.errors.openai_errors`` maps it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
+
+from proxy.accounts import AccountView
+from proxy.clients.codex import CodexStream, FingerprintHeaders
+from proxy.dispatch.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
+from proxy.dispatch.failures import AttemptFailure
+from proxy.dispatch.scheduler import SchedulerSettings, Slot
+from proxy.dispatch.sse import Frame, SSEScanner
+from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.models_catalog import Catalog
+
+
+@dataclass
+class DispatchRequest:
+    """Everything the dispatcher needs to know about one validated client request."""
+
+    request_id: str
+    route: str
+    requested_model: str
+    model: str
+    body: dict
+    stream: bool
+    scheduler_settings: SchedulerSettings
+    fingerprint: FingerprintHeaders
+    catalog: Catalog  # plan allowlists of the model
+    accounts: list[AccountView]  # the candidates, read together with the client key
+    client_identity: ClientIdentity = field(default_factory=ClientIdentity)
+    client_api_key_id: str | None = None
+    client_ip: str | None = None
+    user_agent: str | None = None
+    subagent: str | None = None
+    # /v1/responses streams answer 5xx-class failures as a 200 SSE failure event (spec §1.7).
+    failures_as_events: bool = False
+    started_at: datetime = field(default_factory=timezone.now)
+    started_monotonic: float = field(default_factory=time.monotonic)
+
+    @property
+    def previous_response_id(self) -> str | None:
+        value = self.body.get("previous_response_id")
+        return value if isinstance(value, str) and value else None
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started_monotonic) * 1000)
+
+
+@dataclass
+class StreamProgress:
+    """What the scanner learnt from the upstream stream so far."""
+
+    response_id: str | None = None
+    first_token_ms: int | None = None
+    terminal_event: str | None = None
+    terminal: dict | None = None
+    done_seen: bool = False
+    output_seen: bool = False
+
+
+@dataclass(frozen=True)
+class AttemptNote:
+    index: int
+    account_id: str
+    failure: AttemptFailure | None = None
+
+
+@dataclass
+class Committed:
+    """An upstream stream that reached real output (or a terminal event) on ``slot``'s account
+    (for non-stream clients: read to its end)."""
+
+    slot: Slot
+    attempt_index: int
+    stream: CodexStream
+    upstream_headers: dict[str, str]
+    buffered: list[bytes]
+    scanner: SSEScanner
+    progress: StreamProgress
+    buffered_frames: list[Frame] = field(default_factory=list)
+    response_object: dict | None = None  # the terminal ``response`` of a completed read
+
+    @property
+    def account(self) -> AccountView:
+        return self.slot.account
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    slot: Slot
+    attempt_index: int
+    upstream_headers: dict[str, str]
+    body: bytes
+    payload: object
+
+    @property
+    def account(self) -> AccountView:
+        return self.slot.account
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """How a committed stream ended."""
+
+    client_cancelled: bool = False
+    synthetic_failure: bool = False
+    stream_error: str | None = None
+    # Cut at the graceful stop's deadline (the client got a ``server_shutdown`` event).
+    server_shutdown: bool = False
+
+
+@dataclass(frozen=True)
+class Served:
+    """The attempt that answered."""
+
+    account: AccountView
+    attempt_index: int
+    upstream_headers: dict[str, str]
+    progress: StreamProgress | None = None
+    response_object: dict | None = None
+    compact_payload: object = None
+
+
+@dataclass(frozen=True)
+class DispatchReport:
+    """Everything one finished dispatch tells the ledger (built once, never changed)."""
+
+    request: DispatchRequest
+    transport: str
+    notes: tuple[AttemptNote, ...]
+    captured_cookies: tuple[tuple[str, tuple[dict, ...]], ...]
+    final_failure: AttemptFailure | None = None
+    client_error: ClientError | None = None
+    exhausted_count: int = 0
+    served: Served | None = None
+    end: StreamEnd = StreamEnd()

@@ -1,0 +1,78 @@
+"""Reads of the proxy's request path (PostgreSQL): the candidates and their re-check.
+
+The candidates come back as one JSON column of the client-key lookup (``CANDIDATES_JSON_SQL``,
+the request path's only PostgreSQL read before the first byte); before each later attempt
+``still_eligible`` re-reads their state in one query.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from proxy.accounts import AccountView, ineligibility
+from proxy.loop_resources import database_connection
+
+# The same rows as one JSON value, so that the client-key lookup can bring the candidates along
+# in its single round trip (the request path's only PostgreSQL read before the first byte).
+CANDIDATES_JSON_SQL = """
+(select coalesce(json_agg(row_to_json(candidate) order by candidate.added_at, candidate.id),
+                 '[]'::json)
+ from (
+   select a.id, a.email, a.chatgpt_account_id, a.plan_type, a.access_token,
+          a.access_token_expires_at, a.status, a.quota_limit_reached, a.quota_verify_required,
+          a.quota_cooldown_until, a.cloudflare_cooldown_until, a.added_at,
+          coalesce(u.request_count, 0) as request_count,
+          coalesce(u.window_request_count, 0) as window_request_count,
+          coalesce(u.window_input_tokens + u.window_output_tokens
+                   + u.window_image_input_tokens + u.window_image_output_tokens, 0)
+            as window_tokens,
+          coalesce(u.window_cached_tokens, 0) as window_cached_tokens,
+          u.window_reset_at, u.limit_window_seconds, u.last_used_at,
+          cookies.items as cookies, a.refresh_token is not null as has_refresh_token
+   from accounts a
+   left join account_usage u on u.account_id = a.id
+   left join lateral (
+     select coalesce(json_agg(json_build_object(
+              'domain', c.domain, 'name', c.name, 'value', c.value, 'path', c.path,
+              'expires_at', c.expires_at)), '[]'::json) as items
+     from account_cookies c
+     where c.account_id = a.id and (c.expires_at is null or c.expires_at > %(now)s)
+   ) cookies on true
+   where a.status in ('active', 'quota_exhausted')
+ ) candidate)
+"""
+_RECHECK_SQL = """
+select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldown_until,
+       access_token, access_token_expires_at
+from accounts where id = any(%s)
+"""
+
+
+async def still_eligible(accounts: list[AccountView], *, now: datetime) -> list[AccountView]:
+    """Re-read the state of ``accounts`` (one query) and keep those that may still serve.
+
+    Used before each later attempt: another request may have changed an account meanwhile.
+    The views are updated with what was read (a token refreshed meanwhile is used).
+    """
+    if not accounts:
+        return []
+    async with database_connection() as connection:
+        cursor = await connection.execute(_RECHECK_SQL, [[account.id for account in accounts]])
+        rows = {row[0]: row for row in await cursor.fetchall()}
+    kept = []
+    for account in accounts:
+        row = rows.get(account.id)
+        if row is None:
+            continue
+        (
+            _,
+            account.status,
+            account.quota_limit_reached,
+            account.quota_cooldown_until,
+            account.cloudflare_cooldown_until,
+            account.access_token,
+            account.access_token_expires_at,
+        ) = row
+        if ineligibility(account, now=now) is None:
+            kept.append(account)
+    return kept
