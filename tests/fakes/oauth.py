@@ -166,7 +166,8 @@ class FakeOAuthServer:
             return self._issue(identity, expires_in)
 
     def fail(self, refresh_token: str, *kinds: str, status: int = 503) -> None:
-        """The next calls with ``refresh_token`` fail this way, in order."""
+        """The next calls with ``refresh_token`` (or authorization code) fail this way, in
+        order."""
         with self._lock:
             self._failures[refresh_token].extend(Failure(kind, status) for kind in kinds)
 
@@ -216,7 +217,7 @@ class FakeOAuthServer:
             if form.get("grant_type") == "refresh_token":
                 return await self._refresh_grant(request, form)
             if form.get("grant_type") == "authorization_code":
-                return self._code_grant(form)
+                return await self._code_grant(request, form)
             return web.json_response(
                 {"error": "unsupported_grant_type", "error_description": "Unsupported grant"},
                 status=400,
@@ -265,6 +266,9 @@ class FakeOAuthServer:
                     self._spent.add(token)
                     return self._tokens_response(identity)
                 return self._tokens_response(identity, keep=token)
+        return await self._failure_response(request, failure)
+
+    async def _failure_response(self, request: web.Request, failure: Failure) -> web.StreamResponse:
         if failure.kind == "reused":
             return web.json_response(REUSED_BODY, status=401)
         if failure.kind == "unknown":
@@ -280,7 +284,12 @@ class FakeOAuthServer:
             return await self._drip(request)
         return web.json_response({"error": "server_error"}, status=failure.status)
 
-    def _code_grant(self, form: dict) -> web.Response:
+    async def _code_grant(self, request: web.Request, form: dict) -> web.StreamResponse:
+        with self._lock:
+            queue = self._failures.get(str(form.get("code") or ""))
+            failure = queue.popleft() if queue else None
+        if failure is not None:
+            return await self._failure_response(request, failure)
         with self._lock:
             code = self._codes.pop(str(form.get("code") or ""), None)
             if code is None:
