@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +17,6 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from proxy import tasks
 from proxy.models import Account, Fingerprint
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
 from proxy.services import quota_refresh
@@ -213,27 +213,30 @@ def test_the_start_up_model_refresh_retries_until_a_fetch_succeeds(
     make_pool_account("tok-retry", plan_type="pro")
     upstream.models_by_token["tok-retry"] = {"models": [{"slug": "gpt-5.4"}]}
     upstream.models_failures["tok-retry"] = 503  # the first attempt fails
+    log_start = len(celery_worker.log_path.read_text())
 
-    def models_reads() -> list:
-        with upstream.server._lock:
-            return [r for r in upstream.server.requests if r.path.endswith("/codex/models")]
+    def new_log() -> str:
+        return celery_worker.log_path.read_text()[log_start:]
+
+    def this_start_ups_task() -> str | None:
+        # The task this beat sent (a retry left over from another test is not "received" anew
+        # before it).
+        found = re.search(r"proxy\.refresh_models_at_startup\[([0-9a-f-]+)\] received", new_log())
+        return found.group(1) if found else None
 
     with beat():
-        first_failed = wait_for(lambda: len(models_reads()) >= 1, seconds=30)
-        assert first_failed
+        assert wait_for(lambda: this_start_ups_task() is not None, seconds=30)
+        task_id = this_start_ups_task()
+        retried = wait_for(lambda: f"[{task_id}] retry: Retry in 10s" in new_log(), seconds=30)
+        assert retried, new_log()
         assert "pro" not in model_snapshots_get_all()
         del upstream.models_failures["tok-retry"]  # the upstream is back
-        filled = wait_for(lambda: "pro" in model_snapshots_get_all(), seconds=40)
+        succeeded = wait_for(lambda: f"[{task_id}] succeeded" in new_log(), seconds=40)
 
-    assert filled
-    assert model_snapshots_get_all()["pro"]["models"][0]["id"] == "gpt-5.4"
-    reads = models_reads()
-    assert len(reads) >= 2
-    # The second fetch is the task's retry (10 s later), not a second start-up.
-    assert (
-        reads[1].received_at - reads[0].received_at >= tasks.STARTUP_MODEL_REFRESH_RETRY_SECONDS - 1
+    assert succeeded, new_log()
+    assert re.search(
+        rf"\[{task_id}\] succeeded in [0-9.]+s: {{'refreshed': {{'pro': 1}}", new_log()
     )
-    worker_log = celery_worker.log_path.read_text()
-    assert "proxy.refresh_models_at_startup[" in worker_log
-    assert "Retry in" in worker_log
+    assert model_snapshots_get_all()["pro"]["models"][0]["id"] == "gpt-5.4"
+    assert "start-up model refresh (attempt 2)" in new_log()
     model_snapshots_replace({})
