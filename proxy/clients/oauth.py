@@ -160,8 +160,9 @@ def authorize_url(*, state: str, code_verifier: str, redirect_uri: str = REDIREC
 def _token_call(form: dict[str, str]) -> TokenSet:
     # OPENAI_AUTH_TIMEOUT_SECONDS bounds the whole call, not each read: a server that drips a
     # byte at a time would otherwise hold the call (and the refresh lease) indefinitely. The
-    # deadline is checked after the connect and after every read; one read waits at most the
-    # remaining time (socket timeout lowered before each read).
+    # deadline is checked after the headers and after every body read; one body read waits at
+    # most the remaining time (socket timeout lowered before each read). Known gap: the status
+    # line and headers are read by requests under the per-read timeout only.
     timeout = settings.OPENAI_AUTH_TIMEOUT_SECONDS
     deadline = time.monotonic() + timeout
     try:
