@@ -57,7 +57,7 @@ class AdminUser(AbstractBaseUser):
 
 class AdminLoginEvent(models.Model):
     """``admin_login_events`` (seed 004 §8's extension path for log-in audit): one row per
-    log-in that reached the password check, and per attempt that set a lock-out.
+    log-in that reached the password check, and per attempt a lock-out refused.
 
     Not a seed §4 table; the attempted username is never stored (a password typed into the
     username field must not land in a table), only whether it was the admin's. The id follows
@@ -72,9 +72,11 @@ class AdminLoginEvent(models.Model):
     # django.contrib.auth.authenticate() call).
     surface = models.TextField()
     outcome = models.TextField()  # success | failure
-    # wrong_password | unknown_username | busy (no hash slot) | null on success
+    # wrong_password | unknown_username | busy (no hash slot) | locked (refused by a lock-out,
+    # not checked) | null on success
     reason = models.TextField(null=True, blank=True)
-    # Whether this failure locked the client IP and/or the username out.
+    # Whether this failure locked the client IP and/or the username out, or was refused by a
+    # lock-out (reason "locked").
     locked_out = models.BooleanField(db_default=False)
     client_ip = models.TextField(null=True, blank=True)
     user_agent = models.TextField(null=True, blank=True)

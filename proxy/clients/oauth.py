@@ -24,10 +24,12 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import requests
+import urllib3
 from django.conf import settings
 from requests.adapters import HTTPAdapter
 
@@ -156,7 +158,13 @@ def authorize_url(*, state: str, code_verifier: str, redirect_uri: str = REDIREC
 
 
 def _token_call(form: dict[str, str]) -> TokenSet:
+    # OPENAI_AUTH_TIMEOUT_SECONDS bounds the whole call, not each read: a server that drips a
+    # byte at a time would otherwise hold the call (and the refresh lease) indefinitely. The
+    # deadline is checked after the headers and after every body read; one body read waits at
+    # most the remaining time (socket timeout lowered before each read). Known gap: the status
+    # line and headers are read by requests under the per-read timeout only.
     timeout = settings.OPENAI_AUTH_TIMEOUT_SECONDS
+    deadline = time.monotonic() + timeout
     try:
         response = _shared_session().post(
             token_url(),
@@ -168,17 +176,35 @@ def _token_call(form: dict[str, str]) -> TokenSet:
         )
         with response:
             body = bytearray()
-            for chunk in response.iter_content(64 * 1024):
-                body += chunk
-                if len(body) > RESPONSE_READ_CAP:
+            while len(body) <= RESPONSE_READ_CAP:
+                if time.monotonic() >= deadline:
+                    raise _DeadlinePassed
+                _limit_next_read(response, deadline)
+                chunk = response.raw.read1(64 * 1024, decode_content=True)
+                if not chunk:
                     break
-    except requests.RequestException as error:
-        failure, retryable = type(error).__name__, _is_connect_failure(error)
+                body += chunk
+    except _DeadlinePassed:
+        failure, retryable = "deadline passed", False
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
+        failure = type(error).__name__
+        retryable = isinstance(error, requests.RequestException) and _is_connect_failure(error)
     else:
         text = bytes(body[:RESPONSE_READ_CAP]).decode("utf-8", "replace")
         return _classify(response.status_code, text)
     # Raised outside the except block: the requests exception is not kept as __context__.
     raise OAuthTransportError(f"token endpoint unreachable ({failure})", retryable=retryable)
+
+
+class _DeadlinePassed(Exception):
+    """The token call ran past OPENAI_AUTH_TIMEOUT_SECONDS."""
+
+
+def _limit_next_read(response: requests.Response, deadline: float) -> None:
+    """Lower the socket's timeout to the time left, so one read cannot outlast the deadline."""
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
 
 
 def _is_connect_failure(error: requests.RequestException) -> bool:

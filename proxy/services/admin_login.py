@@ -81,12 +81,15 @@ def admin_login_attempt(
     """Check ``username``/``password`` for the admin under the log-in throttle.
 
     Returns SUCCESS with the admin, INVALID (wrong username or password, or no hash slot), or
-    LOCKED with the seconds to wait (the password was not checked). Redis errors propagate: no
-    throttle, no log-in.
+    LOCKED with the seconds to wait (the password was not checked; audited as a failure with
+    reason ``locked``). Redis errors propagate: no throttle, no log-in.
     """
     subjects = LoginSubjects(client_ip=client_ip or "unknown", username=username[:LONGEST_USERNAME])
     wait_ms = login_attempt_begin(subjects)
     if wait_ms > 0:
+        # Refused unchecked, but audited: an attack going on during a lock-out is visible. The
+        # throttle does not count refused attempts, so they never lengthen the lock.
+        _audit(now, surface, "failure", "locked", True, client_ip, user_agent)
         return LoginResult(
             LoginOutcome.LOCKED, retry_after_seconds=max(1, math.ceil(wait_ms / 1000))
         )

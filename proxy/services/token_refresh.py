@@ -35,6 +35,7 @@ from proxy.models import Account, AccountStatus, RuntimeSettings
 from proxy.runtime_state.refresh_leases import (
     refresh_lease_acquire,
     refresh_lease_release,
+    refresh_lease_renew,
     refresh_leases_held,
 )
 from proxy.runtime_state.refresh_permits import PermitTimeout, refresh_permit
@@ -286,7 +287,11 @@ def _refresh_under_lease(
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
             sleep(retry_delay_seconds(account_id, attempt))
-            refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS)
+            # Renew, never re-take: a lease that expired, was flushed or is someone else's now
+            # means another refresh may be running with the same refresh token; stop here.
+            if not refresh_lease_renew(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
+                logger.warning("token refresh of %s: its lease was lost; stopping", account_id)
+                return RefreshResult.LEASE_BUSY
             row = _read(account_id)
             # The first attempt already passed the due check; someone else refreshing meanwhile
             # shows as a changed refresh token.

@@ -14,7 +14,8 @@ single-use refresh tokens.
 Access tokens are real JWTs (HS256 with a key of the fake's) whose payload carries
 ``https://api.openai.com/auth`` (``chatgpt_account_id``, ``chatgpt_user_id``,
 ``chatgpt_plan_type``), ``https://api.openai.com/profile`` (``email``) and ``exp``.
-Failures can be programmed per refresh token (``fail(token, kind, ...)``), answers delayed
+Failures can be programmed per refresh token (``fail(token, kind, ...)``; ``drip`` answers 200
+and sends its body a byte at a time, never finishing in time), answers delayed
 (``delay``), and the fake counts the token calls in flight at once.
 """
 
@@ -35,6 +36,7 @@ from aiohttp import web
 
 from tests.fakes.http_server import LocalHTTPServer
 
+DRIP_INTERVAL = 0.2
 SIGNING_KEY = "fake-oauth-signing-key-not-a-secret"
 CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"
 REUSED_BODY = {
@@ -101,7 +103,8 @@ def access_token_for(identity: Identity, *, expires_in: float, now: float | None
 
 @dataclass
 class Failure:
-    kind: str  # "reused" | "invalid_grant" | "unknown" | "deactivated" | "status" | "drop"
+    # "reused" | "invalid_grant" | "unknown" | "deactivated" | "status" | "drop" | "drip"
+    kind: str
     status: int = 503
 
 
@@ -163,7 +166,8 @@ class FakeOAuthServer:
             return self._issue(identity, expires_in)
 
     def fail(self, refresh_token: str, *kinds: str, status: int = 503) -> None:
-        """The next calls with ``refresh_token`` fail this way, in order."""
+        """The next calls with ``refresh_token`` (or authorization code) fail this way, in
+        order."""
         with self._lock:
             self._failures[refresh_token].extend(Failure(kind, status) for kind in kinds)
 
@@ -211,9 +215,9 @@ class FakeOAuthServer:
                     {"error": "invalid_client", "error_description": "Unknown client"}, status=401
                 )
             if form.get("grant_type") == "refresh_token":
-                return self._refresh_grant(request, form)
+                return await self._refresh_grant(request, form)
             if form.get("grant_type") == "authorization_code":
-                return self._code_grant(form)
+                return await self._code_grant(request, form)
             return web.json_response(
                 {"error": "unsupported_grant_type", "error_description": "Unsupported grant"},
                 status=400,
@@ -235,7 +239,19 @@ class FakeOAuthServer:
             body["refresh_token"] = refresh
         return web.json_response(body)
 
-    def _refresh_grant(self, request: web.Request, form: dict) -> web.StreamResponse:
+    async def _drip(self, request: web.Request) -> web.StreamResponse:
+        """A 200 whose body arrives one byte every ``DRIP_INTERVAL`` seconds, for a minute:
+        every read finishes well inside any read timeout, the answer never does."""
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            await response.write(b" ")
+            await asyncio.sleep(DRIP_INTERVAL)
+        await response.write(b"{}")
+        return response
+
+    async def _refresh_grant(self, request: web.Request, form: dict) -> web.StreamResponse:
         token = str(form.get("refresh_token") or "")
         with self._lock:
             queue = self._failures.get(token)
@@ -250,6 +266,9 @@ class FakeOAuthServer:
                     self._spent.add(token)
                     return self._tokens_response(identity)
                 return self._tokens_response(identity, keep=token)
+        return await self._failure_response(request, failure)
+
+    async def _failure_response(self, request: web.Request, failure: Failure) -> web.StreamResponse:
         if failure.kind == "reused":
             return web.json_response(REUSED_BODY, status=401)
         if failure.kind == "unknown":
@@ -261,9 +280,16 @@ class FakeOAuthServer:
         if failure.kind == "drop":
             request.transport.close()
             raise asyncio.CancelledError
+        if failure.kind == "drip":
+            return await self._drip(request)
         return web.json_response({"error": "server_error"}, status=failure.status)
 
-    def _code_grant(self, form: dict) -> web.Response:
+    async def _code_grant(self, request: web.Request, form: dict) -> web.StreamResponse:
+        with self._lock:
+            queue = self._failures.get(str(form.get("code") or ""))
+            failure = queue.popleft() if queue else None
+        if failure is not None:
+            return await self._failure_response(request, failure)
         with self._lock:
             code = self._codes.pop(str(form.get("code") or ""), None)
             if code is None:

@@ -107,11 +107,22 @@ def test_the_sixth_login_attempt_is_refused_across_two_worker_processes(
     # ... while the locked address is refused whatever username it tries.
     other_name = _log_in(first, "someone", "whatever it is", **attacker)
     assert other_name.status_code == 429
+    # Knocking on during the lock does not lengthen it.
+    assert int(other_name.headers["Retry-After"]) <= int(sixth.headers["Retry-After"])
     events = list(
-        AdminLoginEvent.objects.order_by("created_at", "id").values_list("outcome", "locked_out")
+        AdminLoginEvent.objects.order_by("created_at", "id").values_list(
+            "outcome", "reason", "locked_out", "client_ip"
+        )
     )
-    assert events == [("failure", False)] * 4 + [("failure", True)]
-    assert set(AdminLoginEvent.objects.values_list("client_ip", flat=True)) == {"198.51.100.20"}
+    attacker_ip = "198.51.100.20"
+    assert events == [
+        *[("failure", "wrong_password", False, attacker_ip)] * 4,
+        ("failure", "wrong_password", True, attacker_ip),  # this one set the lock
+        # ... and each attempt the lock refused is a row too (the password never checked).
+        ("failure", "locked", True, attacker_ip),
+        ("failure", "locked", True, "203.0.113.5"),
+        ("failure", "locked", True, attacker_ip),
+    ]
 
 
 def _api_log_in(base: str, password: str, **headers: str) -> requests.Response:
@@ -151,9 +162,17 @@ def test_admin_api_log_ins_share_the_limit_across_processes_and_with_the_form(
     assert "cpr_admin_session" not in sixth.cookies
     assert _log_in(second, "admin", PASSWORD, **attacker).status_code == 429
     surfaces = list(
-        AdminLoginEvent.objects.order_by("created_at", "id").values_list("surface", "locked_out")
+        AdminLoginEvent.objects.order_by("created_at", "id").values_list(
+            "surface", "reason", "locked_out"
+        )
     )
-    assert surfaces == [("api", False)] * 4 + [("admin", True)]
+    assert surfaces == [
+        *[("api", "wrong_password", False)] * 4,
+        ("admin", "wrong_password", True),
+        # the refused attempts on each surface, after the lock
+        ("api", "locked", True),
+        ("admin", "locked", True),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,13 +3,16 @@ one account's refresh, the lease, and the refresh scan."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from proxy.clients.oauth import refresh_tokens
+from proxy import redis_keys
+from proxy.clients.oauth import OAuthTransportError, refresh_tokens
 from proxy.models import Account, RuntimeSettings
+from proxy.runtime_state import redis_client
 from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
 from proxy.services.runtime_settings import runtime_settings_ensure
 from proxy.services.token_refresh import RefreshResult, token_refresh_account, token_refresh_scan
@@ -301,3 +304,42 @@ def test_the_scan_skips_accounts_whose_refresh_is_running(oauth):
     finally:
         refresh_lease_release(account_id=account.pk, owner='"runner"')
     assert (report.due, report.busy) == ([], 1)
+
+
+def test_a_dripping_token_endpoint_ends_the_call_by_the_auth_timeout(oauth, settings):
+    # Each byte arrives well inside the read timeout; only a deadline over the whole call
+    # stops it (else it holds the refresh lease and permit for a minute here, hours in life).
+    settings.OPENAI_AUTH_TIMEOUT_SECONDS = 1
+    account = make_oauth_account(oauth, ALICE)
+    oauth.fail(account.refresh_token, "drip")
+
+    started = time.monotonic()
+    with pytest.raises(OAuthTransportError) as raised:
+        refresh_tokens(account.refresh_token)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 1 + 0.6
+    assert account.refresh_token not in str(raised.value)
+    # The next call (same pooled session) works normally.
+    assert refresh_tokens(account.refresh_token).access_token == oauth.issued_access_tokens[-1]
+
+
+@pytest.mark.parametrize("how", ["taken by another worker", "flushed"])
+def test_a_refresh_stops_when_its_lease_is_lost_between_attempts(oauth, how):
+    account = make_oauth_account(oauth, ALICE)
+    oauth.fail(account.refresh_token, "status", "status")
+    lease_key = redis_keys.refresh_lease(account.pk)
+
+    def lease_lost(seconds: float) -> None:
+        redis_client().delete(lease_key)
+        if how == "taken by another worker":
+            assert refresh_lease_acquire(account_id=account.pk, owner='"other"', ttl_ms=60_000)
+
+    result = token_refresh_account(account_id=account.pk, sleep=lease_lost)
+
+    assert result == RefreshResult.LEASE_BUSY
+    assert len(oauth.token_calls()) == 1  # no second token call without the lease
+    assert oauth.is_live(account.refresh_token)
+    if how == "taken by another worker":
+        # The other worker's lease is left alone.
+        assert refresh_lease_release(account_id=account.pk, owner='"other"')

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from django.utils import timezone
 
 from proxy.models import Account, Fingerprint
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.services import quota_refresh
 from tests.conftest import PROJECT_ROOT, fakes_environment, run_database_url
 from tests.fakes.codex import Reply
 from tests.fakes.oauth import Identity
@@ -100,7 +103,55 @@ def test_a_token_inside_the_margin_is_refreshed_without_any_request(beat, oauth)
     assert later.next_refresh_at is not None
 
 
-def test_a_402_account_returns_to_service_after_its_reset(beat, proxy, upstream, client_key):
+def _usage_reads(upstream) -> list:
+    with upstream.server._lock:
+        return [request for request in upstream.server.requests if request.path.endswith("usage")]
+
+
+def test_a_quota_limited_account_returns_to_service_once_its_reset_has_passed(
+    beat, proxy, upstream, client_key
+):
+    account = make_pool_account("tok-reset")
+    upstream.program("tok-reset", Reply(kind="status", status=402, body={"detail": "quota"}))
+    refused = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    assert refused.status_code != 200, refused.text
+    # What a usage read showing the limit with a known reset writes: read just now (so the
+    # "no known reset" re-check every 30 minutes does not apply), the reset 8 s from now once
+    # the 30 s grace is counted.
+    now = timezone.now()
+    Account.objects.filter(pk=account.pk).update(
+        status="quota_exhausted",
+        quota_limit_reached=True,
+        quota_cooldown_until=now - quota_refresh.GRACE + timedelta(seconds=8),
+        quota_fetched_at=now,
+    )
+    reset_passes = time.monotonic() + 8
+    reads_before = len(_usage_reads(upstream))
+    upstream.usage["tok-reset"] = {
+        "plan_type": "plus",
+        "rate_limit": {
+            "allowed": True,
+            "limit_reached": False,
+            "primary_window": {"used_percent": 0, "limit_window_seconds": 18000},
+        },
+    }
+
+    with beat():
+        recovered = wait_for(lambda: Account.objects.get(pk=account.pk).status == "active")
+
+    assert recovered
+    usage_reads = _usage_reads(upstream)[reads_before:]
+    assert usage_reads, "recovered without reading the usage"
+    # Not read (let alone recovered) before its reset: the cooldown path brought it back.
+    assert usage_reads[0].received_at >= reset_passes - 0.5
+    served = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    assert served.status_code == 200
+    assert upstream.tokens_called() == ["tok-reset", "tok-reset"]
+
+
+def test_a_402_account_with_no_known_reset_is_rechecked_and_returns_to_service(
+    beat, proxy, upstream, client_key
+):
     account = make_pool_account("tok-402")
     upstream.program("tok-402", Reply(kind="status", status=402, body={"detail": "quota"}))
     refused = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
@@ -152,4 +203,40 @@ def test_the_model_catalog_and_fingerprint_are_filled_shortly_after_start_up(
     worker_log = celery_worker.log_path.read_text()
     assert "proxy.refresh_models_at_startup[" in worker_log
     assert "proxy.update_fingerprint[" in worker_log
+    model_snapshots_replace({})
+
+
+def test_the_start_up_model_refresh_retries_until_a_fetch_succeeds(
+    beat, upstream, appcast, celery_worker
+):
+    model_snapshots_replace({})
+    make_pool_account("tok-retry", plan_type="pro")
+    upstream.models_by_token["tok-retry"] = {"models": [{"slug": "gpt-5.4"}]}
+    upstream.models_failures["tok-retry"] = 503  # the first attempt fails
+    log_start = len(celery_worker.log_path.read_text())
+
+    def new_log() -> str:
+        return celery_worker.log_path.read_text()[log_start:]
+
+    def this_start_ups_task() -> str | None:
+        # The task this beat sent (a retry left over from another test is not "received" anew
+        # before it).
+        found = re.search(r"proxy\.refresh_models_at_startup\[([0-9a-f-]+)\] received", new_log())
+        return found.group(1) if found else None
+
+    with beat():
+        assert wait_for(lambda: this_start_ups_task() is not None, seconds=30)
+        task_id = this_start_ups_task()
+        retried = wait_for(lambda: f"[{task_id}] retry: Retry in 10s" in new_log(), seconds=30)
+        assert retried, new_log()
+        assert "pro" not in model_snapshots_get_all()
+        del upstream.models_failures["tok-retry"]  # the upstream is back
+        succeeded = wait_for(lambda: f"[{task_id}] succeeded" in new_log(), seconds=40)
+
+    assert succeeded, new_log()
+    assert re.search(
+        rf"\[{task_id}\] succeeded in [0-9.]+s: {{'refreshed': {{'pro': 1}}", new_log()
+    )
+    assert model_snapshots_get_all()["pro"]["models"][0]["id"] == "gpt-5.4"
+    assert "start-up model refresh (attempt 2)" in new_log()
     model_snapshots_replace({})

@@ -5,14 +5,17 @@ check."""
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+import requests
 from django.utils import timezone
 
 from proxy.accounts import ineligibility
 from proxy.models import Account, AccountUsage
 from proxy.runtime_state.affinity import affinity_get, affinity_record
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_replace
+from proxy.runtime_state.oauth_sessions import oauth_session_get
 from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
 from telemetry.services.ledger import ops_error_log_create
 from tests.fakes.oauth import Identity, access_token_for
@@ -534,3 +537,123 @@ def test_a_quota_query_of_a_hung_upstream_ends_at_its_deadline(
 
     assert time.monotonic() - started < 5
     assert message == "Quota query failed: no answer from the usage endpoint within 1 s"
+
+
+# ----------------------------------------------------------------------------- OAuth onboarding
+
+OAUTH_AUTHORIZE = "/api/admin/accounts/oauth/authorize"
+OAUTH_EXCHANGE = "/api/admin/accounts/oauth/exchange"
+DORA = Identity("org-dora", "user-dora", "plus", "dora@example.com")
+
+
+def _oauth_login(api, oauth, identity=DORA) -> tuple[dict, str]:
+    """Start a session over the API and "log in" at the fake: (started data, callback URL)."""
+    oauth.authorize_identity = identity
+    started = data_of(api.post_json(OAUTH_AUTHORIZE, {}))
+    answer = requests.get(started["authUrl"], allow_redirects=False, timeout=10)
+    assert answer.status_code == 302
+    return started, answer.headers["Location"]
+
+
+def test_oauth_authorize_then_exchange_imports_the_account(api, oauth):
+    started, callback = _oauth_login(api, oauth)
+
+    assert set(started) == {"sessionId", "authUrl", "expiresAt", "expiresAtDisplay"}
+    assert started["authUrl"].startswith(f"{oauth.url}/oauth/authorize?")
+    done = data_of(
+        api.post_json(
+            OAUTH_EXCHANGE,
+            {"sessionId": started["sessionId"], "callbackUrl": callback, "label": "dora"},
+        )
+    )
+
+    assert (done["sourceFormat"], done["imported"], done["updated"]) == ("oauth", 1, 0)
+    account = Account.objects.get()
+    assert account.chatgpt_account_id == DORA.account_id and account.email == DORA.email
+    assert account.access_token == oauth.issued_access_tokens[-1]
+    assert account.refresh_token == oauth.issued_refresh_tokens[-1]
+    assert done["account"]["id"] == account.pk
+    # The answer shows the account, never its tokens.
+    assert account.access_token not in str(done) and account.refresh_token not in str(done)
+    code = dict(parse_qsl(urlsplit(callback).query))["code"]
+    assert [call["code"] for call in oauth.token_calls()] == [code]
+
+    # Logging the same ChatGPT account in again updates it, no second row.
+    started, callback = _oauth_login(api, oauth)
+    again = data_of(
+        api.post_json(OAUTH_EXCHANGE, {"sessionId": started["sessionId"], "callbackUrl": callback})
+    )
+    assert (again["imported"], again["updated"]) == (0, 1)
+    assert Account.objects.count() == 1
+
+
+def test_oauth_exchange_takes_the_code_and_state_instead_of_the_url(api, oauth):
+    started, callback = _oauth_login(api, oauth)
+    query = dict(parse_qsl(urlsplit(callback).query))
+
+    done = api.post_json(
+        OAUTH_EXCHANGE,
+        {"sessionId": started["sessionId"], "code": query["code"], "state": query["state"]},
+    )
+
+    assert data_of(done)["imported"] == 1
+    assert Account.objects.get().chatgpt_account_id == DORA.account_id
+
+
+def test_oauth_exchange_refuses_a_forged_state_and_keeps_the_session(api, oauth):
+    started, callback = _oauth_login(api, oauth)
+    forged = callback.replace("state=", "state=0")
+
+    message = error_of(
+        api.post_json(OAUTH_EXCHANGE, {"sessionId": started["sessionId"], "callbackUrl": forged}),
+        400,
+        40001,
+    )
+
+    assert "state" in message
+    assert oauth.token_calls() == [] and not Account.objects.exists()
+    # A mistyped callback leaves the session usable.
+    done = api.post_json(
+        OAUTH_EXCHANGE, {"sessionId": started["sessionId"], "callbackUrl": callback}
+    )
+    assert data_of(done)["imported"] == 1
+
+
+def test_oauth_exchange_refuses_a_used_or_unknown_session(api, oauth):
+    started, callback = _oauth_login(api, oauth)
+    body = {"sessionId": started["sessionId"], "callbackUrl": callback}
+    assert data_of(api.post_json(OAUTH_EXCHANGE, body))["imported"] == 1
+
+    reused = error_of(api.post_json(OAUTH_EXCHANGE, body), 400, 40001)
+    unknown = error_of(
+        api.post_json(OAUTH_EXCHANGE, {"sessionId": "nope", "code": "ac_x", "state": "s"}),
+        400,
+        40001,
+    )
+
+    assert "start again" in reused and "start again" in unknown
+    assert len(oauth.token_calls()) == 1  # neither reached the OAuth server
+    assert Account.objects.count() == 1
+
+
+@pytest.mark.parametrize("upstream", ["refused code", "server error"])
+def test_oauth_exchange_failing_upstream_is_a_502_without_secrets(api, oauth, upstream):
+    started, callback = _oauth_login(api, oauth)
+    session = oauth_session_get(session_id=started["sessionId"])
+    query = dict(parse_qsl(urlsplit(callback).query))
+    if upstream == "refused code":
+        callback = callback.replace(query["code"], "ac_never_issued")
+        query["code"] = "ac_never_issued"
+    else:
+        oauth.fail(query["code"], "status", status=503)
+
+    response = api.post_json(
+        OAUTH_EXCHANGE, {"sessionId": started["sessionId"], "callbackUrl": callback}
+    )
+
+    message = error_of(response, 502, 50201)
+    assert "could not be exchanged" in message
+    assert len(oauth.token_calls()) == 1 and not Account.objects.exists()
+    body = response.content.decode()
+    for secret in (query["code"], query["state"], session["codeVerifier"], started["sessionId"]):
+        assert secret not in body

@@ -4,13 +4,18 @@ against sums computed here independently from the seeded facts (spec §6.6, §6.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
 from datetime import timezone as fixed_timezone
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from proxy.models import AccountUsage
+from proxy.accounts import AccountView
+from proxy.dispatch import scheduler
+from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.models import AccountUsage, RuntimeSettings
 from telemetry.services.ledger import ops_error_log_create, usage_record_create
 from tests.proxy.admin_api.conftest import data_of, error_of
 from tests.proxy.factories import make_account
@@ -433,3 +438,62 @@ def test_the_cursor_query_walks_the_created_id_index(api, seeded):
 
     assert "idx_usage_records_created_id" in plan
     assert len(captured[0]) == 2
+
+
+def _view(account_id: str) -> AccountView:
+    """An AccountView for taking a slot: the scheduler's slots are keyed by the id only."""
+    values = {field.name: None for field in dataclass_fields(AccountView)}
+    return AccountView(**{**values, "id": account_id, "cookies": []})
+
+
+def test_the_capacity_figures_count_slots_on_eligible_accounts_only(api):
+    now = timezone.now()
+    RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID).update(
+        max_concurrent_per_account=4
+    )
+    fresh = now + timedelta(days=1)
+    ready = [
+        make_account(id=f"cap_ready_{index}", access_token_expires_at=fresh) for index in range(2)
+    ]
+    token_expired = make_account(id="cap_token_expired", access_token_expires_at=now)
+    make_account(
+        id="cap_quota",
+        status="quota_exhausted",
+        quota_limit_reached=True,
+        quota_cooldown_until=now + timedelta(hours=1),
+        access_token_expires_at=fresh,
+    )
+    make_account(id="cap_disabled", status="disabled", access_token_expires_at=fresh)
+    make_account(
+        id="cap_cloudflare",
+        cloudflare_cooldown_until=now + timedelta(minutes=10),
+        access_token_expires_at=fresh,
+    )
+    settings_now = SchedulerSettings(
+        strategy="smart", max_concurrent_per_account=4, request_interval_ms=0
+    )
+
+    async def take(account_id: str):
+        slot = await scheduler.acquire(_view(account_id), settings_now)
+        assert slot is not None
+        return slot
+
+    slots = [async_to_sync(take)(ready[0].pk), async_to_sync(take)(token_expired.pk)]
+    try:
+        info = data_of(api.get("/api/admin/dashboard/summary?kind=usage"))["capacityInfo"]
+    finally:
+        for slot in slots:
+            async_to_sync(scheduler.release)(slot)
+    after = data_of(api.get("/api/admin/dashboard/summary?kind=usage"))["capacityInfo"]
+
+    # Two accounts may serve (the others: token past expiry, quota cooldown, disabled,
+    # Cloudflare cooldown); 4 slots each; one held on an eligible account (the slot on the
+    # account whose token expired is not capacity).
+    assert info == {
+        "maxConcurrentPerAccount": 4,
+        "eligibleAccounts": 2,
+        "totalSlots": 2 * 4,
+        "usedSlots": 1,
+        "availableSlots": 2 * 4 - 1,
+    }
+    assert after["usedSlots"] == 0 and after["availableSlots"] == 8
