@@ -25,7 +25,10 @@ def telegram_context(bot_id: int) -> BotContext | None:
     if not config.bot_token or config.support_chat_id is None:
         return None
     return BotContext(
-        bot_id=bot_id, config=config, client=config.telegram_client(), now=timezone.now()
+        bot_id=bot_id,
+        config=config,
+        client=config.telegram_client(budget_seconds=config.send_budget_seconds),
+        now=timezone.now(),
     )
 
 

@@ -112,7 +112,7 @@ def webhook_handle(
         bot_id=claimed.bot_id,
         update_id=update_id,
         config=config,
-        client=config.telegram_client(),
+        client=config.telegram_client(budget_seconds=config.send_budget_seconds),
         attempts=claimed.attempts,
         now=now,
         request_origin=origin,

@@ -39,7 +39,7 @@ from bots.clients.telegram import (
     TelegramRetryableError,
 )
 from bots.models import Broadcast, BroadcastStatus
-from bots.outbound.limiter import OutboundLimiter, Permit, Priority
+from bots.outbound.limiter import Permit, Priority
 from bots.pipeline.broadcast.display import edit_control, finish, progress_text
 from bots.pipeline.broadcast.jobs import SendJob, queue_run
 from bots.pipeline.broadcast.recipients import decode_recipients
@@ -120,7 +120,8 @@ def run_send_job(
     row = Broadcast.objects.filter(bot_id=job.bot_id, id=job.broadcast_id).first()
     if row is None:
         return GONE
-    ctx = worker_context(row.bot_id, in_place_retry=False)
+    # The loop takes its permits from the shared limiter itself (with their on_wait heartbeat).
+    ctx = worker_context(row.bot_id, in_place_retry=False, paced=False)
     if ctx is None:
         return NOT_CONFIGURED
     token = sender_lease_take(
@@ -166,7 +167,7 @@ class Sender:
         self.job = job
         self.row = row  # kept up to date with what this run wrote
         self.monotonic = monotonic
-        self.limiter = OutboundLimiter(bot_id=row.bot_id)
+        self.limiter = ctx.config.outbound_limiter(row.bot_id)
         started = monotonic()
         self.deadline = started + TASK_CHUNK_SECONDS
         self.lease_kept_at = started
@@ -311,7 +312,7 @@ class Sender:
     def _learn_retry_after(self, error: TelegramError) -> None:
         seconds = error.retry_after if error.retry_after else DEFAULT_RETRY_AFTER_SECONDS
         logger.info("broadcast %s: 429, everybody waits %ss", self.row.id, seconds)
-        self.limiter.block(seconds=seconds)
+        self.limiter.block(seconds=seconds)  # a private chat's 429: the bot's overall limit
 
     def _complete(self) -> str:
         if broadcast_complete(bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()):
@@ -389,7 +390,11 @@ class Sender:
             return call()
         except TelegramRetryableError as error:
             if error.status == 429:
-                self._learn_retry_after(error)
+                # A 429 in the group blocks the group's bucket (for every process).
+                self.limiter.learn_retry_after(
+                    chat_id=self.row.support_chat_id,
+                    seconds=error.retry_after or DEFAULT_RETRY_AFTER_SECONDS,
+                )
             raise
         finally:
             self.limiter.release(permit)
