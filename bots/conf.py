@@ -43,6 +43,8 @@ DEFAULT_TELEGRAM_CHAT_INTERVAL_MS = round(TELEGRAM_LIMITS.chat_interval * 1000)
 DEFAULT_TELEGRAM_GROUP_SENDS_PER_WINDOW = TELEGRAM_LIMITS.group_per_window
 DEFAULT_TELEGRAM_GROUP_WINDOW_SECONDS = round(TELEGRAM_LIMITS.group_window)
 DEFAULT_TELEGRAM_SEND_BUDGET_MS = 5000
+# How long the audit trail of admin actions is kept (trimmed daily).
+DEFAULT_AUDIT_RETENTION_DAYS = 365
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 # The Turnstile web verification's outside parts (spec §5.5, §8.4). Settings, so that tests (and
 # the page in a browser) run against local fakes.
@@ -78,6 +80,7 @@ NUMERIC_RULES = (
     NumberRule("TELEGRAM_GROUP_SENDS_PER_WINDOW", DEFAULT_TELEGRAM_GROUP_SENDS_PER_WINDOW, 1),
     NumberRule("TELEGRAM_GROUP_WINDOW_SECONDS", DEFAULT_TELEGRAM_GROUP_WINDOW_SECONDS, 1),
     NumberRule("TELEGRAM_SEND_BUDGET_MS", DEFAULT_TELEGRAM_SEND_BUDGET_MS, 0),
+    NumberRule("AUDIT_RETENTION_DAYS", DEFAULT_AUDIT_RETENTION_DAYS, 1),
 )
 
 
@@ -95,6 +98,7 @@ class BotConfig:
     broadcast_max_recipients: int  # the most eligible users a /broadcast may go to
     outbound_limits: Limits  # Telegram's limits, as the shared outbound limiter keeps them
     send_budget_seconds: float  # how long one update may wait for its send permits
+    audit_retention_days: int  # how long admin_audit_log rows are kept
     welcome_text: str | None  # None: the built-in welcome (bots.copy)
     turnstile_site_key: str | None
     turnstile_secret_key: str | None
@@ -278,6 +282,7 @@ def load_config() -> BotConfig:
             group_window=float(numbers["TELEGRAM_GROUP_WINDOW_SECONDS"]),
         ),
         send_budget_seconds=numbers["TELEGRAM_SEND_BUDGET_MS"] / 1000,
+        audit_retention_days=numbers["AUDIT_RETENTION_DAYS"],
         welcome_text=parse_welcome_text(raw_setting("WELCOME_TEXT")),
         turnstile_site_key=raw_setting("TURNSTILE_SITE_KEY"),
         turnstile_secret_key=raw_setting("TURNSTILE_SECRET_KEY"),

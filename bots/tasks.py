@@ -5,10 +5,12 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from bots.conf import load_config
 from bots.pipeline.broadcast.jobs import SendJob, broadcasts_resume
 from bots.pipeline.broadcast.sending import run_send_job
 from bots.pipeline.purge import PurgeJob, continue_purge
 from bots.pipeline.wipe import WipeJob, continue_wipe
+from bots.services.audit import audit_trim
 from bots.services.processed_updates import processed_update_trim
 
 
@@ -19,6 +21,15 @@ def processed_updates_trim_task() -> int:
     Idempotent (a second run finds nothing more to delete).
     """
     return processed_update_trim(now=timezone.now())
+
+
+@shared_task(name="bots.tasks.admin_audit_trim_task")
+def admin_audit_trim_task() -> int:
+    """Daily: delete audit-trail rows older than AUDIT_RETENTION_DAYS; return how many.
+
+    Idempotent (a second run finds nothing more to delete).
+    """
+    return audit_trim(now=timezone.now(), retention_days=load_config().audit_retention_days)
 
 
 @shared_task(name="bots.tasks.purge_continue_task")

@@ -41,7 +41,7 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
             reply_in_thread(ctx, thread_id=thread_id, text=copy.admins_only())
         return
     if is_command:
-        handle_admin_command(ctx, content.text, thread_id=thread_id)
+        handle_admin_command(ctx, content.text, thread_id=thread_id, admin=sender)
         return
     topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     if topic is None or topic.status != TopicStatus.OPEN:

@@ -80,9 +80,7 @@ def test_a_429_in_the_group_is_honoured_by_every_process(bot_settings, telegram)
     assert private.ok and private.at - refused.at < 1.0
 
 
-def test_a_short_429_is_retried_in_place_after_the_limiter_lets_it_through(
-    bot_settings, telegram
-):
+def test_a_short_429_is_retried_in_place_after_the_limiter_lets_it_through(bot_settings, telegram):
     telegram.fail("sendMessage", status=429, retry_after=1)
 
     _client(budget_seconds=5).send_message(chat_id=telegram.support_chat_id, text="again")
