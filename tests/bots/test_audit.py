@@ -131,9 +131,7 @@ def test_verification_switches_are_recorded_with_what_was_set(webhook, telegram,
     ]
 
 
-def test_a_confirmed_deluser_is_recorded_with_its_outcome(
-    webhook, telegram, admin, user, topic
-):
+def test_a_confirmed_deluser_is_recorded_with_its_outcome(webhook, telegram, admin, user, topic):
     _command(webhook, telegram, admin, "/deluser", topic.thread_id)
     prompt = telegram.topic_messages(topic.thread_id)[-1]
     confirm, _ = keyboard_data(prompt)
