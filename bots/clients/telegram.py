@@ -328,6 +328,22 @@ class TelegramClient:
             },
         )
 
+    def edit_message_caption(self, *, chat_id: int, message_id: int, caption: str) -> dict:
+        return self.call(
+            "editMessageCaption", {"chat_id": chat_id, "message_id": message_id, "caption": caption}
+        )
+
+    def edit_message_media(
+        self, *, chat_id: int, message_id: int, kind: str, file_id: str, caption: str | None
+    ) -> dict:
+        """Replace a photo, video, animation, document or audio by ``file_id`` (``kind``)."""
+        media = {"type": kind, "media": file_id}
+        if caption is not None:
+            media["caption"] = caption
+        return self.call(
+            "editMessageMedia", {"chat_id": chat_id, "message_id": message_id, "media": media}
+        )
+
     def answer_callback_query(self, *, callback_query_id: str, text: str | None = None) -> bool:
         return self.call(
             "answerCallbackQuery", {"callback_query_id": callback_query_id, "text": text}

@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.fakes.telegram.records import (
     COMMAND_NAME,
+    MEDIA_KINDS,
     NOT_MODIFIED,
     QUERY_TOO_OLD,
     SECRET_TOKEN,
@@ -292,6 +293,39 @@ class BotApiMethods(ChatState):
             raise bad_request(NOT_MODIFIED.removeprefix("Bad Request: "))
         message.text = text
         message.reply_markup = new_markup
+        return self._message_json(message)
+
+    def _method_editmessagecaption(self, params: dict) -> dict:
+        message = self._live_message(params, "message to edit not found")
+        if message.sender_id != self.bot.id:
+            raise bad_request("message can't be edited")
+        if message.kind not in MEDIA_KINDS or message.kind == "sticker":
+            raise bad_request("there is no caption in the message to edit")
+        caption = params.get("caption") or None
+        if isinstance(caption, str) and len(caption) > 1024:
+            raise bad_request("message caption is too long")
+        if caption == message.caption:
+            raise bad_request(NOT_MODIFIED.removeprefix("Bad Request: "))
+        message.caption = caption
+        return self._message_json(message)
+
+    def _method_editmessagemedia(self, params: dict) -> dict:
+        message = self._live_message(params, "message to edit not found")
+        if message.sender_id != self.bot.id:
+            raise bad_request("message can't be edited")
+        media = params.get("media")
+        kind = media.get("type") if isinstance(media, dict) else None
+        file_id = media.get("media") if isinstance(media, dict) else None
+        if kind not in ("photo", "video", "animation", "document", "audio"):
+            raise bad_request("unsupported media type")
+        if message.kind not in ("photo", "video", "animation", "document", "audio"):
+            raise bad_request("message can't be edited")
+        if not isinstance(file_id, str) or not file_id or file_id in self.rejected_file_ids:
+            raise bad_request("wrong file identifier/HTTP URL specified")
+        caption = media.get("caption")
+        if (kind, file_id, caption) == (message.kind, message.file_id, message.caption):
+            raise bad_request(NOT_MODIFIED.removeprefix("Bad Request: "))
+        message.kind, message.file_id, message.caption = kind, file_id, caption
         return self._message_json(message)
 
     def _method_answercallbackquery(self, params: dict) -> bool:

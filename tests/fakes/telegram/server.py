@@ -196,6 +196,36 @@ class FakeTelegram(BotApiMethods):
             message["is_topic_message"] = True
         return {"update_id": next(self._update_ids), "message": message}
 
+    def edit_private_message(self, user: FakeUser, message_id: int, **content: Any) -> dict:
+        """The update of ``user`` editing their message ``message_id`` to ``content``."""
+        return self._edit(user.id, message_id, None, user, content)
+
+    def edit_group_message(
+        self, sender: FakeUser, message_id: int, *, thread_id: int, **content: Any
+    ) -> dict:
+        """The update of ``sender`` editing their message ``message_id`` in a topic."""
+        return self._edit(self.support_chat_id, message_id, thread_id, sender, content)
+
+    def _edit(
+        self, chat_id: int, message_id: int, thread_id: int | None, sender: FakeUser, content: dict
+    ) -> dict:
+        with self._lock:
+            fields = self._content_fields(content)
+            self._store_incoming(chat_id, message_id, thread_id, sender.id, content)
+            chat = self._chat_json(chat_id)
+        message = {
+            "message_id": message_id,
+            "from": sender.as_json(),
+            "chat": chat,
+            "date": int(time.time()) - 60,
+            "edit_date": int(time.time()),
+            **fields,
+        }
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        return {"update_id": next(self._update_ids), "edited_message": message}
+
     def click(
         self, user: FakeUser, *, message_id: int, data: str, chat_id: int | None = None
     ) -> dict:
