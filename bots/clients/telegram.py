@@ -130,6 +130,14 @@ def is_message_not_modified(error: TelegramError) -> bool:
 # ------------------------------------------------------------------ client
 
 
+def _reply_parameters(message_id: int | None, even_if_gone: bool) -> dict | None:
+    if message_id is None:
+        return None
+    if even_if_gone:
+        return {"message_id": message_id, "allow_sending_without_reply": True}
+    return {"message_id": message_id}
+
+
 class TelegramClient:
     """Bot API over a pooled ``requests`` session; POST JSON to ``<api_base>/bot<token>/<m>``."""
 
@@ -276,9 +284,11 @@ class TelegramClient:
         reply_markup: dict | None = None,
         parse_mode: str | None = None,
         reply_to_message_id: int | None = None,
+        reply_even_if_gone: bool = False,
     ) -> dict:
-        """``parse_mode="HTML"`` only for broadcasts; ``reply_to_message_id`` only for the
-        broadcast's control message (sent as ``reply_parameters``)."""
+        """``parse_mode="HTML"`` only for broadcasts; ``reply_to_message_id`` is sent as
+        ``reply_parameters`` (``reply_even_if_gone``: sent as a plain message when the replied
+        message no longer exists, instead of failing)."""
         return self.call(
             "sendMessage",
             {
@@ -287,9 +297,7 @@ class TelegramClient:
                 "text": text,
                 "parse_mode": parse_mode,
                 "reply_markup": reply_markup,
-                "reply_parameters": (
-                    {"message_id": reply_to_message_id} if reply_to_message_id is not None else None
-                ),
+                "reply_parameters": _reply_parameters(reply_to_message_id, reply_even_if_gone),
             },
         )
 
@@ -301,8 +309,10 @@ class TelegramClient:
         file_id: str,
         caption: str | None = None,
         message_thread_id: int | None = None,
+        reply_to_message_id: int | None = None,
     ) -> dict:
-        """sendPhoto / sendVideo / ... by ``file_id`` (media are never downloaded)."""
+        """sendPhoto / sendVideo / ... by ``file_id`` (media are never downloaded); a reply
+        falls back to a plain message when the replied message is gone."""
         return self.call(
             MEDIA_METHODS[kind],
             {
@@ -311,6 +321,7 @@ class TelegramClient:
                 kind: file_id,
                 # Stickers take no caption.
                 "caption": caption if kind != "sticker" else None,
+                "reply_parameters": _reply_parameters(reply_to_message_id, True),
             },
         )
 

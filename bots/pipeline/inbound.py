@@ -19,6 +19,7 @@ from bots.pipeline.content import Content, extract_content
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import required
 from bots.pipeline.relay import relay_inbound
+from bots.pipeline.replies_mapping import reply_target_in_topic
 from bots.pipeline.topics import resolve_topic
 from bots.selectors import VerificationSettings, verification_settings_get
 from bots.services.users import (
@@ -99,6 +100,9 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         topic=topic,
         content=content,
         private_msg_id=private_msg_id if is_positive_integer(private_msg_id) else None,
+        reply_to_group_msg_id=reply_target_in_topic(
+            bot_id=ctx.bot_id, user_id=user.user_id, message=message
+        ),
     )
 
 

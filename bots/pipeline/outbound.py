@@ -13,6 +13,7 @@ from bots.pipeline.content import extract_content, send_content
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import required
 from bots.pipeline.replies import reply_in_thread
+from bots.pipeline.replies_mapping import reply_target_in_private_chat
 from bots.selectors import topic_get_for_thread
 from bots.services.ledger import relayed_message_record
 from bots.services.topics import topic_mark_closed, topic_mark_open
@@ -47,8 +48,14 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
     if topic is None or topic.status != TopicStatus.OPEN:
         reply_in_thread(ctx, thread_id=thread_id, text=copy.no_binding())
         return
+    reply_to = reply_target_in_private_chat(
+        bot_id=ctx.bot_id, user_id=topic.user_id, thread_id=thread_id, message=message
+    )
     sent = required(
-        "outbound relay", lambda: send_content(ctx.client, content, chat_id=topic.user_id)
+        "outbound relay",
+        lambda: send_content(
+            ctx.client, content, chat_id=topic.user_id, reply_to_message_id=reply_to
+        ),
     )
     if sent is None:
         return

@@ -174,7 +174,9 @@ class BotApiMethods(ChatState):
             reply_to = self._integer(params["reply_parameters"], "message_id")
             replied = self._messages.get((chat_id, reply_to))
             if replied is None or replied.deleted:
-                raise bad_request("message to be replied not found")
+                if not params["reply_parameters"].get("allow_sending_without_reply"):
+                    raise bad_request("message to be replied not found")
+                reply_to = None  # Telegram sends it as a plain message
         message = FakeMessage(
             chat_id=chat_id,
             message_id=self._allocate_message_id(chat_id),
