@@ -439,3 +439,39 @@ class AdminAuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.outcome} ({self.surface})"
+
+
+class AlbumItem(models.Model):
+    """``album_items``: the members of an album (``media_group_id``) waiting a moment to be
+    relayed together with ``sendMediaGroup`` (issue #24). A table of its own beside the seed's
+    eight: a waiting item survives a Redis flush and a worker crash. Rows live seconds; the
+    flush deletes them with the ledger rows' insert."""
+
+    id = models.BigAutoField(primary_key=True)
+    bot_id = models.BigIntegerField()
+    direction = models.TextField(choices=Direction.choices)
+    media_group_id = models.TextField()
+    user_id = models.BigIntegerField()
+    thread_id = models.BigIntegerField()
+    source_msg_id = models.BigIntegerField()  # in: the user's message id; out: the topic's
+    kind = models.TextField()
+    file_id = models.TextField()
+    caption = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "album_items"
+        constraints = [
+            _check("album_items", "direction", Q(direction__in=Direction.values)),
+            models.UniqueConstraint(
+                fields=["bot_id", "direction", "user_id", "source_msg_id"],
+                name="album_items_source_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["bot_id", "media_group_id"], name="idx_album_items_group"),
+            models.Index(fields=["created_at"], name="idx_album_items_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"album {self.media_group_id} item {self.source_msg_id}"

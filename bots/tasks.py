@@ -6,6 +6,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from bots.conf import load_config
+from bots.pipeline.albums import flush_album, sweep_albums
 from bots.pipeline.broadcast.jobs import SendJob, broadcasts_resume
 from bots.pipeline.broadcast.sending import run_send_job
 from bots.pipeline.purge import PurgeJob, continue_purge
@@ -30,6 +31,22 @@ def admin_audit_trim_task() -> int:
     Idempotent (a second run finds nothing more to delete).
     """
     return audit_trim(now=timezone.now(), retention_days=load_config().audit_retention_days)
+
+
+@shared_task(name="bots.tasks.album_flush_task", soft_time_limit=60, time_limit=90)
+def album_flush_task(*, bot_id: int, media_group_id: str) -> str:
+    """Relay an album's collected items as one album; returns what happened.
+
+    Idempotent: the items are taken under row locks and deleted with their ledger rows, so a
+    redelivered or duplicate flush finds nothing left to send.
+    """
+    return flush_album(bot_id=bot_id, media_group_id=media_group_id)
+
+
+@shared_task(name="bots.tasks.albums_sweep_task")
+def albums_sweep_task() -> int:
+    """Every minute: flush the albums whose queued flush was lost; returns how many."""
+    return sweep_albums()
 
 
 @shared_task(name="bots.tasks.purge_continue_task")

@@ -325,6 +325,16 @@ class TelegramClient:
             },
         )
 
+    def send_media_group(
+        self, *, chat_id: int, media: list[dict], message_thread_id: int | None = None
+    ) -> list[dict]:
+        """An album: 2–10 ``InputMedia`` (``{"type", "media": file_id, "caption"?}``); returns
+        the sent Messages in order."""
+        return self.call(
+            "sendMediaGroup",
+            {"chat_id": chat_id, "message_thread_id": message_thread_id, "media": media},
+        )
+
     def edit_message_text(
         self, *, chat_id: int, message_id: int, text: str, reply_markup: dict | None = None
     ) -> dict:

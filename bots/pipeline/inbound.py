@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from bots import copy
-from bots.models import BotUser
+from bots.models import BotUser, Direction
+from bots.pipeline.albums import album_id, collect_album_item
 from bots.pipeline.card import edit_card, post_card, refresh_card
 from bots.pipeline.classify import command_name, is_positive_integer
 from bots.pipeline.content import Content, extract_content
@@ -93,6 +94,19 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         _send_welcome_if_slot(ctx, user)
         return
     private_msg_id = message.get("message_id")
+    album = album_id(message, content)
+    if album is not None and is_positive_integer(private_msg_id):
+        # Collected and relayed as one album by the flush (the webhook does not wait for it).
+        collect_album_item(
+            ctx,
+            direction=Direction.IN,
+            media_group_id=album,
+            user_id=user.user_id,
+            thread_id=topic.thread_id,
+            source_msg_id=private_msg_id,
+            content=content,
+        )
+        return
     relay_inbound(
         ctx,
         verification_enabled=switches.enabled,

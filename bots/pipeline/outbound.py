@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from bots import copy
 from bots.models import Direction, TopicStatus
+from bots.pipeline.albums import album_id, collect_album_item
 from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.commands import handle_admin_command
 from bots.pipeline.content import extract_content, send_content
@@ -47,6 +48,19 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
     topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     if topic is None or topic.status != TopicStatus.OPEN:
         reply_in_thread(ctx, thread_id=thread_id, text=copy.no_binding())
+        return
+    album = album_id(message, content)
+    group_msg_id = message.get("message_id")
+    if album is not None and is_positive_integer(group_msg_id):
+        collect_album_item(
+            ctx,
+            direction=Direction.OUT,
+            media_group_id=album,
+            user_id=topic.user_id,
+            thread_id=thread_id,
+            source_msg_id=group_msg_id,
+            content=content,
+        )
         return
     reply_to = reply_target_in_private_chat(
         bot_id=ctx.bot_id, user_id=topic.user_id, thread_id=thread_id, message=message

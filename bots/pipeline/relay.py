@@ -67,9 +67,7 @@ def relay_inbound(
         best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))
 
 
-def _send(
-    ctx: UpdateContext, topic: Topic, content: Content, reply_to: int | None = None
-) -> dict:
+def _send(ctx: UpdateContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
     return send_content(
         ctx.client,
         content,

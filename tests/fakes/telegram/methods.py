@@ -278,6 +278,42 @@ class BotApiMethods(ChatState):
     def _method_sendsticker(self, params: dict) -> dict:
         return self._send(params, "sticker")
 
+    def _method_sendmediagroup(self, params: dict) -> list[dict]:
+        chat_id = self._chat(params)
+        thread_id = self._writable_thread(chat_id, params)
+        media = params.get("media")
+        if not isinstance(media, list) or not 2 <= len(media) <= 10:
+            raise bad_request("wrong number of media in the album: 2-10 are allowed")
+        kinds = set()
+        for item in media:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind not in ("photo", "video", "document", "audio"):
+                raise bad_request("unsupported media type in the album")
+            if not isinstance(item.get("media"), str) or item["media"] in self.rejected_file_ids:
+                raise bad_request("wrong file identifier/HTTP URL specified")
+            kinds.add(kind)
+        # Documents and audio only go with their own kind (Telegram's album rules).
+        if ("document" in kinds or "audio" in kinds) and len(kinds) > 1:
+            raise bad_request("documents and audio can't be mixed with other media types")
+        sent = []
+        for item in media:
+            message = FakeMessage(
+                chat_id=chat_id,
+                message_id=self._allocate_message_id(chat_id),
+                thread_id=thread_id,
+                sender_id=self.bot.id,
+                kind=item["type"],
+                file_id=item["media"],
+                caption=item.get("caption"),
+                media_group_id=f"album-{len(self._messages)}",
+            )
+            self._messages[(chat_id, message.message_id)] = message
+            sent.append(message)
+        group = sent[0].media_group_id
+        for message in sent:
+            message.media_group_id = group
+        return [self._message_json(message) for message in sent]
+
     def _method_editmessagetext(self, params: dict) -> dict:
         message = self._live_message(params, "message to edit not found")
         if message.sender_id != self.bot.id:

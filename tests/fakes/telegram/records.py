@@ -65,6 +65,7 @@ class FakeMessage:
     # parsed as Telegram does).
     html: str | None = None
     reply_to_message_id: int | None = None
+    media_group_id: str | None = None  # an album's items share it
     deleted: bool = False
     # The bot may not delete it (deleteMessage: "message can't be deleted"), e.g. an admin's
     # message while the bot lacks the "delete messages" right.
