@@ -111,6 +111,7 @@ class Permit:
     priority: Priority
     granted_at_ms: int  # Redis TIME
     counted: bool = True  # a message: it took the buckets (False: it only waited its turn)
+    weight: int = 1  # messages it counts for in the windows (an album: its items)
 
 
 class NoPermit(Exception):
@@ -135,7 +136,8 @@ end
 # until, 8 the chat's waiters.
 # ARGV: 1 now ms or '', 2 per window, 3 window ms, 4 spacing ms, 5 chat interval ms (0: none),
 # 6 group per window (0: none), 7 group window ms, 8 lease ms, 9 permit id, 10 priority,
-# 11 waiter ms, 12 stride, 13 '1' when the call takes the chat's bucket.
+# 11 waiter ms, 12 stride, 13 '1' when the call takes the chat's bucket, 14 weight (messages
+# the call sends: an album's items; capped at the windows' sizes).
 # Returns {1, now} when granted, {0, wait ms, in flight} otherwise — in flight 1 when the wait
 # is for a call still under way (it may end any moment: ask again soon), 0 when it is certain.
 _ACQUIRE = (
@@ -153,6 +155,25 @@ local priority = tonumber(ARGV[10])
 local waiter_ms = tonumber(ARGV[11])
 local stride = tonumber(ARGV[12])
 local counted = ARGV[13] == '1'
+local weight = tonumber(ARGV[14])
+
+-- A window holding ``limit`` calls: the wait until ``weight`` more fit, and whether the call
+-- that must end first is still in flight.
+local function window_wait(key, limit, span)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - span)
+  local excess = redis.call('ZCARD', key) + weight - limit
+  if excess <= 0 then return 0, false end
+  local entry = redis.call('ZRANGE', key, excess - 1, excess - 1, 'WITHSCORES')
+  local ends = tonumber(entry[2])
+  return ends + span - now, ends > now
+end
+
+-- The members a permit of ``weight`` messages takes in a window (an album counts each item).
+local function take(key, score, span)
+  redis.call('ZADD', key, score, id)
+  for k = 2, weight do redis.call('ZADD', key, score, id .. '#' .. k) end
+  redis.call('PEXPIRE', key, span + lease)
+end
 
 local function higher_waiting(key)
   for p = 0, 2 do
@@ -169,12 +190,9 @@ if blocked > now then global_wait = blocked - now end
 if counted then
   local next_start = tonumber(redis.call('GET', KEYS[2]) or '0')
   if next_start > now then global_wait = math.max(global_wait, next_start - now) end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-  if redis.call('ZCARD', KEYS[1]) >= per_window then
-    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    global_wait = math.max(global_wait, tonumber(oldest[2]) + window - now)
-    if tonumber(oldest[2]) > now then in_flight = 1 end
-  end
+  local wait, held = window_wait(KEYS[1], per_window, window)
+  global_wait = math.max(global_wait, wait)
+  if held then in_flight = 1 end
 end
 if higher_waiting(KEYS[4]) then global_wait = math.max(global_wait, math.max(spacing, 10)) end
 
@@ -191,12 +209,9 @@ if counted then
     end
   end
   if group_per_window > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - group_window)
-    if redis.call('ZCARD', KEYS[6]) >= group_per_window then
-      local oldest = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-      chat_wait = math.max(chat_wait, tonumber(oldest[2]) + group_window - now)
-      if tonumber(oldest[2]) > now then in_flight = 1 end
-    end
+    local wait, held = window_wait(KEYS[6], group_per_window, group_window)
+    chat_wait = math.max(chat_wait, wait)
+    if held then in_flight = 1 end
   end
 end
 if higher_waiting(KEYS[8]) then chat_wait = math.max(chat_wait, 10) end
@@ -216,10 +231,7 @@ end
 
 redis.call('ZREM', KEYS[4], id)
 redis.call('ZREM', KEYS[8], id)
-if counted then
-  redis.call('ZADD', KEYS[1], now + lease, id)
-  redis.call('PEXPIRE', KEYS[1], window + lease)
-end
+if counted then take(KEYS[1], now + lease, window) end
 if counted and spacing > 0 then
   redis.call('SET', KEYS[2], now + spacing, 'PX', spacing)
 end
@@ -227,34 +239,31 @@ if counted and chat_interval > 0 then
   local held_until = now + lease + chat_interval
   redis.call('SET', KEYS[5], held_until .. ':' .. id, 'PX', lease + chat_interval)
 end
-if counted and group_per_window > 0 then
-  redis.call('ZADD', KEYS[6], now + lease, id)
-  redis.call('PEXPIRE', KEYS[6], group_window + lease)
-end
+if counted and group_per_window > 0 then take(KEYS[6], now + lease, group_window) end
 return {1, now}
 """
 )
 
 # KEYS: 1 global permits, 2 the chat, 3 the group's permits. ARGV: 1 now ms or '',
-# 2 permit id, 3 window ms, 4 chat interval ms, 5 group window ms. The permit's call ended now.
+# 2 permit id, 3 window ms, 4 chat interval ms, 5 group window ms, 6 weight. The permit's call
+# ended now.
 _RELEASE = (
     _NOW
     + """
 local window = tonumber(ARGV[3])
 local chat_interval = tonumber(ARGV[4])
 local group_window = tonumber(ARGV[5])
-if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  redis.call('ZADD', KEYS[1], 'XX', now, ARGV[2])
-  if redis.call('PTTL', KEYS[1]) < window then
-    redis.call('PEXPIRE', KEYS[1], window)
+local weight = tonumber(ARGV[6])
+local function ended(key, span)
+  if not redis.call('ZSCORE', key, ARGV[2]) then return end
+  redis.call('ZADD', key, 'XX', now, ARGV[2])
+  for k = 2, weight do redis.call('ZADD', key, 'XX', now, ARGV[2] .. '#' .. k) end
+  if redis.call('PTTL', key) < span then
+    redis.call('PEXPIRE', key, span)
   end
 end
-if redis.call('ZSCORE', KEYS[3], ARGV[2]) then
-  redis.call('ZADD', KEYS[3], 'XX', now, ARGV[2])
-  if redis.call('PTTL', KEYS[3]) < group_window then
-    redis.call('PEXPIRE', KEYS[3], group_window)
-  end
-end
+ended(KEYS[1], window)
+ended(KEYS[3], group_window)
 local chat = redis.call('GET', KEYS[2])
 if chat and chat_interval > 0 and string.match(chat, ':(.+)$') == ARGV[2] then
   redis.call('SET', KEYS[2], (now + chat_interval) .. ':' .. ARGV[2], 'PX', chat_interval)
@@ -330,19 +339,22 @@ class OutboundLimiter:
         now_ms: int | None = None,
         counted: bool = True,
         permit_id: str | None = None,
+        weight: int = 1,
     ) -> Permit | float:
         """A permit for one call into ``chat_id`` now, or the seconds to wait before asking
         again (somebody else may take the slot meanwhile: ask again, do not assume).
 
         ``counted``: the call is a message (send, edit, topic creation) and takes the buckets;
         False for deletions, pins and topic state (blocks and priorities only).
-        ``permit_id``: the same id on every retry of one caller (its place as a waiter)."""
+        ``permit_id``: the same id on every retry of one caller (its place as a waiter).
+        ``weight``: how many messages the call sends (an album's items), at most a window."""
         outcome, _ = self._try(
             chat_id=chat_id,
             priority=priority,
             now_ms=now_ms,
             counted=counted,
             permit_id=permit_id or secrets.token_hex(8),
+            weight=weight,
         )
         return outcome
 
@@ -354,9 +366,14 @@ class OutboundLimiter:
         now_ms: int | None,
         counted: bool,
         permit_id: str,
+        weight: int = 1,
     ) -> tuple[Permit | float, bool]:
         """``try_acquire``, and whether a refusal's wait is for a call still in flight."""
         group = is_group(chat_id)
+        largest = self.limits.per_second
+        if group and self.limits.group_per_window:
+            largest = min(largest, self.limits.group_per_window)
+        weight = max(1, min(weight, largest))
         chat_key, group_key = self._chat_keys(chat_id)
         granted, value, *in_flight = self._acquire(
             keys=[
@@ -383,6 +400,7 @@ class OutboundLimiter:
                 _milliseconds(WAITER_SECONDS),
                 _PRIORITY_STRIDE,
                 "1" if counted else "0",
+                weight,
             ],
         )
         if granted == 1:
@@ -392,6 +410,7 @@ class OutboundLimiter:
                 priority=priority,
                 granted_at_ms=value,
                 counted=counted,
+                weight=weight,
             )
             return permit, False
         return value / 1000, in_flight == [1]
@@ -404,6 +423,7 @@ class OutboundLimiter:
         timeout: float | None = None,
         on_wait: Callable[[float], None] | None = None,
         counted: bool = True,
+        weight: int = 1,
     ) -> Permit | None:
         """Wait for a permit into ``chat_id``; None when none came within ``timeout`` seconds
         (None: wait as long as it takes). ``on_wait(seconds)`` runs before every sleep (at most
@@ -417,6 +437,7 @@ class OutboundLimiter:
                 now_ms=None,
                 counted=counted,
                 permit_id=permit_id,
+                weight=weight,
             )
             if isinstance(outcome, Permit):
                 return outcome
@@ -449,6 +470,7 @@ class OutboundLimiter:
                 _milliseconds(self.limits.window),
                 _milliseconds(self.limits.chat_interval),
                 _milliseconds(self.limits.group_window),
+                permit.weight,
             ],
         )
 

@@ -109,8 +109,11 @@ class PacedTelegramClient(TelegramClient):
         if not (counted or method in GLOBAL_ONLY_METHODS) or not _is_chat_id(chat_id):
             return super().call(method, parameters)
         attempts = 2 if self._in_place_retry else 1
+        # An album counts as its items (Telegram counts each message).
+        media = payload.get("media") if method == "sendMediaGroup" else None
+        weight = len(media) if isinstance(media, list) else 1
         for attempt in range(1, attempts + 1):
-            permit = self._permit(method, chat_id, counted=counted)
+            permit = self._permit(method, chat_id, counted=counted, weight=weight)
             try:
                 return self._attempt(method, payload)
             except TelegramRetryableError as error:
@@ -128,7 +131,7 @@ class PacedTelegramClient(TelegramClient):
                 self.limiter.release(permit)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _permit(self, method: str, chat_id: int, *, counted: bool) -> Permit:
+    def _permit(self, method: str, chat_id: int, *, counted: bool, weight: int = 1) -> Permit:
         priority = current_priority()
         if self._deadline is None or self._budget is None:
             timeout = JOB_PERMIT_TIMEOUT_SECONDS
@@ -137,7 +140,7 @@ class PacedTelegramClient(TelegramClient):
             if priority != Priority.LIVE:
                 timeout = min(timeout, self._budget * LOWER_PRIORITY_SHARE)
         permit = self.limiter.acquire(
-            chat_id=chat_id, priority=priority, timeout=timeout, counted=counted
+            chat_id=chat_id, priority=priority, timeout=timeout, counted=counted, weight=weight
         )
         if permit is None:
             raise NoSendPermit(

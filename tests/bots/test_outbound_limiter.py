@@ -269,3 +269,17 @@ def test_group_and_waiter_keys_have_ttls(limiter, redis_client):
     assert 0 < redis_client.pttl(keys[0]) <= 85_000  # the window and one lease
     assert 0 < redis_client.pttl(keys[1]) <= 2_000
     assert 0 < redis_client.pttl(keys[2]) <= round(WAITER_SECONDS * 1000)
+
+
+def test_an_album_counts_as_its_items_in_the_windows(limiter):
+    album = _granted(limiter.try_acquire(chat_id=GROUP, weight=5, now_ms=T0))
+    limiter.release(album, now_ms=T0 + 100)
+    for number in range(15):  # 15 more messages fill the group's 20
+        permit = _granted(limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 2000 * (number + 1)))
+        limiter.release(permit, now_ms=T0 + 2000 * (number + 1) + 100)
+
+    assert limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 40_000) == pytest.approx(20.1)
+    # A 3-item album waits for three of them to leave the window: the album's own (T0 + 100).
+    assert limiter.try_acquire(chat_id=GROUP, weight=3, now_ms=T0 + 40_000) == pytest.approx(20.1)
+    # An album larger than the window is capped at the window (it could never fit otherwise).
+    _granted(limiter.try_acquire(chat_id=GROUP, weight=50, now_ms=T0 + 200_000))

@@ -134,3 +134,19 @@ def test_a_card_edit_waits_for_a_relay_waiting_for_the_same_group(bot_settings, 
         thread.join(10)
 
     assert order == ["first relay", "waiting relay", "card edit"]
+
+
+def test_an_album_takes_one_permit_per_item(group_of_three, telegram):
+    client = _client(budget_seconds=0.3)
+    chat = telegram.support_chat_id
+    topic = telegram.create_topic_by_hand("album")
+
+    client.send_media_group(
+        chat_id=chat,
+        message_thread_id=topic,
+        media=[{"type": "photo", "media": f"p{n}"} for n in range(3)],
+    )
+
+    with pytest.raises(NoSendPermit):
+        client.send_message(chat_id=chat, text="a fourth message this minute")
+    assert [call.method for call in telegram.calls()] == ["sendMediaGroup"]
