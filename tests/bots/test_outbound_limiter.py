@@ -283,3 +283,27 @@ def test_an_album_counts_as_its_items_in_the_windows(limiter):
     assert limiter.try_acquire(chat_id=GROUP, weight=3, now_ms=T0 + 40_000) == pytest.approx(20.1)
     # An album larger than the window is capped at the window (it could never fit otherwise).
     _granted(limiter.try_acquire(chat_id=GROUP, weight=50, now_ms=T0 + 200_000))
+
+
+def test_after_a_flush_the_limiter_starts_fresh_and_nothing_breaks(limiter, redis_client):
+    held = _granted(limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE))
+    limiter.block(seconds=30, chat_id=GROUP)
+    assert limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE) > 0  # a waiter now
+    for key in redis_client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}bots:outbound:*"):
+        redis_client.delete(key)  # what a FLUSHALL does to the bot's keys
+
+    limiter.release(held)  # the permit's keys are gone: nothing to release, no error
+    fresh = _granted(limiter.try_acquire(chat_id=GROUP, priority=Priority.BULK))
+    limiter.release(fresh)
+
+    assert redis_client.zcard(redis_keys.outbound_group(BOT, GROUP)) == 0 or all(
+        score <= _redis_ms(redis_client)
+        for _, score in redis_client.zrange(
+            redis_keys.outbound_group(BOT, GROUP), 0, -1, withscores=True
+        )
+    )
+
+
+def _redis_ms(redis_client) -> int:
+    seconds, microseconds = redis_client.time()
+    return seconds * 1000 + microseconds // 1000
