@@ -98,27 +98,36 @@ def test_a_burst_of_300_users_is_relayed_exactly_once_within_telegrams_limits(
     )
     telegram.forget_calls()
 
-    redelivered = deliver_like_telegram(
-        _burst_updates(telegram, user_ids), clock=clock, concurrency=32
-    )
+    deliver_like_telegram(_burst_updates(telegram, user_ids), clock=clock, concurrency=32)
 
-    # Nothing lost, nothing doubled — though some updates waited past their budget, were
+    # Nothing lost, nothing doubled — though updates that waited past their budget were
     # answered 500 without a call made, and came back.
     _assert_relayed_once(telegram, threads, user_ids)
-    assert redelivered and redelivered[0] > 0
     assert len([c for c in telegram.calls("sendMessage") if c.ok]) == BURST
     # No 429 storm: the fake's limits were never crossed (a few 429s at most, each honoured).
     assert len(telegram.rate_limited_calls()) <= 3
     _assert_every_429_honoured(telegram)
 
 
+def _relay_rate(telegram, user_ids) -> float:
+    """Relays into the group per second, from the fake's arrival times of this burst's."""
+    texts = {f"burst from {user_id}" for user_id in user_ids}
+    arrivals = [
+        call.at
+        for call in telegram.calls("sendMessage")
+        if call.ok and call.params.get("text") in texts
+    ]
+    return len(arrivals) / (arrivals[-1] - arrivals[0])
+
+
 def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
     telegrams_limits, webhook, telegram, clock, admin
 ):
+    alone_ids = range(35_001, 35_001 + BURST // 2)
     user_ids = range(40_001, 40_001 + BURST)
     threads = ongoing_conversations(
-        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=user_ids
-    )
+        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=alone_ids
+    ) | ongoing_conversations(telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=user_ids)
     audience = eligible_users(
         telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(50_001, 50_001 + BURST)
     )
@@ -140,6 +149,10 @@ def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
             if call.ok and call.params["chat_id"] in audience_ids
         ]
 
+    # The pace of a burst on its own, on this machine now: the yardstick.
+    deliver_like_telegram(_burst_updates(telegram, alone_ids), clock=clock, concurrency=32)
+    alone = _relay_rate(telegram, alone_ids)
+
     loop = threading.Thread(target=run_loop, args=(broadcast.id,))
     loop.start()
     try:
@@ -149,22 +162,17 @@ def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
         assert len(broadcast_sends()) >= 30, "the broadcast never got going"
 
         deliver_like_telegram(_burst_updates(telegram, user_ids), clock=clock, concurrency=32)
+        during = _relay_rate(telegram, user_ids)
+        still_sending = len(broadcast_sends()) < BURST
     finally:
         loop.join(120)
     assert not loop.is_alive()
 
-    _assert_relayed_once(telegram, threads, user_ids)
-    relays = [
-        call
-        for call in telegram.calls("sendMessage")
-        if call.ok and call.params["chat_id"] == telegram.support_chat_id
-    ]
-    first, last = relays[0].at, relays[-1].at
-    during = [call for call in broadcast_sends() if first <= call.at <= last]
-    # The relays went first: they kept most of the bot's 30 a second (what one message into
-    # the group at a time allows), and the broadcast took only what they left.
-    assert BURST / (last - first) >= PER_SECOND * 0.6
-    assert len(during) <= BURST * 0.2
+    _assert_relayed_once(telegram, threads, [*alone_ids, *user_ids])
+    # The relays kept (nearly) the pace they had alone while the broadcast, wanting all of the
+    # bot's 30 a second, took only what they left — through the same limiter, so no 429s.
+    assert still_sending, "the broadcast ended before the burst did: no contest"
+    assert during >= alone * 0.75, (during, alone)
     # And the broadcast still reached everybody exactly once.
     deliveries = Counter(call.params["chat_id"] for call in broadcast_sends())
     assert deliveries == dict.fromkeys(audience_ids, 1)
