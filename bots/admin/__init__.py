@@ -6,7 +6,8 @@
   confirmation page that offers the export first);
 * topics — with their note (editable: saved through the /note step, card refreshed); archive;
   on a topic's page "Purge messages…" (as /purgemsg, behind a confirmation page);
-* the message ledger and processed updates — read-only;
+* the message ledger and processed updates — read-only; the ledger's *Response times* page
+  (time to first admin reply, open conversations, messages in/out per day and conversation);
 * settings — the raw rows read-only, and a form for the verification switches;
 * the bots row — read-only;
 * the audit trail — every admin action from Telegram or here (who, when, which user, the

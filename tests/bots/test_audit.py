@@ -255,3 +255,28 @@ def test_rows_older_than_the_retention_are_trimmed(db, bot_settings, telegram, c
         "29 days ago",
     ]
     assert admin_audit_trim_task() == 0
+
+
+def test_stopping_a_broadcast_in_the_console_is_recorded(operator, webhook, telegram, admin):
+    from tests.bots.broadcast.helpers import make_broadcast
+
+    running = make_broadcast(
+        telegram, initiator=admin, now=START, status="sending", recipients=[7001, 7002]
+    )
+
+    operator.post(
+        reverse("admin:bots_broadcast_changelist"),
+        {"action": "stop_broadcasts", "_selected_action": [str(running.id)]},
+    )
+
+    assert _rows() == [
+        (
+            "console",
+            None,
+            operator.username,
+            "broadcast",
+            None,
+            "cancelled",
+            f"broadcast {running.id}: stop (failed)",
+        )
+    ]
