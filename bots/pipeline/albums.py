@@ -7,7 +7,8 @@ ALBUM_WINDOW_SECONDS later. The flush takes the album's items under row locks (t
 never both send it), waits once more if the newest item is younger than the window, then sends
 them with one ``sendMediaGroup`` (a lone item as an ordinary message), records each in the
 ledger and deletes the items, in one transaction after the send. A retryable failure queues
-the flush again; a permanent one drops the album (logged), as a relay would. The beat sweep
+the flush again; a permanent one drops the album (logged) — unlike a single relay, a flush does
+not reopen or replace a topic closed or deleted within the window. The beat sweep
 (``albums_sweep_task``) flushes albums whose queued flush was lost.
 """
 

@@ -79,24 +79,31 @@ def edit_copy(
     """Make the bot's copy ``message_id`` in ``chat_id`` show ``content`` (see the module
     docstring for what can be edited)."""
     client = ctx.client
-    if content.is_text:
-        if copy_kind != "text":
-            return
-        call = lambda: client.edit_message_text(  # noqa: E731
-            chat_id=chat_id, message_id=message_id, text=content.text
-        )
+    if content.is_text and copy_kind == "text":
+
+        def edit() -> dict:
+            return client.edit_message_text(
+                chat_id=chat_id, message_id=message_id, text=content.text
+            )
+
     elif content.kind in REPLACEABLE_MEDIA and copy_kind in REPLACEABLE_MEDIA:
-        call = lambda: client.edit_message_media(  # noqa: E731
-            chat_id=chat_id,
-            message_id=message_id,
-            kind=content.kind,
-            file_id=content.file_id,
-            caption=content.caption,
-        )
+
+        def edit() -> dict:
+            return client.edit_message_media(
+                chat_id=chat_id,
+                message_id=message_id,
+                kind=content.kind,
+                file_id=content.file_id,
+                caption=content.caption,
+            )
+
     elif content.kind == "voice" and copy_kind == "voice":
-        call = lambda: client.edit_message_caption(  # noqa: E731
-            chat_id=chat_id, message_id=message_id, caption=content.caption or ""
-        )
+
+        def edit() -> dict:
+            return client.edit_message_caption(
+                chat_id=chat_id, message_id=message_id, caption=content.caption or ""
+            )
+
     else:
         return  # a sticker, or a copy of another kind: Telegram cannot turn one into the other
-    required("edit sync", call)
+    required("edit sync", edit)
