@@ -215,14 +215,19 @@ def parse_number(raw: str | None, rule: NumberRule) -> int | None:
 def parse_public_base_url(raw: str | None) -> str | None:
     """``https://host[:port]`` when PUBLIC_BASE_URL is a bare https origin, else None.
 
-    Rejected (spec §1.3): another scheme, credentials, a query or fragment, a path other than
-    ``/``.
+    Normalised, so that the Mini App URL, the webhook URL and the origin and hostname checks
+    all see one spelling: surrounding spaces and a trailing ``/`` dropped, scheme and host in
+    lower case, the default port 443 left out. Rejected (spec §1.3): another scheme,
+    credentials, a query or fragment, a path other than ``/``.
     """
-    if raw is None or "?" in raw or "#" in raw:
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if "?" in raw or "#" in raw:
         return None
     try:
         parts = urlsplit(raw)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
+        port = parts.port
     except ValueError:
         return None
     if parts.scheme.lower() != "https" or not parts.hostname:
@@ -231,7 +236,10 @@ def parse_public_base_url(raw: str | None) -> str | None:
         return None
     if parts.path not in ("", "/"):
         return None
-    return f"https://{parts.netloc}"
+    host = parts.hostname  # lower case
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    return f"https://{host}" if port in (None, 443) else f"https://{host}:{port}"
 
 
 def parse_welcome_text(raw: str | None) -> str | None:

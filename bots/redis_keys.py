@@ -19,6 +19,22 @@ def bulk_deletion_lock(bot_id: int) -> str:
     return f"{_prefix()}bulk_deletion:{bot_id}"
 
 
+def bulk_job_finished(bot_id: int, token_digest: str) -> str:
+    """A bulk-deletion job that ended (its lock token's SHA-256, never the token): a late
+    continuation of it stops instead of deleting what was created since."""
+    return f"{_prefix()}bulk_finished:{bot_id}:{token_digest}"
+
+
+def deletion_fence_all(bot_id: int) -> str:
+    """A /wipealldata deletes every topic: no topic is created or replaced meanwhile."""
+    return f"{_prefix()}deletion_fence:{bot_id}:all"
+
+
+def deletion_fence_user(bot_id: int, user_id: int) -> str:
+    """A /deluser (or the console's delete) of this user runs: no topic for them meanwhile."""
+    return f"{_prefix()}deletion_fence:{bot_id}:user:{user_id}"
+
+
 def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     """The first click on a /wipealldata prompt ("cancelled" or "confirmed:<callback id>")."""
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"

@@ -45,7 +45,8 @@ def _command_scope(config: BotConfig) -> dict:
 
 
 def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> EndpointResult:
-    """Point Telegram at ``<origin>/telegram/webhook``, record the bot, register the menu.
+    """Point Telegram at ``<PUBLIC_BASE_URL or origin>/telegram/webhook``, record the bot,
+    register the menu.
 
     The bots row is upserted from getMe (``created_at`` kept). The command menu (scoped to the
     support group) is best effort: ``registered``, ``skipped`` (SUPPORT_CHAT_ID invalid) or
@@ -58,7 +59,9 @@ def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> En
     if missing:
         return EndpointResult(500, {"error": copy.config_missing(missing)})
     client = config.telegram_client()
-    url = webhook_url(origin)
+    # PUBLIC_BASE_URL, when set, is where Telegram reaches the bot (the operator may open this
+    # page through another name); otherwise the origin this request came in at.
+    url = webhook_url(config.public_base_url or origin)
     try:
         client.set_webhook(
             url=url, secret_token=config.webhook_secret, allowed_updates=ALLOWED_UPDATES

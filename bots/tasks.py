@@ -13,6 +13,12 @@ from bots.pipeline.purge import PurgeJob, continue_purge
 from bots.pipeline.wipe import WipeJob, continue_wipe
 from bots.services.audit import audit_trim
 from bots.services.processed_updates import processed_update_trim
+from bots.task_names import (
+    ALBUM_FLUSH_TASK,
+    BROADCAST_SEND_TASK,
+    PURGE_CONTINUE_TASK,
+    WIPE_CONTINUE_TASK,
+)
 
 
 @shared_task(name="bots.tasks.processed_updates_trim_task")
@@ -33,7 +39,7 @@ def admin_audit_trim_task() -> int:
     return audit_trim(now=timezone.now(), retention_days=load_config().audit_retention_days)
 
 
-@shared_task(name="bots.tasks.album_flush_task", soft_time_limit=60, time_limit=90)
+@shared_task(name=ALBUM_FLUSH_TASK, soft_time_limit=60, time_limit=90)
 def album_flush_task(*, bot_id: int, media_group_id: str) -> str:
     """Relay an album's collected items as one album; returns what happened.
 
@@ -49,7 +55,7 @@ def albums_sweep_task() -> int:
     return sweep_albums()
 
 
-@shared_task(name="bots.tasks.purge_continue_task")
+@shared_task(name=PURGE_CONTINUE_TASK)
 def purge_continue_task(*, job: dict) -> str | None:
     """The rest of a /purgemsg that outgrew the webhook's budget, one chunk per run (each chunk
     queues the next); returns the report posted in the topic when the purge finished.
@@ -60,14 +66,14 @@ def purge_continue_task(*, job: dict) -> str | None:
     return continue_purge(PurgeJob(**job))
 
 
-@shared_task(name="bots.tasks.wipe_continue_task")
+@shared_task(name=WIPE_CONTINUE_TASK)
 def wipe_continue_task(*, job: dict) -> str | None:
     """The rest of a confirmed /wipealldata, one chunk per run; returns the outcome posted in
     General when the wipe ended. Idempotent like ``purge_continue_task``."""
     return continue_wipe(WipeJob(**job))
 
 
-@shared_task(name="bots.tasks.broadcast_send_task", bind=True)
+@shared_task(name=BROADCAST_SEND_TASK, bind=True)
 def broadcast_send_task(
     self, *, bot_id: int, broadcast_id: int, lease_token: str | None = None, retries: int = 0
 ) -> str:

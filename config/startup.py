@@ -27,6 +27,7 @@ def run_startup_checks(process: str, *, out: TextIO = sys.stdout) -> None:
     Raises StartupRefused with an actionable message.
     """
     ensure_bot_secrets_are_long_enough()
+    ensure_public_base_url_is_an_https_origin()
     ensure_schema_history_matches_code()
     ensure_default_admin(out=out)
     ensure_runtime_settings()
@@ -51,6 +52,22 @@ def ensure_bot_secrets_are_long_enough() -> None:
         raise StartupRefused(
             f"{' and '.join(short)} must have at least {MINIMUM_BOT_SECRET_LENGTH} characters "
             "(e.g. `openssl rand -hex 16`)"
+        )
+
+
+def ensure_public_base_url_is_an_https_origin() -> None:
+    """Refuse a PUBLIC_BASE_URL that is set but not a bare https origin: Telegram opens Mini
+    Apps and delivers webhooks over https only, and the original's "ignored when invalid"
+    would send the verification button and the webhook to another origin without a word (a
+    departure listed in the README). The value is not echoed (it may hold credentials)."""
+    from bots.conf import parse_public_base_url
+
+    raw = settings.PUBLIC_BASE_URL
+    if raw is not None and parse_public_base_url(raw) is None:
+        raise StartupRefused(
+            "PUBLIC_BASE_URL must be a bare https origin such as https://support.example.com "
+            "(https only: Telegram opens Mini Apps and delivers webhooks over https; no path, "
+            "query, fragment or credentials), or unset"
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -69,6 +70,45 @@ def require_chromium() -> tuple[str, str]:
             pytest.fail(message)
         pytest.skip(message)
     return executables
+
+
+# What the screenshots of the Chinese pages need to be legible: a font with Chinese (中) and one
+# with the emoji the bot's texts use (📤 U+1F4E4, ✅ U+2705).
+SCREENSHOT_CHARACTERS = {"Chinese": "4e2d", "emoji": "1f4e4 2705"}
+
+
+def missing_screenshot_fonts() -> list[str]:
+    """What has no font (fontconfig's ``fc-list``): "Chinese", "emoji"; all of them when
+    fontconfig itself is missing."""
+    missing = []
+    for what, charset in SCREENSHOT_CHARACTERS.items():
+        try:
+            listed = subprocess.run(
+                ["fc-list", f":charset={charset}", "family"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            ).stdout
+        except OSError:
+            listed = ""
+        if not listed.strip():
+            missing.append(what)
+    return missing
+
+
+def require_screenshot_fonts() -> None:
+    """Skip (fail with REQUIRE_BROWSER=1) when a screenshot would show boxes for Chinese or
+    emoji."""
+    missing = missing_screenshot_fonts()
+    if missing:
+        message = (
+            f"Screenshot fonts NOT INSTALLED ({', '.join(missing)}): "
+            "apt-get install fonts-wqy-microhei fonts-noto-color-emoji"
+        )
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 class Browser:

@@ -19,6 +19,7 @@ from bots.admin.common import (
 from bots.models import AuditAction, AuditOutcome, Broadcast, BroadcastStatus
 from bots.pipeline.broadcast.console import stop_broadcast
 from bots.pipeline.broadcast.display import remaining
+from bots.services.broadcast_progress import sends_in_flight
 
 
 @admin.register(Broadcast)
@@ -29,7 +30,8 @@ class BroadcastAdmin(CurrentBotAdmin):
         "started_by",
         "expected_count",
         "success_count",
-        "failure_count",
+        "failed",
+        "in_flight",
         "remaining_recipients",
         "created_at",
         "confirmed_at",
@@ -43,7 +45,8 @@ class BroadcastAdmin(CurrentBotAdmin):
         "started_by",
         "expected_count",
         "success_count",
-        "failure_count",
+        "failed",
+        "in_flight",
         "remaining_recipients",
         "message_html",
         "preview_msg_id",
@@ -62,6 +65,25 @@ class BroadcastAdmin(CurrentBotAdmin):
     @admin.display(description="started by (Telegram id)")
     def started_by(self, obj: Broadcast) -> int:
         return obj.initiator_user_id
+
+    def _in_flight(self, obj: Broadcast) -> int:
+        if obj.status != BroadcastStatus.SENDING:
+            return 0
+        return sends_in_flight(
+            broadcast_id=obj.id,
+            success_count=obj.success_count,
+            failure_count=obj.failure_count,
+        )
+
+    @admin.display(description="failed")
+    def failed(self, obj: Broadcast) -> int:
+        # A send is claimed (counted as a failure) before it starts: the one in flight is
+        # shown apart until its outcome is recorded.
+        return obj.failure_count - self._in_flight(obj)
+
+    @admin.display(description="in flight")
+    def in_flight(self, obj: Broadcast) -> int | str:
+        return self._in_flight(obj) if obj.status == BroadcastStatus.SENDING else "—"
 
     @admin.display(description="remaining")
     def remaining_recipients(self, obj: Broadcast) -> int | str:

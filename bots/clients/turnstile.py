@@ -8,8 +8,12 @@ A call returns ``SiteverifyAnswer`` (Cloudflare's verdict, ``success`` true or f
   ``error-codes`` holding ``internal-error``: retried once after 300 ms with the same idempotency
   key (Cloudflare then answers the first verdict again instead of "duplicate"); still transient
   ⇒ unavailable (``permanent`` False);
-* any other HTTP status, or JSON that is not Siteverify's shape ⇒ unavailable at once
+* any other HTTP status, JSON that is not Siteverify's shape, or an answer longer than
+  MAX_ANSWER_BYTES (64 KiB; a real one is a few hundred bytes) ⇒ unavailable at once
   (``permanent`` True).
+
+The 5 s is the whole call's: connecting, and reading the whole answer (an answer trickling in
+byte by byte is cut off there, not after 5 s per read).
 
 The secret and the token are never logged nor put in an error text; the underlying ``requests``
 exception is not kept (its text names the URL).
@@ -17,6 +21,7 @@ exception is not kept (its text names the URL).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -30,6 +35,8 @@ from requests.adapters import HTTPAdapter
 logger = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 5.0
+MAX_ANSWER_BYTES = 64 * 1024
+READ_SIZE = 8192
 RETRY_DELAY_SECONDS = 0.3
 INTERNAL_ERROR = "internal-error"
 
@@ -70,6 +77,14 @@ class SiteverifyUnavailableError(Exception):
 
 
 class _Transient(Exception):
+    pass
+
+
+class _TooLong(Exception):
+    pass
+
+
+class _TooSlow(Exception):
     pass
 
 
@@ -115,26 +130,60 @@ class SiteverifyClient:
             raise SiteverifyUnavailableError(str(second), permanent=False) from None
 
     def _attempt(self, payload: dict) -> SiteverifyAnswer:
+        deadline = time.monotonic() + self._timeout
         try:
             response = self._session.post(
-                self._verify_url, json=payload, timeout=self._timeout, allow_redirects=False
+                self._verify_url,
+                json=payload,
+                timeout=self._timeout,
+                allow_redirects=False,
+                stream=True,
             )
+            try:
+                status = response.status_code
+                raw = self._read_capped(response, deadline) if status == 200 else b""
+            finally:
+                response.close()
         except requests.RequestException as error:
             failure = type(error).__name__
+        except _TooSlow:
+            failure = f"answer not complete within {self._timeout:g}s"
+        except _TooLong:
+            raise SiteverifyUnavailableError(
+                f"HTTP 200: answer longer than {MAX_ANSWER_BYTES // 1024} KiB", permanent=True
+            ) from None
         else:
-            return self._classify(response)
+            return self._classify(status, raw)
         raise _Transient(f"network error: {failure}")
 
     @staticmethod
-    def _classify(response: requests.Response) -> SiteverifyAnswer:
-        status = response.status_code
+    def _read_capped(response: requests.Response, deadline: float) -> bytes:
+        """The body, read as it comes (each read returns what has arrived) until the end, at
+        most MAX_ANSWER_BYTES (raises _TooLong) and until ``deadline`` (raises _TooSlow)."""
+        body = bytearray()
+        while True:
+            try:
+                chunk = response.raw.read1(READ_SIZE, decode_content=True)
+            except Exception as error:  # urllib3's own errors: a failed read of the answer
+                raise requests.ConnectionError() from error
+            if not chunk:
+                return bytes(body)
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise _TooLong()
+            if time.monotonic() > deadline:
+                raise _TooSlow()
+
+    @staticmethod
+    def _classify(status: int, raw: bytes) -> SiteverifyAnswer:
         if status >= 500:
             raise _Transient(f"HTTP {status}")
         if status != 200:
             raise SiteverifyUnavailableError(f"HTTP {status}", permanent=True)
         try:
-            body = response.json()
-        except ValueError:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            # Not JSON (a proxy's error page, say), or nested past what the parser follows.
             raise _Transient("HTTP 200: body is not JSON") from None
         codes = body.get("error-codes") if isinstance(body, dict) else None
         if not isinstance(body, dict) or not isinstance(body.get("success"), bool):

@@ -358,6 +358,28 @@ class OutboundLimiter:
         )
         return outcome
 
+    def poll(
+        self,
+        *,
+        chat_id: int,
+        priority: Priority,
+        permit_id: str,
+        counted: bool = True,
+        weight: int = 1,
+    ) -> tuple[Permit | float, bool]:
+        """One ask of a caller that waits in its own loop (the broadcast's): a permit, or the
+        seconds to wait and whether that wait is for a call still in flight (ask again within
+        IN_FLIGHT_POLL). The same ``permit_id`` on every ask keeps its place as a waiter;
+        ``withdraw`` it when giving up."""
+        return self._try(
+            chat_id=chat_id,
+            priority=priority,
+            now_ms=None,
+            counted=counted,
+            permit_id=permit_id,
+            weight=weight,
+        )
+
     def _try(
         self,
         *,

@@ -26,10 +26,10 @@ from bots.clients.telegram import TelegramPermanentError, TelegramRetryableError
 from bots.models import AlbumItem, Direction, RelayedMessage
 from bots.pipeline.content import Content, send_content
 from bots.pipeline.context import BotContext, worker_context
+from bots.task_names import ALBUM_FLUSH_TASK
 
 logger = logging.getLogger(__name__)
 
-ALBUM_FLUSH_TASK = "bots.tasks.album_flush_task"
 # How long an album's items are collected after its newest arrived.
 ALBUM_WINDOW_SECONDS = 1.5
 # Items Telegram takes in one sendMediaGroup; and the kinds an album may hold.

@@ -23,13 +23,15 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from celery import current_app
 
 from bots.clients.telegram import TelegramRetryableError
 from bots.outbound.limiter import Priority
 from bots.outbound.paced import NoSendPermit, outbound_priority
 from bots.pipeline.context import BotContext, worker_context
-from bots.services.bulk_lock import bulk_lock_hold, bulk_lock_release
+from bots.services.bulk_lock import bulk_job_has_finished, bulk_lock_hold, bulk_lock_release
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +197,8 @@ def _run_paced(
                 if budget.deadline is not None and pacer.monotonic() + wait > budget.deadline:
                     return Stopped(countdown=wait)
                 logger.info("bulk deletion: 429 on %s, waiting %ss as asked", item, wait)
+                # The pacer sleeps through the wait: the lock must outlive it.
+                lock.keep(ttl_seconds=wait + RUNNING_LOCK_SECONDS)
                 pacer.pause(wait)
         record(item, outcome)
     return None
@@ -209,12 +213,15 @@ class BulkJob(Protocol):
     retries: int
 
 
-def queue_continuation(job: BulkJob, task: Any, *, countdown: float) -> None:
-    """Queue ``task`` (a Celery task taking ``job=<the job as a dict>``) after ``countdown``
-    seconds; the lock is kept for it meanwhile. Raises LockLost when it is no longer ours."""
-    if not bulk_lock_hold(bot_id=job.bot_id, token=job.lock_token, ttl_seconds=QUEUED_LOCK_SECONDS):
+def queue_continuation(job: BulkJob, task_name: str, *, countdown: float) -> None:
+    """Queue the Celery task named ``task_name`` (``bots.task_names``; it takes ``job=<the job
+    as a dict>``) after ``countdown`` seconds; the lock is kept for it meanwhile, past the
+    countdown. Raises LockLost when it is no longer ours."""
+    if not bulk_lock_hold(
+        bot_id=job.bot_id, token=job.lock_token, ttl_seconds=countdown + QUEUED_LOCK_SECONDS
+    ):
         raise LockLost(f"bulk-deletion lock of bot {job.bot_id} lost before the hand-off")
-    task.apply_async(kwargs={"job": dataclasses.asdict(job)}, countdown=countdown)
+    current_app.send_task(task_name, kwargs={"job": dataclasses.asdict(job)}, countdown=countdown)
 
 
 def continue_in_worker(
@@ -233,6 +240,11 @@ def continue_in_worker(
     whose lock someone else holds now (it waited too long in the queue and another job started)
     stops silently. Returns what ``finish`` or ``interrupt`` returned, None otherwise.
     """
+    if bulk_job_has_finished(bot_id=job.bot_id, token=job.lock_token):
+        # A late copy of a chunk (redelivered after the job ended): re-taking the lapsed lock
+        # would delete what was created since the job finished.
+        logger.warning("bulk deletion of bot %s: a chunk of an ended job; ignored", job.bot_id)
+        return None
     ctx = worker_context(job.bot_id)
     if ctx is None:
         bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
@@ -252,7 +264,8 @@ def continue_in_worker(
             finally:
                 bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
         job.retries += 1
-        hand_off(TASK_RETRY_SECONDS)
+        # A 429 that outlasted MAX_RATE_LIMITED_WAITS: the next chunk waits out its retry_after.
+        hand_off(max(TASK_RETRY_SECONDS, float(error.retry_after or 0)))
         return None
     job.retries = 0
     if stopped is not None:

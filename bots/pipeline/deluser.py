@@ -42,11 +42,16 @@ from bots.services.deletion import (
     delete_confirmation_create,
     user_delete_data,
 )
+from bots.services.deletion_fence import deletion_fence_lower, deletion_fence_raise
 
 if TYPE_CHECKING:
     from bots.pipeline.commands import Issued
 
 logger = logging.getLogger(__name__)
+
+# How long a user's deletion fences their inbound messages at most (a crash between Telegram's
+# delete and the database's: Telegram's redelivery of the confirm comes well within this).
+USER_FENCE_SECONDS = 15 * 60.0
 
 _PAYLOAD = re.compile(r"d:(yes|no):([0-9]{1,16}):([0-9]{1,16}):([0-9]{1,12})")
 
@@ -85,14 +90,20 @@ def delete_user_everywhere(ctx: BotContext, *, user_id: int, thread_id: int | No
     delete the topic for a reason other than "already gone" — nothing was deleted. Retryable
     Telegram errors raise before anything is deleted in the database.
     """
+    # From here until the rows are gone, no message of the user replaces the topic deleted
+    # below (bots.services.deletion_fence); a crash in between leaves the fence up for the
+    # redelivery that finishes the job (or until it lapses).
+    deletion_fence_raise(bot_id=ctx.bot_id, user_id=user_id, ttl_seconds=USER_FENCE_SECONDS)
     if thread_id is not None:
         try:
             ctx.client.delete_forum_topic(chat_id=ctx.support_chat_id, message_thread_id=thread_id)
         except TelegramPermanentError as error:
             if not is_topic_gone(error):
                 logger.warning("deluser: topic %s not deleted: %s", thread_id, error)
+                deletion_fence_lower(bot_id=ctx.bot_id, user_id=user_id)
                 return False
     user_delete_data(bot_id=ctx.bot_id, user_id=user_id)
+    deletion_fence_lower(bot_id=ctx.bot_id, user_id=user_id)
     return True
 
 

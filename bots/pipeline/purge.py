@@ -51,6 +51,7 @@ from bots.selectors import (
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.ledger import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
+from bots.task_names import PURGE_CONTINUE_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +166,7 @@ def purge_topic(ctx: BotContext, *, topic: Topic) -> PurgeStart:
 
 def hand_off(job: PurgeJob, *, countdown: float) -> None:
     """Queue the purge's continuation (the lock is kept for it meanwhile)."""
-    from bots.tasks import purge_continue_task  # the task module imports this one
-
-    queue_continuation(job, purge_continue_task, countdown=countdown)
+    queue_continuation(job, PURGE_CONTINUE_TASK, countdown=countdown)
 
 
 def continue_purge(job: PurgeJob) -> str | None:

@@ -15,6 +15,7 @@ from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import best_effort, required
 from bots.selectors import topic_get_for_user
+from bots.services.deletion_fence import DeletionInProgress, deletion_fenced
 from bots.services.topics import topic_create, topic_delete, topic_mark_open
 from bots.services.users import user_mark_active
 
@@ -68,10 +69,19 @@ def reopen_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | Non
 
 def replace_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | None:
     """The topic was deleted by hand in Telegram: drop the binding (its note is lost; ledger rows
-    stay with a dangling thread id) and create a new topic. None when that fails permanently."""
+    stay with a dangling thread id) and create a new topic. None when that fails permanently;
+    raises DeletionInProgress (nothing changed) while a wipe or this user's deletion runs."""
+    _unless_fenced(ctx, user)  # before the binding goes: a running deletion still needs it
     logger.info("topic %s is gone; creating a replacement", topic.thread_id)
     topic_delete(bot_id=ctx.bot_id, user_id=user.user_id, thread_id=topic.thread_id)
     return create_topic(ctx, user)
+
+
+def _unless_fenced(ctx: UpdateContext, user: BotUser) -> None:
+    """Raises DeletionInProgress while a wipe or this user's deletion runs: a topic made now
+    would outlive it (bots.services.deletion_fence)."""
+    if deletion_fenced(bot_id=ctx.bot_id, user_id=user.user_id):
+        raise DeletionInProgress(f"user {user.user_id}: deletion in progress")
 
 
 def create_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
@@ -79,7 +89,9 @@ def create_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
 
     Two first messages of one user can race: both create a topic, one binding wins, and the
     loser deletes the topic it created (best effort) and continues with the winner's binding.
+    Raises DeletionInProgress (nothing created) while a wipe or this user's deletion runs.
     """
+    _unless_fenced(ctx, user)
     title = topic_title(user)
     created = required(
         "createForumTopic",

@@ -39,6 +39,7 @@ from bots.pipeline.inbound import handle_inbound
 from bots.pipeline.outbound import handle_outbound, handle_topic_event
 from bots.results import EndpointResult
 from bots.selectors import bot_current_id
+from bots.services.deletion_fence import DeletionInProgress
 from bots.services.processed_updates import (
     ClaimState,
     processed_update_claim,
@@ -124,6 +125,9 @@ def webhook_handle(
             bot_id=claimed.bot_id, update_id=update_id, attempts=claimed.attempts
         ):
             logger.warning("update %s was taken over while it ran", update_id)
+    except DeletionInProgress as error:
+        logger.info("update %s: %s; left for redelivery", update_id, error)
+        return TEMPORARY_FAILURE
     except TelegramError as error:
         # str(error) is sanitized (method, status, description): no token, no URL.
         logger.warning("update %s: %s; left for redelivery", update_id, error)

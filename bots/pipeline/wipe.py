@@ -33,6 +33,7 @@ from bots.pipeline.bulk import (
     DELETED,
     FAILED,
     GONE,
+    QUEUED_LOCK_SECONDS,
     RUNNING_LOCK_SECONDS,
     Budget,
     LockKeeper,
@@ -57,13 +58,16 @@ from bots.pipeline.replies import reply_in_thread
 from bots.selectors import bound_thread_ids
 from bots.services.broadcasts import broadcasts_stop
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
+from bots.services.deletion_fence import deletion_fence_lower, deletion_fence_raise
 from bots.services.wipe import (
     CANCELLED,
     bot_data_wipe,
     confirmed_by,
     wipe_decision_claim,
+    wipe_decision_done,
     wipe_decision_get,
 )
+from bots.task_names import WIPE_CONTINUE_TASK
 
 if TYPE_CHECKING:
     from bots.pipeline.commands import Issued
@@ -181,6 +185,8 @@ def _confirm(
         ):
             toast(ctx, callback_id, copy.toast_wipe_already_decided())
             return None
+        # No topic is created or replaced until the wipe ends (bots.services.deletion_fence).
+        deletion_fence_raise(bot_id=ctx.bot_id, ttl_seconds=QUEUED_LOCK_SECONDS)
         toast_best_effort(ctx, callback_id, copy.toast_wiping())
         edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wiping()))
         broadcasts_stop(bot_id=ctx.bot_id, now=ctx.now)
@@ -224,21 +230,29 @@ def _delete_topic(ctx: BotContext, thread_id: int) -> str:
 
 
 def _advance(ctx: BotContext, job: WipeJob, *, pacer: Pacer, budget: Budget) -> Stopped | None:
-    return run_paced(
-        bound_thread_ids(bot_id=job.bot_id, after_thread_id=job.after_thread_id),
-        lambda thread_id: _delete_topic(ctx, thread_id),
-        pacer=pacer,
-        budget=budget,
-        lock=LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer),
-        record=job.record,
-    )
+    """Delete the bound topics after the job's cursor; None when there are none left — a topic
+    bound while the pass ran (by a message that passed the fence before the wipe began) is
+    deleted too, so that the rows' delete orphans no topic."""
+    lock = LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer)
+    while True:
+        stopped = run_paced(
+            bound_thread_ids(bot_id=job.bot_id, after_thread_id=job.after_thread_id),
+            lambda thread_id: _delete_topic(ctx, thread_id),
+            pacer=pacer,
+            budget=budget,
+            lock=lock,
+            record=job.record,
+        )
+        if stopped is not None:
+            return stopped
+        if not bound_thread_ids(bot_id=job.bot_id, after_thread_id=job.after_thread_id):
+            return None
 
 
 def hand_off(job: WipeJob, *, countdown: float) -> None:
-    """Queue the wipe's continuation (the lock is kept for it meanwhile)."""
-    from bots.tasks import wipe_continue_task  # the task module imports this one
-
-    queue_continuation(job, wipe_continue_task, countdown=countdown)
+    """Queue the wipe's continuation (the lock and the fence are kept for it meanwhile)."""
+    deletion_fence_raise(bot_id=job.bot_id, ttl_seconds=countdown + QUEUED_LOCK_SECONDS)
+    queue_continuation(job, WIPE_CONTINUE_TASK, countdown=countdown)
 
 
 def continue_wipe(job: WipeJob) -> str | None:
@@ -246,6 +260,7 @@ def continue_wipe(job: WipeJob) -> str | None:
     outcome posted in General when the wipe ended here."""
 
     def interrupt(ctx: BotContext) -> str:
+        _end(job)
         _report(ctx, job, copy.wipe_interrupted())  # no row was deleted
         return copy.wipe_interrupted()
 
@@ -265,8 +280,16 @@ def finish_wipe(ctx: BotContext, job: WipeJob) -> str:
     else:
         bot_data_wipe(bot_id=job.bot_id)
         text = copy.wipe_done()
+    _end(job)
     _report(ctx, job, text)
     return text
+
+
+def _end(job: WipeJob) -> None:
+    """The wipe is over: its prompt starts no other (a late redelivery of the confirm), and
+    topics may be created again."""
+    wipe_decision_done(bot_id=job.bot_id, prompt_msg_id=job.prompt_message_id)
+    deletion_fence_lower(bot_id=job.bot_id)
 
 
 def _report(ctx: BotContext, job: WipeJob, text: str) -> None:

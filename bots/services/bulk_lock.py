@@ -10,8 +10,15 @@ Celery queue with a long one.
 
 from __future__ import annotations
 
-from bots.redis_keys import bulk_deletion_lock
+import hashlib
+
+from django_redis import get_redis_connection
+
+from bots.redis_keys import bulk_deletion_lock, bulk_job_finished
 from bots.services.redis_leases import lease_acquire, lease_hold, lease_release
+
+# Longer than Celery keeps redelivering a message (the broker's one-hour visibility timeout).
+FINISHED_MARKER_TTL_SECONDS = 2 * 24 * 3600
 
 
 def bulk_lock_acquire(*, bot_id: int, ttl_seconds: float) -> str | None:
@@ -26,5 +33,22 @@ def bulk_lock_hold(*, bot_id: int, token: str, ttl_seconds: float) -> bool:
 
 
 def bulk_lock_release(*, bot_id: int, token: str) -> bool:
-    """Release the lock if ``token`` still holds it; False when it had lapsed or changed hands."""
+    """The job holding ``token`` ended: remember that (so that a late continuation of it — a
+    redelivered Celery message, say — stops instead of re-taking the lapsed lock and deleting
+    what was created since), then release the lock if ``token`` still holds it. False when it
+    had lapsed or changed hands."""
+    _redis().set(bulk_job_finished(bot_id, _digest(token)), "1", ex=FINISHED_MARKER_TTL_SECONDS)
     return lease_release(bulk_deletion_lock(bot_id), token=token)
+
+
+def bulk_job_has_finished(*, bot_id: int, token: str) -> bool:
+    """Did the job holding ``token`` end already (``bulk_lock_release``)?"""
+    return bool(_redis().exists(bulk_job_finished(bot_id, _digest(token))))
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _redis():
+    return get_redis_connection("default")

@@ -39,6 +39,17 @@ return ARGV[1]
 """
 
 
+DONE = "done"  # the wipe the confirm started has ended: a redelivery of it starts nothing
+
+
+def wipe_decision_done(*, bot_id: int, prompt_msg_id: int) -> None:
+    """The prompt's wipe ended (wiped, refused or interrupted): a late redelivery of its confirm
+    must not start another, which would delete what was created since."""
+    get_redis_connection("default").set(
+        wipe_decision(bot_id, prompt_msg_id), DONE, ex=int(DECISION_TTL.total_seconds())
+    )
+
+
 def confirmed_by(callback_id: str) -> str:
     return f"{CONFIRMED_BY}{callback_id}"
 

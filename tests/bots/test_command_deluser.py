@@ -412,3 +412,35 @@ def test_a_confirm_after_a_winning_cancel_deletes_nothing(webhook, telegram, adm
     assert _gail_rows() == KEPT
     assert telegram.calls("deleteForumTopic") == []
     assert dm_texts(telegram, user) == ["hi Gail"]
+
+
+# ------------------------------------------------------------------ against the user's messages
+
+
+def test_a_message_of_the_user_between_both_deletes_waits_and_the_deletion_converges(
+    webhook, telegram, admin, user, topic, clock
+):
+    prompt = _prompt(webhook, telegram, admin, topic)
+    click = group_click(telegram, admin, prompt.message_id, prompt.yes)
+    with deletes_refused("users"):
+        assert webhook.deliver(click).status_code == 500  # Telegram's side done, rows not
+    creates_before = len(telegram.calls("createForumTopic"))
+
+    # Gail writes now: her topic is gone in Telegram, her binding is still there. Replacing
+    # the topic would give her a new binding, and the redelivered confirm would then find
+    # its binding changed and keep all her data; she waits instead.
+    message = telegram.private_message(user, text="are you there?")
+    assert webhook.deliver(message).status_code == 500
+
+    assert len(telegram.calls("createForumTopic")) == creates_before
+    assert _gail_rows() == KEPT
+    clock.advance(seconds=61)
+    webhook.deliver_ok(click)  # Telegram redelivers the confirm: the deletion completes
+
+    assert _gail_rows() == GONE
+    assert telegram.callback_answer(click["callback_query"]["id"]) == copy.toast_deluser_done()
+    webhook.deliver_ok(message)  # ... then her message: she is a stranger now
+    live = [t.thread_id for t in telegram.topics() if not t.deleted]
+    bound = set(Topic.objects.values_list("thread_id", flat=True))
+    assert set(live) == bound  # no topic without a binding (Olaf's, and Gail's if she got one)
+    assert topic.thread_id not in bound

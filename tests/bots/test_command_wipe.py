@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+from celery import current_app as celery_current_app
 
 from bots import copy
 from bots.models import (
@@ -20,6 +21,8 @@ from bots.models import (
     Setting,
     Topic,
 )
+from bots.pipeline import bulk
+from bots.tasks import wipe_continue_task
 from tests.bots.conftest import SECOND_ADMIN_ID, deliver_during_held_call
 from tests.bots.helpers import (
     click_in_group,
@@ -27,6 +30,7 @@ from tests.bots.helpers import (
     general_texts,
     group_click,
     keyboard_data,
+    make_user,
     open_conversation,
     set_switches,
 )
@@ -343,3 +347,81 @@ def test_a_confirm_after_a_winning_cancel_wipes_nothing(webhook, telegram, admin
     )
     assert _rows() == ALL_KEPT
     assert telegram.calls("deleteForumTopic") == []
+
+
+# ------------------------------------------------------------------ against inbound and late work
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_user_writing_mid_wipe_waits_for_its_end_and_no_topic_is_left_unbound(
+    webhook, telegram, admin, topics, clock
+):
+    latecomer = telegram.user(7600, "Late")
+    make_user(latecomer, bot_id=telegram.bot.id, now=clock.now)  # verified, no topic yet
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    confirm = group_click(telegram, admin, prompt.message_id, prompt.yes)
+    message = telegram.private_message(latecomer, text="hello?")
+
+    wiped, waited = deliver_during_held_call(telegram, "deleteForumTopic", confirm, message)
+
+    # The message came while the wipe deleted topics: a topic for it would outlive the wipe
+    # (its binding deleted with the rows, the topic left in the group); it waits instead.
+    assert (wiped.status_code, waited.status_code) == (200, 500)
+    assert telegram.calls("createForumTopic")[3:] == []  # the three of the fixture only
+    assert _rows() == WIPED
+    assert general_texts(telegram) == [copy.wipe_done()]
+    assert [t.name for t in telegram.topics() if not t.deleted] == ["made by hand"]
+
+    clock.advance(seconds=61)
+    webhook.deliver_ok(message)  # Telegram redelivers it after the wipe: nothing was lost
+
+    assert BotUser.objects.filter(user_id=latecomer.id).exists()  # a stranger again
+    live = {t.thread_id for t in telegram.topics() if not t.deleted and t.name != "made by hand"}
+    assert live == set(Topic.objects.values_list("thread_id", flat=True))
+
+
+def test_a_late_redelivery_of_the_confirm_after_the_wipe_ended_wipes_nothing_new(
+    webhook, telegram, admin, topics, clock
+):
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    confirm = group_click(telegram, admin, prompt.message_id, prompt.yes)
+    webhook.deliver_ok(confirm)
+    assert _rows() == WIPED
+    # Life goes on: somebody writes and gets a topic.
+    newcomer = telegram.user(7601, "New")
+    fresh = open_conversation(webhook, telegram, newcomer, bot_id=telegram.bot.id, now=clock.now)
+    # The confirm's update comes again (its claim was lost, say).
+    ProcessedUpdate.objects.filter(update_id=confirm["update_id"]).delete()
+    clock.advance(seconds=61)
+
+    answer = webhook.deliver(confirm)
+
+    assert answer.status_code == 200
+    assert telegram.topic(fresh.thread_id).deleted is False
+    assert list(Topic.objects.values_list("user_id", flat=True)) == [newcomer.id]
+    assert general_texts(telegram) == [copy.wipe_done()]
+
+
+def test_a_late_copy_of_a_wipe_chunk_after_the_wipe_ended_deletes_nothing(
+    webhook, telegram, admin, topics, clock, monkeypatch
+):
+    queued = []
+    monkeypatch.setattr(
+        celery_current_app, "send_task", lambda name, kwargs, **options: queued.append(kwargs)
+    )
+    monkeypatch.setattr(bulk, "INLINE_BUDGET_SECONDS", 0.0)  # every topic in the worker
+    prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
+    webhook.deliver_ok(group_click(telegram, admin, prompt.message_id, prompt.yes))
+    [chunk] = queued
+    assert wipe_continue_task(**chunk) == copy.wipe_done()
+    assert _rows() == WIPED
+    newcomer = telegram.user(7601, "New")
+    fresh = open_conversation(webhook, telegram, newcomer, bot_id=telegram.bot.id, now=clock.now)
+
+    # Celery delivers the same chunk again (its worker died before acknowledging it).
+    assert wipe_continue_task(**chunk) is None
+
+    assert telegram.topic(fresh.thread_id).deleted is False
+    assert list(Topic.objects.values_list("user_id", flat=True)) == [newcomer.id]
+    assert general_texts(telegram)[-1] == copy.wipe_done()
+    assert general_texts(telegram).count(copy.wipe_done()) == 1

@@ -54,6 +54,14 @@ def test_admin_ids_skip_bad_tokens_and_report_their_positions():
         ("https://support.example.com/#x", None),
         ("https://", None),
         ("https://support.example.com:99999", None),
+        # One spelling for every use: the Mini App URL, the webhook URL, the checks.
+        ("HTTPS://Support.Example.COM/", "https://support.example.com"),
+        ("https://support.example.com:443", "https://support.example.com"),
+        (" https://support.example.com/ ", "https://support.example.com"),
+        ("https://[2001:db8::1]:8443/", "https://[2001:db8::1]:8443"),
+        ("https://support.example.com//", None),
+        ("ftp://support.example.com", None),
+        ("support.example.com", None),
     ],
 )
 def test_public_base_url_accepts_only_a_bare_https_origin(raw, expected):

@@ -155,6 +155,20 @@ def test_setwebhook_names_missing_configuration_without_values(client, bot_setti
 
 
 @pytest.mark.django_db
+def test_setwebhook_points_telegram_at_public_base_url_in_its_one_spelling(
+    client, bot_settings, telegram
+):
+    # The operator opened the page through another name (plain http, inside the network).
+    bot_settings.PUBLIC_BASE_URL = "HTTPS://Support.Example.com:443/"
+
+    response = client.get(f"/telegram/setwebhook/{ADMIN_SECRET}")  # http://testserver
+
+    assert response.status_code == 200
+    assert response.json()["webhook"] == {"url": "https://support.example.com/telegram/webhook"}
+    assert telegram.webhook["url"] == "https://support.example.com/telegram/webhook"
+
+
+@pytest.mark.django_db
 def test_setwebhook_relays_a_permanent_telegram_refusal_as_502(client, bot_settings, telegram):
     # Telegram only delivers to https: a plain-http origin is refused.
     response = client.get(f"/telegram/setwebhook/{ADMIN_SECRET}")

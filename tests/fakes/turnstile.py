@@ -239,6 +239,8 @@ class FakeTurnstile:
         if fault is not None:
             if fault.mode == "slow":
                 await asyncio.sleep(fault.delay)
+            elif fault.mode == "trickle":
+                return await self._trickle(request, fault)
             else:
                 return self._fault_response(request, fault)
         if request.content_type == "application/json":
@@ -262,9 +264,31 @@ class FakeTurnstile:
             return web.json_response({"success": False, "error-codes": ["internal-error"]})
         if fault.mode == "malformed":
             return web.json_response(["success"])
+        if fault.mode == "huge":
+            # A well-formed verdict padded past any sane size (1 MiB).
+            padding = "x" * (1024 * 1024)
+            return web.json_response({"success": True, "error-codes": [], "padding": padding})
+        if fault.mode == "deep":
+            # JSON nested deeper than Python's parser recurses (within a few KiB).
+            return web.Response(text="[" * 20_000 + "]" * 20_000, content_type="application/json")
         return web.Response(
             status=fault.status, text="<html>error</html>", content_type="text/html"
         )
+
+    @staticmethod
+    async def _trickle(request: web.Request, fault: SiteverifyFault) -> web.StreamResponse:
+        """A verdict sent one byte every ``delay`` seconds: no single read waits long, the
+        whole answer takes minutes."""
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        try:
+            for byte in json.dumps({"success": True, "error-codes": []}).encode():
+                await response.write(bytes([byte]))
+                await asyncio.sleep(fault.delay)
+            await response.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass  # the client gave up, as it should
+        return response
 
     def _verdict(self, form: dict) -> dict:
         secret = form.get("secret")

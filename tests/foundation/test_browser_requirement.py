@@ -29,3 +29,14 @@ def test_with_require_browser_a_missing_chromium_fails(no_chromium, monkeypatch)
         browser.require_chromium()
 
     assert "apt-get install chromium chromium-driver" in str(failed.value)
+
+
+def test_with_require_browser_a_missing_screenshot_font_fails(monkeypatch):
+    monkeypatch.setenv("REQUIRE_BROWSER", "1")
+    # A character no font has (a private-use code point).
+    monkeypatch.setattr(browser, "SCREENSHOT_CHARACTERS", {"Chinese": "4e2d", "emoji": "10fffd"})
+
+    with pytest.raises(pytest.fail.Exception) as failed:
+        browser.require_screenshot_fonts()
+
+    assert str(failed.value).startswith("Screenshot fonts NOT INSTALLED (emoji)")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from config.startup import StartupRefused, ensure_bot_secrets_are_long_enough
+from config.startup import (
+    StartupRefused,
+    ensure_bot_secrets_are_long_enough,
+    ensure_public_base_url_is_an_https_origin,
+)
 from tests.conftest import project_environment, run_project
 
 
@@ -35,3 +39,25 @@ def test_the_web_process_refuses_to_start_with_a_short_secret(tmp_path, settings
         started.stderr
     )
     assert "short" not in started.stderr  # the value is never echoed
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["http://support.example.com", "https://support.example.com/bot", "https://u:p@example.com"],
+)
+def test_a_public_base_url_telegram_cannot_use_stops_start_up(settings, raw):
+    settings.PUBLIC_BASE_URL = raw
+
+    with pytest.raises(
+        StartupRefused, match="PUBLIC_BASE_URL must be a bare https origin"
+    ) as refused:
+        ensure_public_base_url_is_an_https_origin()
+
+    assert raw not in str(refused.value)
+
+
+@pytest.mark.parametrize("raw", [None, "https://support.example.com", "HTTPS://Example.com:443/"])
+def test_an_https_origin_or_none_starts(settings, raw):
+    settings.PUBLIC_BASE_URL = raw
+
+    assert ensure_public_base_url_is_an_https_origin() is None

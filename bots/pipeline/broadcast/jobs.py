@@ -20,6 +20,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 
+from celery import current_app
 from django.db import transaction
 
 from bots.models import Broadcast, BroadcastStatus
@@ -28,7 +29,9 @@ from bots.services.broadcast_progress import (
     SENDER_LEASE_SECONDS,
     sender_lease_held,
     sender_lease_hold,
+    sender_lease_take,
 )
+from bots.task_names import BROADCAST_SEND_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -47,21 +50,33 @@ class SendJob:
     retries: int = 0  # retryable failures in a row (database, the final edit)
 
 
-def _send_task():
-    from bots.tasks import broadcast_send_task  # the task module imports the pipeline
-
-    return broadcast_send_task
+def _queue(job: SendJob, **options: object) -> None:
+    # By name: ``bots.tasks`` imports this module to run the job (bots.task_names).
+    current_app.send_task(BROADCAST_SEND_TASK, kwargs=dataclasses.asdict(job), **options)
 
 
 def start_sending(*, bot_id: int, broadcast_id: int) -> None:
-    """Queue the first run once the confirming transaction is committed.
+    """Queue the first run once the confirming transaction is committed, holding the sender
+    lease for it from then on.
 
     The run carries its lease token from the start: should its process die, Celery redelivers
     this very message, and the redelivered run holds the dead one's lease at once (a run with
-    another token would have to wait for it to lapse)."""
-    task = _send_task()
+    another token would have to wait for it to lapse). Taking the lease before queueing keeps
+    the resume sweep from starting a second loop while the first run waits in the queue; when
+    another loop holds it already (a redelivered confirm while the first loop sends), nothing
+    is queued."""
     job = SendJob(bot_id=bot_id, broadcast_id=broadcast_id, lease_token=secrets.token_hex(16))
-    transaction.on_commit(lambda: task.apply_async(kwargs=dataclasses.asdict(job)))
+
+    def queue_first_run() -> None:
+        token = sender_lease_take(
+            broadcast_id=broadcast_id, token=job.lease_token, ttl_seconds=SENDER_LEASE_SECONDS
+        )
+        if token is None:
+            logger.info("broadcast %s: a send loop runs already; none queued", broadcast_id)
+            return
+        _queue(job)
+
+    transaction.on_commit(queue_first_run)
 
 
 def queue_run(job: SendJob, *, countdown: float, queue: str | None) -> bool:
@@ -73,10 +88,10 @@ def queue_run(job: SendJob, *, countdown: float, queue: str | None) -> bool:
         ttl_seconds=countdown + SENDER_LEASE_SECONDS,
     ):
         return False
-    options = {"countdown": countdown}
+    options: dict[str, object] = {"countdown": countdown}
     if queue:
         options["queue"] = queue
-    _send_task().apply_async(kwargs=dataclasses.asdict(job), **options)
+    _queue(job, **options)
     return True
 
 

@@ -18,7 +18,12 @@ A run takes the broadcast's sender lease (one loop per broadcast), then:
   failure and is never retried (it may have been delivered: at most once).
 
 Every PROGRESS_EDIT_SECONDS the control message shows sent / failed / remaining. A run works
-for at most TASK_CHUNK_SECONDS, then queues the next run (``jobs.queue_run``); the counts on the
+for at most TASK_CHUNK_SECONDS, then queues the next run (``jobs.queue_run``). A wait the run
+cannot finish within its chunk (a retry_after of minutes) ends the run as well: the heartbeat is
+refreshed and the next run queued after the wait, in steps of at most WAIT_STEP_SECONDS so that
+the heartbeat keeps being refreshed (a send without one for ten minutes is stale) — never a run
+that starts again at once to find the same wait. Every path that learns a retry_after honours
+it: a run whose final edit is refused for one runs again after it. The counts on the
 row are the cursor, so a run killed anywhere resumes where it stopped, and the recipient whose
 send was in flight counts as a failure whose outcome is unknown — never resent.
 """
@@ -26,6 +31,8 @@ send was in flight counts as a failure whose outcome is unknown — never resent
 from __future__ import annotations
 
 import logging
+import math
+import secrets
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -39,7 +46,7 @@ from bots.clients.telegram import (
     TelegramRetryableError,
 )
 from bots.models import Broadcast, BroadcastStatus
-from bots.outbound.limiter import Permit, Priority
+from bots.outbound.limiter import IN_FLIGHT_POLL, LONGEST_SLEEP, Permit, Priority
 from bots.pipeline.broadcast.display import edit_control, finish, progress_text
 from bots.pipeline.broadcast.jobs import SendJob, queue_run
 from bots.pipeline.broadcast.recipients import decode_recipients
@@ -83,6 +90,9 @@ RUN_RETRY_SECONDS = 10.0
 MAX_RUN_RETRIES = 5
 # How long an edit of the control message may wait for its permit.
 EDIT_PERMIT_TIMEOUT = 30.0
+# A wait longer than the run has left: the next run starts after the wait, or after this long
+# if the wait is longer (it refreshes the heartbeat and queues the next step).
+WAIT_STEP_SECONDS = 60.0
 
 # What one run ended with (the task's return value).
 COMPLETED = "completed"  # the final statistics are shown
@@ -106,6 +116,19 @@ class LeaseLost(Exception):
 
 class LeftSending(Exception):
     """The row left ``sending`` while the loop waited."""
+
+
+class NoPermitInTime(TelegramRetryableError):
+    """No permit for a call into the support group within EDIT_PERMIT_TIMEOUT: the bot is held
+    back (a retry_after) for ``retry_after`` seconds more."""
+
+    def __init__(self, *, wait: float) -> None:
+        super().__init__(
+            method="editMessageText",
+            status=None,
+            description=f"no send permit within {EDIT_PERMIT_TIMEOUT:.0f}s",
+            retry_after=math.ceil(wait),
+        )
 
 
 def run_send_job(
@@ -132,20 +155,30 @@ def run_send_job(
     job.lease_token = token
     handed_off = False
     try:
-        outcome = Sender(ctx, job, row, monotonic=monotonic).run()
+        sender = Sender(ctx, job, row, monotonic=monotonic)
+        outcome = sender.run()
         job.retries = 0  # this run got through: the next one starts a fresh count
         if outcome == CONTINUES:
-            handed_off = queue_run(job, countdown=0, queue=queue)
+            handed_off = queue_run(job, countdown=sender.next_run_after, queue=queue)
         return outcome
     except LeaseLost:
         return BUSY
     except (DatabaseError, TelegramRetryableError) as error:
         if job.retries >= MAX_RUN_RETRIES:
-            logger.error("broadcast %s: given up after %s retries: %s", row.id, job.retries, error)
+            logger.error(
+                "broadcast %s: run given up after %s retries in a row: %s",
+                row.id,
+                job.retries,
+                error,
+            )
             return GIVEN_UP
-        logger.warning("broadcast %s: run failed (%s); again soon", row.id, error)
+        # A retry_after learned on the way (the final edit refused with a 429, or held back
+        # by one) is waited out before the next run.
+        retry_after = getattr(error, "retry_after", None) or 0
+        countdown = max(RUN_RETRY_SECONDS, float(retry_after))
+        logger.warning("broadcast %s: run failed (%s); next run in %.0fs", row.id, error, countdown)
         job.retries += 1
-        handed_off = queue_run(job, countdown=RUN_RETRY_SECONDS, queue=queue)
+        handed_off = queue_run(job, countdown=countdown, queue=queue)
         return CONTINUES
     finally:
         if not handed_off:
@@ -167,12 +200,15 @@ class Sender:
         self.job = job
         self.row = row  # kept up to date with what this run wrote
         self.monotonic = monotonic
+        self.sleep = time.sleep
         self.limiter = ctx.config.outbound_limiter(row.bot_id)
         started = monotonic()
         self.deadline = started + TASK_CHUNK_SECONDS
         self.lease_kept_at = started
         self.heartbeat_at = started
         self.progress_at = started
+        # When the run ends with CONTINUES: the seconds before the next run may start.
+        self.next_run_after = 0.0
 
     # -------------------------------------------------------------- the run
 
@@ -217,7 +253,12 @@ class Sender:
             return
         index, successes = marker
         if index == self._handled - 1 and successes == self.row.success_count:
-            logger.warning("broadcast %s: send %s was in flight at a crash", self.row.id, index)
+            logger.warning(
+                "broadcast %s: the send to recipient #%s was in flight when its loop died: "
+                "outcome unknown, counted as a failure, not resent",
+                self.row.id,
+                index,
+            )
             unknown_add(broadcast_id=self.row.id)
 
     def _send_from(self, recipients: list[int]) -> str | None:
@@ -235,14 +276,14 @@ class Sender:
                 if not self._claim(index):
                     return self._stopped()
                 continue
-            permit = self.limiter.acquire(
+            permit = self._permit(
                 chat_id=user_id,
                 priority=Priority.BULK,
-                timeout=max(0.0, self.deadline - self.monotonic()),
+                deadline=self.deadline,
                 on_wait=self._waiting,
             )
-            if permit is None:
-                return CONTINUES
+            if not isinstance(permit, Permit):
+                return self._wait_in_the_queue(permit)
             last_try = rate_limited >= MAX_RATE_LIMITED_SENDS
             outcome = self._send_one(index, user_id, permit, keep_claim=last_try)
             if outcome is None:
@@ -265,6 +306,7 @@ class Sender:
             if not self._claim(index):
                 in_flight_clear(broadcast_id=row.id)
                 return None
+            self._keep_lease_if_due()  # the lease outlives the call that follows
             outcome = self._deliver(user_id)
         finally:
             self.limiter.release(permit)
@@ -284,6 +326,50 @@ class Sender:
         in_flight_clear(broadcast_id=row.id)
         return outcome
 
+    def _permit(
+        self,
+        *,
+        chat_id: int,
+        priority: Priority,
+        deadline: float,
+        on_wait: Callable[[float], None],
+    ) -> Permit | float:
+        """A permit from the shared limiter, waited for until ``deadline`` (``on_wait`` runs
+        before every sleep); or, when the wait outlasts the deadline, the seconds still to
+        wait (asked at once: nothing is slept that cannot end in a permit). A wait for a call
+        still in flight (its lease, not a real wait) is asked again within IN_FLIGHT_POLL."""
+        permit_id = secrets.token_hex(8)  # one place among the limiter's waiters
+        while True:
+            outcome, in_flight = self.limiter.poll(
+                chat_id=chat_id, priority=priority, permit_id=permit_id
+            )
+            if isinstance(outcome, Permit):
+                return outcome
+            wait = min(outcome, IN_FLIGHT_POLL) if in_flight else outcome
+            if self.monotonic() + wait > deadline:
+                self.limiter.withdraw(chat_id=chat_id, permit_id=permit_id)
+                return wait
+            on_wait(outcome)
+            self.sleep(min(wait, LONGEST_SLEEP))
+
+    def _wait_in_the_queue(self, wait: float) -> str:
+        """The bot is held back for longer than this run has left: refresh the heartbeat and
+        end the run; the next one starts after the wait (or after WAIT_STEP_SECONDS, to
+        refresh the heartbeat again)."""
+        if not broadcast_heartbeat(
+            bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()
+        ):
+            return self._stopped()
+        self.heartbeat_at = self.monotonic()
+        self.next_run_after = min(wait, WAIT_STEP_SECONDS)
+        logger.info(
+            "broadcast %s: sends held back for %.1fs more; next run in %.1fs",
+            self.row.id,
+            wait,
+            self.next_run_after,
+        )
+        return CONTINUES
+
     def _claim(self, index: int) -> bool:
         if not broadcast_claim_recipient(
             bot_id=self.row.bot_id, broadcast_id=self.row.id, index=index, now=timezone.now()
@@ -302,16 +388,33 @@ class Sender:
             if error.status == 429:
                 self._learn_retry_after(error)
                 return RATE_LIMITED
-            logger.info("broadcast %s: not sent to %s: %s", self.row.id, user_id, error)
+            # Telegram may have delivered it before failing: never resent (at most once).
+            logger.info(
+                "broadcast %s: send to %s failed (%s): outcome unknown, counted as a failure, "
+                "not resent",
+                self.row.id,
+                user_id,
+                error,
+            )
             return FAILED
         except TelegramPermanentError as error:
-            logger.info("broadcast %s: not sent to %s: %s", self.row.id, user_id, error)
+            logger.info(
+                "broadcast %s: Telegram refused the send to %s (%s): counted as a failure",
+                self.row.id,
+                user_id,
+                error,
+            )
             return FAILED
         return SENT
 
     def _learn_retry_after(self, error: TelegramError) -> None:
         seconds = error.retry_after if error.retry_after else DEFAULT_RETRY_AFTER_SECONDS
-        logger.info("broadcast %s: 429, everybody waits %ss", self.row.id, seconds)
+        logger.info(
+            "broadcast %s: %s answered 429: every call of the bot waits %ss",
+            self.row.id,
+            error.method,
+            seconds,
+        )
         self.limiter.block(seconds=seconds)  # a private chat's 429: the bot's overall limit
 
     def _complete(self) -> str:
@@ -321,6 +424,12 @@ class Sender:
                 Broadcast.objects.filter(bot_id=self.row.bot_id, id=self.row.id).first() or self.row
             )
             done.status = BroadcastStatus.COMPLETED
+            logger.info(
+                "broadcast %s: every recipient handled: %s accepted by Telegram, %s failed",
+                done.id,
+                done.success_count,
+                done.failure_count,
+            )
             finish(self.ctx, done, edit=self.paced)
             return COMPLETED
         return self._stopped()
@@ -375,18 +484,19 @@ class Sender:
             logger.info("broadcast %s: progress not shown: %s", self.row.id, error)
 
     def paced(self, call: Callable[[], Result]) -> Result:
-        """Run a call into the support group under the shared limiter (a 429 is learned)."""
-        permit = self.limiter.acquire(
+        """Run a call into the support group under the shared limiter (a 429 is learned).
+        Raises NoPermitInTime (with the wait still ahead as its retry_after) when the permit
+        would come after EDIT_PERMIT_TIMEOUT."""
+        permit = self._permit(
             chat_id=self.row.support_chat_id,
             priority=Priority.CARD,
-            timeout=EDIT_PERMIT_TIMEOUT,
+            deadline=self.monotonic() + EDIT_PERMIT_TIMEOUT,
             on_wait=lambda seconds: self._keep_lease_if_due(),
         )
-        if permit is None:
-            raise TelegramRetryableError(
-                method="editMessageText", status=None, description="no send permit in time"
-            )
+        if not isinstance(permit, Permit):
+            raise NoPermitInTime(wait=permit)
         try:
+            self._keep_lease_if_due()
             return call()
         except TelegramRetryableError as error:
             if error.status == 429:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.conf import settings
 
@@ -126,6 +126,22 @@ def take_queued_runs(redis_client) -> list[SendJob]:
         _, kwargs, _ = json.loads(base64.b64decode(message["body"]))
         jobs.append(SendJob(**kwargs))
     return jobs
+
+
+def take_queued_runs_with_countdowns(redis_client) -> list[tuple[SendJob, float]]:
+    """As ``take_queued_runs``, with the seconds from now until each run may start (its ETA
+    as Celery's message carries it; 0 for a run without one)."""
+    queue = f"{settings.CELERY_BROKER_TRANSPORT_OPTIONS['global_keyprefix']}{UNCONSUMED_QUEUE}"
+    runs = []
+    while (raw := redis_client.rpop(queue)) is not None:
+        message = json.loads(raw)
+        _, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+        eta = message["headers"].get("eta")
+        countdown = (
+            (datetime.fromisoformat(eta) - datetime.now(UTC)).total_seconds() if eta else 0.0
+        )
+        runs.append((SendJob(**kwargs), countdown))
+    return runs
 
 
 def received(telegram: FakeTelegram, person: FakeUser) -> list[str | None]:

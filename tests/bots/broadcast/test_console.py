@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from bots import copy
 from bots.models import Broadcast
+from bots.services.broadcast_progress import in_flight_clear, in_flight_mark
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.broadcast.helpers import (
     control_text,
@@ -69,6 +70,36 @@ def test_the_list_shows_what_is_in_progress_and_who_started_it(
     assert page.count('<td class="field-remaining_recipients">1</td>') == 1  # the running one
     assert page.count('<td class="field-remaining_recipients">—</td>') == 1  # the draft
     assert operator.get(reverse("admin:bots_broadcast_add")).status_code == 403
+
+
+def test_the_send_in_flight_is_shown_apart_from_the_failures(
+    operator, telegram, admin, people, clock
+):
+    # Five recipients: one got it, one failed, the third's send is in flight (claimed, so
+    # counted as a failure on the row until its outcome is recorded).
+    running = make_broadcast(
+        telegram,
+        initiator=admin,
+        now=clock.now,
+        status="sending",
+        recipients=[6001, 6002, 6003, 6004, 6005],
+        success_count=1,
+        failure_count=2,
+    )
+    in_flight_mark(broadcast_id=running.id, index=2, successes=1)
+
+    page = operator.get(BROADCASTS).content.decode()
+
+    assert '<td class="field-success_count">1</td>' in page
+    assert '<td class="field-failed">1</td>' in page
+    assert '<td class="field-in_flight">1</td>' in page
+    assert '<td class="field-remaining_recipients">2</td>' in page
+
+    in_flight_clear(broadcast_id=running.id)  # its outcome was recorded: a failure
+    page = operator.get(BROADCASTS).content.decode()
+
+    assert '<td class="field-failed">2</td>' in page
+    assert '<td class="field-in_flight">0</td>' in page
 
 
 def test_stopping_a_draft_cancels_it_and_its_control_message_says_so(

@@ -4,14 +4,27 @@ fake Bot API, paced by the real limiter in Redis."""
 
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
+from celery import current_app
 from django.conf import settings
 
-from bots import copy
+from bots import copy, redis_keys
+from bots.clients.telegram import DEFAULT_TIMEOUT, TelegramClient
 from bots.models import BotUser, Broadcast, Topic
-from bots.services.broadcast_progress import in_flight_mark, sender_lease_take, unknown_count
+from bots.outbound.limiter import OutboundLimiter
+from bots.pipeline.broadcast import jobs, sending
+from bots.services.broadcast_progress import (
+    in_flight_mark,
+    sender_lease_held,
+    sender_lease_take,
+    unknown_count,
+)
 from tests.bots.broadcast.helpers import (
     ANNOUNCEMENT_HTML,
+    UNCONSUMED_QUEUE,
     click,
     control_text,
     make_broadcast,
@@ -21,8 +34,10 @@ from tests.bots.broadcast.helpers import (
     run_loop,
     start_draft,
     take_queued_runs,
+    take_queued_runs_with_countdowns,
 )
 from tests.bots.helpers import table_state
+from tests.fakes.telegram import BOT_ID
 
 
 @pytest.fixture
@@ -254,3 +269,161 @@ def test_a_final_edit_that_fails_for_now_is_retried_by_the_next_run(
     assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=3, failed=0)
     assert len(telegram.calls("sendMessage")) == 3  # nobody got it twice
     assert row(confirmed.broadcast_id) is None
+
+
+# ------------------------------------------------------------------ long waits, the lease
+
+
+@pytest.fixture
+def unblock_the_bot(redis_client):
+    """The test holds the bot back for minutes: the block goes with the test."""
+    yield
+    redis_client.delete(redis_keys.outbound_blocked(BOT_ID))
+
+
+def _updated_at(broadcast_id: int):
+    return Broadcast.objects.get(id=broadcast_id).updated_at
+
+
+@pytest.mark.parametrize(("blocked_for", "next_run_after"), [(300, 60), (150, 60)])
+def test_a_retry_after_longer_than_the_run_queues_the_next_run_after_it_with_the_heartbeat(
+    blocked_for,
+    next_run_after,
+    telegram,
+    people,
+    confirmed,
+    clock,
+    redis_client,
+    unblock_the_bot,
+):
+    # Telegram asked the bot to wait longer than a run's 120 s.
+    OutboundLimiter(bot_id=BOT_ID).block(seconds=blocked_for)
+    clock.advance(seconds=30)
+    started = time.monotonic()
+
+    assert run_loop(confirmed.broadcast_id) == "continues"
+
+    # The run neither slept out its chunk nor ended for a new run to start at once (which
+    # would find the same wait: a busy loop); the heartbeat is fresh for the wait.
+    assert time.monotonic() - started < 10
+    [(next_run, countdown)] = take_queued_runs_with_countdowns(redis_client)
+    assert next_run_after - 2 <= countdown <= next_run_after
+    assert next_run.lease_token is not None
+    assert sender_lease_held(broadcast_id=confirmed.broadcast_id)
+    assert _updated_at(confirmed.broadcast_id) == clock.now
+    assert telegram.calls("sendMessage") == []
+    assert all(received(telegram, person) == [] for person in people)
+
+
+def test_a_retry_after_shorter_than_the_step_is_waited_out_to_the_second(
+    telegram, people, confirmed, redis_client, unblock_the_bot, monkeypatch
+):
+    monkeypatch.setattr(sending, "TASK_CHUNK_SECONDS", 5.0)
+    OutboundLimiter(bot_id=BOT_ID).block(seconds=40)
+
+    assert run_loop(confirmed.broadcast_id) == "continues"
+
+    [(_, countdown)] = take_queued_runs_with_countdowns(redis_client)
+    assert 37 <= countdown <= 40
+    assert telegram.calls("sendMessage") == []
+
+
+def test_a_final_edit_held_back_by_a_long_retry_after_runs_again_after_it(
+    telegram, admin, people, clock, redis_client, unblock_the_bot
+):
+    done = people_broadcast(
+        telegram, initiator=admin, now=clock.now, status="completed", success_count=3
+    )
+    OutboundLimiter(bot_id=BOT_ID).block(seconds=200)
+
+    assert run_loop(done.id) == "continues"
+
+    [(next_run, countdown)] = take_queued_runs_with_countdowns(redis_client)
+    assert 197 <= countdown <= 200  # not RUN_RETRY_SECONDS: five of those would give up
+    assert next_run.retries == 1
+    assert row(done.id) is not None  # kept for the run that shows it
+    assert telegram.calls("editMessageText") == []
+
+
+def test_the_sender_lease_outlives_every_bot_api_call_of_the_loop(
+    telegram, people, confirmed, redis_client, monkeypatch
+):
+    # The longest a Bot API call may take: the client's connect + read timeouts.
+    longest_call_ms = sum(DEFAULT_TIMEOUT) * 1000
+    lease_left_at_calls = []
+    real_call = TelegramClient.call
+
+    def call(client, method, parameters=None):
+        lease = redis_keys.broadcast_sender(confirmed.broadcast_id)
+        lease_left_at_calls.append((method, redis_client.pttl(lease)))
+        return real_call(client, method, parameters)
+
+    monkeypatch.setattr(TelegramClient, "call", call)
+
+    assert run_loop(confirmed.broadcast_id) == "completed"
+
+    assert [method for method, _ in lease_left_at_calls] == [
+        "editMessageText",
+        "sendMessage",
+        "sendMessage",
+        "sendMessage",
+        "editMessageText",
+    ]
+    assert all(left > longest_call_ms for _, left in lease_left_at_calls), lease_left_at_calls
+
+
+def test_the_winning_confirm_takes_the_sender_lease_before_its_run_is_queued(
+    webhook, telegram, admin, people, monkeypatch, django_capture_on_commit_callbacks
+):
+    control = start_draft(webhook, telegram, admin)
+    queued = []
+    monkeypatch.setattr(
+        current_app, "send_task", lambda name, kwargs, **options: queued.append(kwargs)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        click(webhook, telegram, admin, control, control.confirm)
+
+    [first_run] = queued
+    # The resume sweep sees a live loop from now on: it queues no second one.
+    assert sender_lease_held(broadcast_id=control.broadcast_id)
+    assert jobs.broadcasts_resume(queue=UNCONSUMED_QUEUE) == []
+    assert (
+        sender_lease_take(
+            broadcast_id=control.broadcast_id, token=first_run["lease_token"], ttl_seconds=30
+        )
+        == first_run["lease_token"]
+    )
+
+
+def test_a_confirm_redelivered_while_its_loop_runs_queues_no_second_run(
+    webhook, telegram, admin, people, monkeypatch, django_capture_on_commit_callbacks
+):
+    control = start_draft(webhook, telegram, admin)
+    sender_lease_take(broadcast_id=control.broadcast_id, token=None, ttl_seconds=30)  # a loop
+    queued = []
+    monkeypatch.setattr(
+        current_app, "send_task", lambda name, kwargs, **options: queued.append(kwargs)
+    )
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        click(webhook, telegram, admin, control, control.confirm)
+
+    assert (len(callbacks), queued) == (1, [])
+
+
+def test_the_logs_say_what_became_of_each_send(telegram, people, confirmed, caplog):
+    telegram.fail_call(2, status=500)  # the first recipient's send: delivered or not, unknown
+    telegram.block(people[1].id)
+
+    with caplog.at_level(logging.INFO, logger="bots.pipeline.broadcast.sending"):
+        assert run_loop(confirmed.broadcast_id) == "completed"
+
+    lines = [record.getMessage() for record in caplog.records]
+    broadcast = confirmed.broadcast_id
+    assert lines == [
+        f"broadcast {broadcast}: send to {people[0].id} failed (sendMessage HTTP 500: Internal "
+        "Server Error): outcome unknown, counted as a failure, not resent",
+        f"broadcast {broadcast}: Telegram refused the send to {people[1].id} (sendMessage HTTP "
+        "403: Forbidden: bot was blocked by the user): counted as a failure",
+        f"broadcast {broadcast}: every recipient handled: 1 accepted by Telegram, 2 failed",
+    ]
+    assert telegram.token not in caplog.text

@@ -170,6 +170,8 @@ def test_the_console_lists_a_running_send_and_stops_it_before_its_next_recipient
     assert "Started by (Telegram id)" in page
     assert f'<td class="field-started_by">{admin.id}</td>' in page
     assert '<td class="field-remaining_recipients">4</td>' in page  # one claimed, in flight
+    assert '<td class="field-in_flight">1</td>' in page
+    assert '<td class="field-failed">0</td>' in page  # the claim is not shown as a failure
 
     stopped_page = operator.post(
         BROADCASTS,

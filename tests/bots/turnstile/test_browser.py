@@ -12,6 +12,7 @@ import pytest
 
 from bots import copy
 from bots.models import Topic
+from tests import browser as browser_tools
 from tests.bots.conftest import Webhook
 from tests.bots.helpers import set_switches, user_row
 from tests.bots.turnstile.helpers import init_data_for, latest_link
@@ -118,6 +119,10 @@ def test_a_rejected_token_offers_a_retry_that_waits_out_the_throttle(
     browser.screenshot("turnstile-token-rejected")
     assert _status(browser) == copy.verify_error_token_rejected()
     assert browser.script("return document.getElementById('retry').hidden") is False
+    # The spent token's widget was reset at once: a new challenge, solved, waiting for the retry.
+    browser.wait_until(lambda: len(turnstile.widgets) == 2, what="the widget reset")
+    assert len(turnstile.siteverify_requests()) == 1  # nothing submitted before the retry
+    assert _state(browser) == "rejected"
 
     clock.advance(seconds=13)  # 2 s of the window left
     browser.script("document.getElementById('retry').click()")
@@ -130,9 +135,16 @@ def test_a_rejected_token_offers_a_retry_that_waits_out_the_throttle(
     clock.advance(seconds=2)
     _wait_for_state(browser, "verified")
 
-    assert len(turnstile.widgets) == 2  # the retry reset the widget: a new token
+    assert len(turnstile.widgets) == 2  # the 422 reset the widget once: one new token
     assert [request.json()["response"] for request in turnstile.siteverify_requests()] == [
         widget.token for widget in turnstile.widgets
     ]
     assert user_row(telegram, user).is_verified is True
     assert _csp_violations(browser) == []
+
+
+def test_the_screenshots_have_fonts_for_chinese_and_emoji():
+    """The Chinese page's screenshots show its text and the bot's emoji, not boxes."""
+    browser_tools.require_chromium()
+
+    browser_tools.require_screenshot_fonts()

@@ -3,6 +3,7 @@ retry after 300 ms with the same idempotency key for transient failures, typed u
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -140,3 +141,43 @@ def test_neither_secret_nor_token_nor_url_appear_in_errors(turnstile):
         chain.append(type(error).__name__)
         error = error.__cause__ or error.__context__
     assert chain == ["SiteverifyUnavailableError", "_Transient"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "text", "permanent", "attempts"),
+    [
+        ("huge", "HTTP 200: answer longer than 64 KiB", True, 1),
+        # Nested past what the parser follows: not JSON to us, like a proxy's error page.
+        ("deep", "HTTP 200: body is not JSON", False, 2),
+    ],
+)
+def test_an_oversized_or_unparseable_answer_is_unavailable_not_a_crash(
+    mode, text, permanent, attempts, client, turnstile
+):
+    turnstile.fail_siteverify(mode, times=2)
+
+    with pytest.raises(SiteverifyUnavailableError) as raised:
+        client.verify(token="t")
+
+    assert (str(raised.value), raised.value.permanent) == (text, permanent)
+    assert len(turnstile.siteverify_requests()) == attempts
+
+
+def test_an_answer_trickling_in_is_cut_off_at_the_timeout(turnstile, sleeps):
+    impatient = SiteverifyClient(
+        verify_url=turnstile.siteverify_url,
+        secret=turnstile.secret_key,
+        sleep=sleeps.append,
+        timeout=1.0,
+    )
+    # One byte every 0.2 s: no single read times out, the whole answer would take 7 s.
+    turnstile.fail_siteverify("trickle", delay=0.2, times=2)
+    started = time.monotonic()
+
+    with pytest.raises(SiteverifyUnavailableError) as raised:
+        impatient.verify(token="t")
+
+    assert str(raised.value) == "network error: answer not complete within 1s"
+    assert raised.value.permanent is False
+    assert time.monotonic() - started < 4  # two attempts of 1 s, not two of 7
+    assert len(sleeps) == 1
