@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from bots.clients.telegram import TelegramClient
+from bots.outbound.limiter import TELEGRAM_LIMITS, Limits, OutboundLimiter
+from bots.outbound.paced import PacedTelegramClient
 
 # JavaScript's Number.MAX_SAFE_INTEGER: the original's bound for ids read from text.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -33,6 +35,16 @@ DEFAULT_TELEGRAM_DELETES_PER_SECOND = 5
 # The most eligible users a /broadcast may go to (spec §11: the original's cap). Raising it is the
 # way past the original's limit: the send loop runs in Celery, paced and resumable.
 DEFAULT_BROADCAST_MAX_RECIPIENTS = 500
+# The shared outbound limiter (bots.outbound.limiter): Telegram's limits, and how long one
+# webhook update (or one console action) may wait for its send permits before it is answered
+# 500 for Telegram to redeliver (well inside the 60 s Telegram waits for an answer).
+DEFAULT_TELEGRAM_SENDS_PER_SECOND = TELEGRAM_LIMITS.per_second
+DEFAULT_TELEGRAM_CHAT_INTERVAL_MS = round(TELEGRAM_LIMITS.chat_interval * 1000)
+DEFAULT_TELEGRAM_GROUP_SENDS_PER_WINDOW = TELEGRAM_LIMITS.group_per_window
+DEFAULT_TELEGRAM_GROUP_WINDOW_SECONDS = round(TELEGRAM_LIMITS.group_window)
+DEFAULT_TELEGRAM_SEND_BUDGET_MS = 5000
+# How long the audit trail of admin actions is kept (trimmed daily).
+DEFAULT_AUDIT_RETENTION_DAYS = 365
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 # The Turnstile web verification's outside parts (spec §5.5, §8.4). Settings, so that tests (and
 # the page in a browser) run against local fakes.
@@ -63,6 +75,12 @@ NUMERIC_RULES = (
     NumberRule("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, 1),
     NumberRule("TELEGRAM_DELETES_PER_SECOND", DEFAULT_TELEGRAM_DELETES_PER_SECOND, 1),
     NumberRule("BROADCAST_MAX_RECIPIENTS", DEFAULT_BROADCAST_MAX_RECIPIENTS, 1),
+    NumberRule("TELEGRAM_SENDS_PER_SECOND", DEFAULT_TELEGRAM_SENDS_PER_SECOND, 1),
+    NumberRule("TELEGRAM_CHAT_INTERVAL_MS", DEFAULT_TELEGRAM_CHAT_INTERVAL_MS, 0),
+    NumberRule("TELEGRAM_GROUP_SENDS_PER_WINDOW", DEFAULT_TELEGRAM_GROUP_SENDS_PER_WINDOW, 1),
+    NumberRule("TELEGRAM_GROUP_WINDOW_SECONDS", DEFAULT_TELEGRAM_GROUP_WINDOW_SECONDS, 1),
+    NumberRule("TELEGRAM_SEND_BUDGET_MS", DEFAULT_TELEGRAM_SEND_BUDGET_MS, 0),
+    NumberRule("AUDIT_RETENTION_DAYS", DEFAULT_AUDIT_RETENTION_DAYS, 1),
 )
 
 
@@ -78,6 +96,9 @@ class BotConfig:
     max_attempts: int
     deletes_per_second: int  # pace of bulk deletions into the support group (purge, wipe)
     broadcast_max_recipients: int  # the most eligible users a /broadcast may go to
+    outbound_limits: Limits  # Telegram's limits, as the shared outbound limiter keeps them
+    send_budget_seconds: float  # how long one update may wait for its send permits
+    audit_retention_days: int  # how long admin_audit_log rows are kept
     welcome_text: str | None  # None: the built-in welcome (bots.copy)
     turnstile_site_key: str | None
     turnstile_secret_key: str | None
@@ -90,16 +111,44 @@ class BotConfig:
     def is_admin(self, user_id: int) -> bool:
         return user_id in self.admin_ids
 
-    def telegram_client(self, *, in_place_retry: bool = True) -> TelegramClient:
+    @property
+    def bot_id(self) -> int | None:
+        """The bot's id: the digits before the token's colon (None without a usable token)."""
+        head = (self.bot_token or "").partition(":")[0]
+        return int(head) if _DIGITS.fullmatch(head) else None
+
+    def telegram_client(
+        self,
+        *,
+        in_place_retry: bool = True,
+        paced: bool = True,
+        budget_seconds: float | None = None,
+    ) -> TelegramClient:
         """The Bot API client of this configuration. Callers check ``bot_token`` first.
 
+        ``paced`` (the default): every send, edit and deletion takes a permit from the shared
+        outbound limiter first (``bots.outbound.paced``), waiting at most ``budget_seconds``
+        for all of them together (None: a job's per-call wait). ``paced=False`` only for a
+        caller that takes its permits itself (the broadcast's send loop).
         ``in_place_retry=False``: a 429 is raised at once (a paced sender hands its retry_after
-        to the shared limiter instead of sleeping on its own)."""
+        to the shared limiter instead of retrying on its own)."""
         if not self.bot_token:
             raise ValueError("TELEGRAM_BOT_TOKEN is not set")
-        return TelegramClient(
-            token=self.bot_token, api_base=self.telegram_api_base, in_place_retry=in_place_retry
+        options = {
+            "token": self.bot_token,
+            "api_base": self.telegram_api_base,
+            "in_place_retry": in_place_retry,
+        }
+        bot_id = self.bot_id
+        if not paced or bot_id is None:
+            return TelegramClient(**options)
+        return PacedTelegramClient(
+            limiter=self.outbound_limiter(bot_id), budget_seconds=budget_seconds, **options
         )
+
+    def outbound_limiter(self, bot_id: int) -> OutboundLimiter:
+        """The shared limiter of ``bot_id`` with this configuration's limits."""
+        return OutboundLimiter(bot_id=bot_id, limits=self.outbound_limits)
 
 
 def raw_setting(name: str) -> str | None:
@@ -234,6 +283,14 @@ def load_config() -> BotConfig:
         max_attempts=numbers["MAX_ATTEMPTS"],
         deletes_per_second=numbers["TELEGRAM_DELETES_PER_SECOND"],
         broadcast_max_recipients=numbers["BROADCAST_MAX_RECIPIENTS"],
+        outbound_limits=Limits(
+            per_second=numbers["TELEGRAM_SENDS_PER_SECOND"],
+            chat_interval=numbers["TELEGRAM_CHAT_INTERVAL_MS"] / 1000,
+            group_per_window=numbers["TELEGRAM_GROUP_SENDS_PER_WINDOW"],
+            group_window=float(numbers["TELEGRAM_GROUP_WINDOW_SECONDS"]),
+        ),
+        send_budget_seconds=numbers["TELEGRAM_SEND_BUDGET_MS"] / 1000,
+        audit_retention_days=numbers["AUDIT_RETENTION_DAYS"],
         welcome_text=parse_welcome_text(raw_setting("WELCOME_TEXT")),
         turnstile_site_key=raw_setting("TURNSTILE_SITE_KEY"),
         turnstile_secret_key=raw_setting("TURNSTILE_SECRET_KEY"),

@@ -63,6 +63,26 @@ def outbound_blocked(bot_id: int) -> str:
     return f"{_prefix()}outbound:{bot_id}:blocked"
 
 
+def outbound_waiters(bot_id: int) -> str:
+    """ZSET of the callers waiting for the global bucket (waiter → priority, expiry)."""
+    return f"{_prefix()}outbound:{bot_id}:waiters"
+
+
+def outbound_group(bot_id: int, chat_id: int) -> str:
+    """ZSET of the permits into a group (permit id → when its call ended): 20 a minute."""
+    return f"{_prefix()}outbound:{bot_id}:group:{chat_id}"
+
+
+def outbound_chat_blocked(bot_id: int, chat_id: int) -> str:
+    """Until when no message may go into ``chat_id`` (a 429 answered in that group)."""
+    return f"{_prefix()}outbound:{bot_id}:chat_blocked:{chat_id}"
+
+
+def outbound_chat_waiters(bot_id: int, chat_id: int) -> str:
+    """ZSET of the callers waiting for ``chat_id``'s bucket (waiter → priority, expiry)."""
+    return f"{_prefix()}outbound:{bot_id}:chat_waiters:{chat_id}"
+
+
 # ------------------------------------------------------------------ the broadcast sender
 
 

@@ -14,7 +14,7 @@ from bots.results import EndpointResult
 from bots.services.bots import bot_upsert
 
 WEBHOOK_PATH = "/telegram/webhook"
-ALLOWED_UPDATES = ["message", "callback_query"]
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
 
 def webhook_url(origin: str) -> str:

@@ -221,3 +221,33 @@ def broadcast_get_for_update_id(*, bot_id: int, source_update_id: int) -> Broadc
 
 def broadcast_draft_exists(*, bot_id: int) -> bool:
     return Broadcast.objects.filter(bot_id=bot_id, status__in=["preparing", "pending"]).exists()
+
+
+# ------------------------------------------------------------------ the ledger's mapping (#24)
+
+
+def relayed_message_by_private(
+    *, bot_id: int, user_id: int, private_msg_id: int, direction: str
+) -> RelayedMessage | None:
+    """The ledger row of the message ``private_msg_id`` in the user's chat (the newest when a
+    redelivery relayed it twice), or None. Read through the seed's (user_id, created_at) index."""
+    return (
+        RelayedMessage.objects.filter(
+            bot_id=bot_id, user_id=user_id, private_msg_id=private_msg_id, direction=direction
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+def relayed_message_by_group(
+    *, bot_id: int, thread_id: int, group_msg_id: int, direction: str | None = None
+) -> RelayedMessage | None:
+    """The ledger row of the message ``group_msg_id`` in topic ``thread_id``, or None. Read
+    through the seed's (thread_id, created_at) index."""
+    rows = RelayedMessage.objects.filter(
+        bot_id=bot_id, thread_id=thread_id, group_msg_id=group_msg_id
+    )
+    if direction is not None:
+        rows = rows.filter(direction=direction)
+    return rows.order_by("-id").first()

@@ -10,3 +10,4 @@ from __future__ import annotations
 PURGE_CONTINUE_TASK = "bots.tasks.purge_continue_task"
 WIPE_CONTINUE_TASK = "bots.tasks.wipe_continue_task"
 BROADCAST_SEND_TASK = "bots.tasks.broadcast_send_task"
+ALBUM_FLUSH_TASK = "bots.tasks.album_flush_task"

@@ -5,12 +5,20 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from bots.conf import load_config
+from bots.pipeline.albums import flush_album, sweep_albums
 from bots.pipeline.broadcast.jobs import SendJob, broadcasts_resume
 from bots.pipeline.broadcast.sending import run_send_job
 from bots.pipeline.purge import PurgeJob, continue_purge
 from bots.pipeline.wipe import WipeJob, continue_wipe
+from bots.services.audit import audit_trim
 from bots.services.processed_updates import processed_update_trim
-from bots.task_names import BROADCAST_SEND_TASK, PURGE_CONTINUE_TASK, WIPE_CONTINUE_TASK
+from bots.task_names import (
+    ALBUM_FLUSH_TASK,
+    BROADCAST_SEND_TASK,
+    PURGE_CONTINUE_TASK,
+    WIPE_CONTINUE_TASK,
+)
 
 
 @shared_task(name="bots.tasks.processed_updates_trim_task")
@@ -20,6 +28,31 @@ def processed_updates_trim_task() -> int:
     Idempotent (a second run finds nothing more to delete).
     """
     return processed_update_trim(now=timezone.now())
+
+
+@shared_task(name="bots.tasks.admin_audit_trim_task")
+def admin_audit_trim_task() -> int:
+    """Daily: delete audit-trail rows older than AUDIT_RETENTION_DAYS; return how many.
+
+    Idempotent (a second run finds nothing more to delete).
+    """
+    return audit_trim(now=timezone.now(), retention_days=load_config().audit_retention_days)
+
+
+@shared_task(name=ALBUM_FLUSH_TASK, soft_time_limit=60, time_limit=90)
+def album_flush_task(*, bot_id: int, media_group_id: str) -> str:
+    """Relay an album's collected items as one album; returns what happened.
+
+    Idempotent: the items are taken under row locks and deleted with their ledger rows, so a
+    redelivered or duplicate flush finds nothing left to send.
+    """
+    return flush_album(bot_id=bot_id, media_group_id=media_group_id)
+
+
+@shared_task(name="bots.tasks.albums_sweep_task")
+def albums_sweep_task() -> int:
+    """Every minute: flush the albums whose queued flush was lost; returns how many."""
+    return sweep_albums()
 
 
 @shared_task(name=PURGE_CONTINUE_TASK)

@@ -48,6 +48,16 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "bots.tasks.processed_updates_trim_task",
         "schedule": crontab(minute=23, hour=3),
     },
+    # Support bot: albums whose queued flush was lost (a worker died), every minute.
+    "bots-sweep-albums": {
+        "task": "bots.tasks.albums_sweep_task",
+        "schedule": 60.0,
+    },
+    # Support bot: the audit trail of admin actions beyond AUDIT_RETENTION_DAYS, daily.
+    "bots-trim-admin-audit": {
+        "task": "bots.tasks.admin_audit_trim_task",
+        "schedule": crontab(minute=37, hour=3),
+    },
     # Support bot: a broadcast whose worker died mid-send gets a new send loop (every minute).
     "bots-resume-broadcasts": {
         "task": "bots.tasks.broadcasts_resume_task",

@@ -6,9 +6,12 @@
   confirmation page that offers the export first);
 * topics — with their note (editable: saved through the /note step, card refreshed); archive;
   on a topic's page "Purge messages…" (as /purgemsg, behind a confirmation page);
-* the message ledger and processed updates — read-only;
+* the message ledger and processed updates — read-only; the ledger's *Response times* page
+  (time to first admin reply, open conversations, messages in/out per day and conversation);
 * settings — the raw rows read-only, and a form for the verification switches;
 * the bots row — read-only;
+* the audit trail — every admin action from Telegram or here (who, when, which user, the
+  outcome), read-only, filterable by action, surface, outcome and day;
 * broadcasts — in progress (state, counts, remaining, the admin who started it); the action
   stops one (a draft is cancelled, a running send stops before its next recipient).
 
@@ -33,4 +36,4 @@ says what Telegram step was skipped — except delete user and purge, which then
 """
 
 # Importing the screens registers them with the admin site (Django imports ``bots.admin``).
-from bots.admin import broadcasts, conversations, records, switches  # noqa: F401
+from bots.admin import audit, broadcasts, conversations, records, switches  # noqa: F401

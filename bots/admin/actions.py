@@ -8,8 +8,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from bots.admin.common import NOT_CONFIGURED, id_list, telegram_context
+from bots.admin.common import NOT_CONFIGURED, audit_from_console, id_list, telegram_context
 from bots.clients.telegram import TelegramError
+from bots.models import AuditAction, AuditOutcome
 from bots.pipeline.moderation import archive_conversation, set_risk
 from bots.selectors import topic_get_for_user
 from bots.services.users import user_ban, user_set_risk, user_unban
@@ -22,12 +23,26 @@ class UserActions:
     actions = ["ban_users", "unban_users", "mark_risk", "clear_risk", "archive_conversations"]
 
     def _each_user(
-        self, queryset: QuerySet, run: Callable[[int, int], bool]
+        self,
+        request: HttpRequest,
+        queryset: QuerySet,
+        run: Callable[[int, int], bool],
+        action: AuditAction,
     ) -> tuple[list[int], list[int]]:
-        """Run ``run(bot_id, user_id)`` per selected row; the user ids it changed and missed."""
+        """Run ``run(bot_id, user_id)`` per selected row, each recorded in the audit trail;
+        the user ids it changed and missed."""
         changed, missed = [], []
         for bot_id, user_id in queryset.values_list("bot_id", "user_id"):
-            (changed if run(bot_id, user_id) else missed).append(user_id)
+            done = run(bot_id, user_id)
+            (changed if done else missed).append(user_id)
+            audit_from_console(
+                request,
+                bot_id=bot_id,
+                action=action,
+                outcome=AuditOutcome.DONE if done else AuditOutcome.REFUSED,
+                user_id=user_id,
+                detail="" if done else "no user row",
+            )
         return changed, missed
 
     def _report(
@@ -41,14 +56,20 @@ class UserActions:
     @admin.action(description="Mute (ban) the selected users — as /ban")
     def ban_users(self, request: HttpRequest, queryset: QuerySet) -> None:
         changed, missed = self._each_user(
-            queryset, lambda bot_id, user_id: user_ban(bot_id=bot_id, user_id=user_id)
+            request,
+            queryset,
+            lambda bot_id, user_id: user_ban(bot_id=bot_id, user_id=user_id),
+            AuditAction.BAN,
         )
         self._report(request, "Muted", changed, missed)
 
     @admin.action(description="Unmute (unban) the selected users — as /unban")
     def unban_users(self, request: HttpRequest, queryset: QuerySet) -> None:
         changed, missed = self._each_user(
-            queryset, lambda bot_id, user_id: user_unban(bot_id=bot_id, user_id=user_id)
+            request,
+            queryset,
+            lambda bot_id, user_id: user_unban(bot_id=bot_id, user_id=user_id),
+            AuditAction.UNBAN,
         )
         self._report(request, "Unmuted", changed, missed)
 
@@ -62,7 +83,8 @@ class UserActions:
             skipped_cards.append(user_id)
             return user_set_risk(bot_id=bot_id, user_id=user_id, is_risk=is_risk)
 
-        changed, missed = self._each_user(queryset, run)
+        action = AuditAction.RISK if is_risk else AuditAction.UNRISK
+        changed, missed = self._each_user(request, queryset, run, action)
         verb = "Marked high-risk" if is_risk else "Cleared the high-risk mark of"
         self._report(request, verb, changed, missed)
         if skipped_cards:
@@ -91,22 +113,38 @@ class UserActions:
         }
         problems: list[str] = []
         for bot_id, user_id in queryset.values_list("bot_id", "user_id"):
+
+            def audit(outcome: AuditOutcome, detail: str = "") -> None:
+                audit_from_console(
+                    request,
+                    bot_id=bot_id,  # noqa: B023 - called inside this iteration only
+                    action=AuditAction.ARCHIVE,
+                    outcome=outcome,
+                    user_id=user_id,  # noqa: B023
+                    detail=detail,
+                )
+
             ctx = telegram_context(bot_id)
             if ctx is None:
                 problems.append(f"{user_id}: not archived, {NOT_CONFIGURED}")
+                audit(AuditOutcome.REFUSED, NOT_CONFIGURED)
                 continue
             topic = topic_get_for_user(bot_id=bot_id, user_id=user_id)
             if topic is None:
                 results["no binding"].append(user_id)
+                audit(AuditOutcome.REFUSED, "no topic")
                 continue
             try:
                 outcome = archive_conversation(ctx, topic=topic)
             except TelegramError as error:  # retryable: nothing or part done; repeating converges
                 problems.append(f"{user_id}: Telegram did not answer ({error}); run it again")
+                audit(AuditOutcome.FAILED, "Telegram did not answer")
                 continue
             if not outcome.archived:
                 results["not closed"].append(user_id)
+                audit(AuditOutcome.FAILED, "Telegram refused to close the topic")
                 continue
+            audit(AuditOutcome.DONE)
             results["archived"].append(user_id)
             if outcome.topic_gone:
                 results["gone"].append(user_id)

@@ -9,8 +9,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from bots.admin.common import NOT_CONFIGURED, CurrentBotAdmin, id_list, telegram_context
-from bots.models import Broadcast, BroadcastStatus
+from bots.admin.common import (
+    NOT_CONFIGURED,
+    CurrentBotAdmin,
+    audit_from_console,
+    id_list,
+    telegram_context,
+)
+from bots.models import AuditAction, AuditOutcome, Broadcast, BroadcastStatus
 from bots.pipeline.broadcast.console import stop_broadcast
 from bots.pipeline.broadcast.display import remaining
 from bots.services.broadcast_progress import sends_in_flight
@@ -90,6 +96,18 @@ class BroadcastAdmin(CurrentBotAdmin):
             ctx = telegram_context(bot_id)
             stopped = stop_broadcast(
                 ctx, bot_id=bot_id, broadcast_id=broadcast_id, now=timezone.now()
+            )
+            audit_from_console(
+                request,
+                bot_id=bot_id,
+                action=AuditAction.BROADCAST,
+                outcome=(
+                    AuditOutcome.CANCELLED
+                    if stopped.status in (BroadcastStatus.CANCELLED, BroadcastStatus.FAILED)
+                    else AuditOutcome.REFUSED
+                ),
+                detail=f"broadcast {broadcast_id}: stop"
+                + ("" if stopped.status == BroadcastStatus.CANCELLED else f" ({stopped.status})"),
             )
             if stopped.status == BroadcastStatus.CANCELLED:
                 cancelled.append(broadcast_id)

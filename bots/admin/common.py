@@ -11,8 +11,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from bots.conf import load_config
+from bots.models import AuditAction, AuditOutcome, AuditSurface
 from bots.pipeline.context import BotContext
 from bots.selectors import bot_current_id
+from bots.services.audit import audit_record
 
 # Telegram ids are bigint: longer digit strings cannot be an id (and would overflow the query).
 LONGEST_ID = 18
@@ -25,7 +27,32 @@ def telegram_context(bot_id: int) -> BotContext | None:
     if not config.bot_token or config.support_chat_id is None:
         return None
     return BotContext(
-        bot_id=bot_id, config=config, client=config.telegram_client(), now=timezone.now()
+        bot_id=bot_id,
+        config=config,
+        client=config.telegram_client(budget_seconds=config.send_budget_seconds),
+        now=timezone.now(),
+    )
+
+
+def audit_from_console(
+    request: HttpRequest,
+    *,
+    bot_id: int,
+    action: AuditAction,
+    outcome: AuditOutcome,
+    user_id: int | None = None,
+    detail: str = "",
+) -> None:
+    """Record an operator's action in the audit trail (the console user as the actor)."""
+    audit_record(
+        bot_id=bot_id,
+        surface=AuditSurface.CONSOLE,
+        action=action,
+        outcome=outcome,
+        now=timezone.now(),
+        actor_name=request.user.get_username(),
+        target_user_id=user_id,
+        detail=detail,
     )
 
 

@@ -13,12 +13,13 @@ from bots.admin.actions import UserActions
 from bots.admin.common import (
     NOT_CONFIGURED,
     CurrentBotAdmin,
+    audit_from_console,
     is_id,
     relayed_messages_link,
     telegram_context,
 )
 from bots.admin.deletion import TopicPurgeViews, UserDeletionViews
-from bots.models import BotUserListing, Topic, TopicListing
+from bots.models import AuditAction, AuditOutcome, BotUserListing, Topic, TopicListing
 from bots.pipeline.moderation import set_note
 from bots.selectors import topic_get_for_thread
 from bots.services.topics import NOTE_MAX_LENGTH, topic_set_note
@@ -197,6 +198,14 @@ class TopicAdmin(TopicPurgeViews, UserActions, CurrentBotAdmin):
         note = form.cleaned_data["note"] or None
         ctx = telegram_context(obj.bot_id)
         topic = topic_get_for_thread(bot_id=obj.bot_id, thread_id=obj.thread_id)
+        audit_from_console(
+            request,
+            bot_id=obj.bot_id,
+            action=AuditAction.NOTE if note else AuditAction.UNNOTE,
+            outcome=AuditOutcome.REFUSED if topic is None else AuditOutcome.DONE,
+            user_id=obj.user_id,
+            detail="the binding is gone" if topic is None else f"{len(note or '')} characters",
+        )
         if topic is None:
             self.message_user(request, "The topic's binding is gone.", messages.ERROR)
         elif ctx is None:

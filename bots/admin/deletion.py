@@ -20,10 +20,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
-from bots.admin.common import NOT_CONFIGURED, is_id, telegram_context
+from bots.admin.common import NOT_CONFIGURED, audit_from_console, is_id, telegram_context
 from bots.clients.telegram import TelegramError
 from bots.exports import export_json, user_export
-from bots.models import RelayedMessage
+from bots.models import AuditAction, AuditOutcome, RelayedMessage
 from bots.pipeline.deluser import delete_user_everywhere
 from bots.pipeline.purge import purge_topic
 from bots.selectors import bot_current_id, topic_get_for_thread, topic_get_for_user, user_get
@@ -99,20 +99,33 @@ class UserDeletionViews:
         return TemplateResponse(request, "bots/admin/user_delete_confirmation.html", context)
 
     def _delete_user(self, request, *, bot_id, user, topic, page) -> HttpResponse:
+        def audit(outcome: AuditOutcome, detail: str = "") -> None:
+            audit_from_console(
+                request,
+                bot_id=bot_id,
+                action=AuditAction.DELETE_USER,
+                outcome=outcome,
+                user_id=user.user_id,
+                detail=detail,
+            )
+
         ctx = telegram_context(bot_id)
         if ctx is None:
+            audit(AuditOutcome.REFUSED, NOT_CONFIGURED)
             self.message_user(request, f"Nothing deleted: {NOT_CONFIGURED}.", messages.ERROR)
             return HttpResponseRedirect(page)
         thread_id = topic.thread_id if topic is not None else None
         try:
             deleted = delete_user_everywhere(ctx, user_id=user.user_id, thread_id=thread_id)
         except TelegramError as error:  # retryable: nothing deleted yet
+            audit(AuditOutcome.FAILED, "Telegram did not answer")
             self.message_user(
                 request,
                 f"Nothing deleted: Telegram did not answer ({error}). Try again.",
                 messages.ERROR,
             )
             return HttpResponseRedirect(page)
+        audit(AuditOutcome.DONE if deleted else AuditOutcome.FAILED)
         if not deleted:
             self.message_user(
                 request,
@@ -168,13 +181,25 @@ class TopicPurgeViews:
         return TemplateResponse(request, "bots/admin/topic_purge_confirmation.html", context)
 
     def _purge(self, request, *, bot_id, topic, page) -> HttpResponse:
+        def audit(outcome: AuditOutcome, detail: str = "") -> None:
+            audit_from_console(
+                request,
+                bot_id=bot_id,
+                action=AuditAction.PURGE,
+                outcome=outcome,
+                user_id=topic.user_id,
+                detail=detail,
+            )
+
         ctx = telegram_context(bot_id)
         if ctx is None:
+            audit(AuditOutcome.REFUSED, NOT_CONFIGURED)
             self.message_user(request, f"Nothing purged: {NOT_CONFIGURED}.", messages.ERROR)
             return HttpResponseRedirect(page)
         try:
             started = purge_topic(ctx, topic=topic)
         except TelegramError as error:
+            audit(AuditOutcome.FAILED, "Telegram did not answer")
             self.message_user(
                 request,
                 f"Purge stopped: Telegram did not answer ({error}). Run it again: messages"
@@ -182,6 +207,12 @@ class TopicPurgeViews:
                 messages.ERROR,
             )
             return HttpResponseRedirect(page)
+        if started.busy:
+            audit(AuditOutcome.REFUSED, "another purge or wipe runs")
+        elif started.continues is not None:
+            audit(AuditOutcome.STARTED, "continues in the worker")
+        else:
+            audit(AuditOutcome.DONE)
         if started.busy:
             self.message_user(
                 request,

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils import timezone
 
 from bots.admin.common import CurrentBotAdmin, ReadOnlyAdmin, is_id
 from bots.models import Bot, ProcessedUpdateListing, RelayedMessage
+from bots.response_times import MAX_DAYS, ResponseTimes, response_times
+from bots.selectors import bot_current_id
+
+# The periods the response-time page offers (days).
+PERIODS = (7, 30, 90)
+# Conversations listed on it (those waiting longest first, then the busiest).
+LISTED_CONVERSATIONS = 50
+CHART_WIDTH, CHART_HEIGHT = 600, 120
 
 
 @admin.register(RelayedMessage)
@@ -26,6 +37,45 @@ class RelayedMessageAdmin(ReadOnlyAdmin, CurrentBotAdmin):
     search_fields = ("user_id", "thread_id")
     search_help_text = "A user id or a thread id (exact)."
     ordering = ("-created_at", "-id")
+    change_list_template = "bots/admin/ledger_change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        page = path(
+            "response-times/",
+            self.admin_site.admin_view(self.response_times_view),
+            name="bots_relayedmessage_response_times",
+        )
+        return [page, *super().get_urls()]
+
+    def response_times_view(self, request: HttpRequest) -> HttpResponse:
+        """Time to first admin reply, open conversations, messages in/out, per day and per
+        conversation, for the last 7, 30 or 90 days (``?days=``)."""
+        if not self.has_view_permission(request):
+            return HttpResponse(status=403)
+        try:
+            days = int(request.GET.get("days", "7"))
+        except ValueError:
+            days = 7
+        days = days if days in PERIODS else 7
+        bot_id = bot_current_id()
+        figures = (
+            response_times(bot_id=bot_id, until=timezone.now(), days=days)
+            if bot_id is not None
+            else None
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Response times",
+            "days": days,
+            "periods": PERIODS,
+            "max_days": MAX_DAYS,
+            "figures": figures,
+            "rows": _day_rows(figures) if figures else [],
+            "conversations": _conversation_rows(figures) if figures else [],
+            "chart": _chart(figures) if figures else None,
+        }
+        return TemplateResponse(request, "bots/admin/response_times.html", context)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         # The users' and topics' "messages" links filter the ledger by user or thread.
@@ -63,3 +113,74 @@ class ProcessedUpdateAdmin(ReadOnlyAdmin, CurrentBotAdmin):
 @admin.register(Bot)
 class BotAdmin(ReadOnlyAdmin):
     list_display = ("bot_id", "username", "display_name", "created_at")
+
+
+def _minutes(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds / 60:.1f}"
+
+
+def _day_rows(figures: ResponseTimes) -> list[dict]:
+    return [
+        {
+            "day": day.isoformat(),
+            "messages_in": day_figures.messages_in,
+            "messages_out": day_figures.messages_out,
+            "conversations": len(day_figures.conversations),
+            "waits": day_figures.waits,
+            "answered": day_figures.answered,
+            "mean": _minutes(day_figures.mean_reply_seconds),
+            "median": _minutes(day_figures.median_reply_seconds),
+        }
+        for day, day_figures in reversed(figures.days.items())
+    ]
+
+
+def _conversation_rows(figures: ResponseTimes) -> list[dict]:
+    def order(item: tuple) -> tuple:
+        user_id, conversation = item
+        waiting = conversation.waiting_since
+        return (
+            waiting is None,
+            waiting or 0,
+            -(conversation.messages_in + conversation.messages_out),
+        )
+
+    rows = sorted(figures.conversations.items(), key=order)[:LISTED_CONVERSATIONS]
+    return [
+        {
+            "user_id": user_id,
+            "messages_in": conversation.messages_in,
+            "messages_out": conversation.messages_out,
+            "waits": conversation.waits,
+            "answered": conversation.answered,
+            "mean": _minutes(conversation.mean_reply_seconds),
+            "median": _minutes(conversation.median_reply_seconds),
+            "waiting_since": conversation.waiting_since,
+        }
+        for user_id, conversation in rows
+    ]
+
+
+def _chart(figures: ResponseTimes) -> dict:
+    """Bars of the daily median time to first reply (SVG coordinates, drawn by the template)."""
+    medians = [day.median_reply_seconds for day in figures.days.values()]
+    highest = max((value for value in medians if value is not None), default=0) or 1
+    width = CHART_WIDTH / max(1, len(medians))
+    bars = []
+    for index, (day, value) in enumerate(zip(figures.days, medians, strict=True)):
+        height = 0 if value is None else max(1, round(value / highest * (CHART_HEIGHT - 20)))
+        bars.append(
+            {
+                "x": round(index * width, 1),
+                "y": CHART_HEIGHT - height,
+                "width": max(1, round(width - 1, 1)),
+                "height": height,
+                "label": f"{day.isoformat()}: {_minutes(value)} min",
+            }
+        )
+    return {
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "bars": bars,
+        "highest": _minutes(highest),
+    }

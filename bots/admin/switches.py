@@ -7,9 +7,9 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 
-from bots.admin.common import ReadOnlyAdmin
+from bots.admin.common import ReadOnlyAdmin, audit_from_console
 from bots.conf import load_config
-from bots.models import Setting
+from bots.models import AuditAction, AuditOutcome, Setting
 from bots.selectors import (
     DISABLED,
     ENABLED,
@@ -98,6 +98,17 @@ class SettingAdmin(ReadOnlyAdmin):
             )
             mode_changed = verification_setting_change(
                 bot_id=bot_id, key=VERIFY_MODE, value=form.cleaned_data["verify_mode"]
+            )
+            switched_on = form.cleaned_data["verify_enabled"] == ENABLED
+            audit_from_console(
+                request,
+                bot_id=bot_id,
+                action=AuditAction.VERIFICATION,
+                outcome=AuditOutcome.DONE,
+                detail=(
+                    f"verification {'on' if switched_on else 'off'},"
+                    f" mode {form.cleaned_data['verify_mode']}"
+                ),
             )
             if enabled_changed or mode_changed:
                 text = "Switches saved; outstanding challenges were voided."

@@ -130,6 +130,14 @@ def is_message_not_modified(error: TelegramError) -> bool:
 # ------------------------------------------------------------------ client
 
 
+def _reply_parameters(message_id: int | None, even_if_gone: bool) -> dict | None:
+    if message_id is None:
+        return None
+    if even_if_gone:
+        return {"message_id": message_id, "allow_sending_without_reply": True}
+    return {"message_id": message_id}
+
+
 class TelegramClient:
     """Bot API over a pooled ``requests`` session; POST JSON to ``<api_base>/bot<token>/<m>``."""
 
@@ -276,9 +284,11 @@ class TelegramClient:
         reply_markup: dict | None = None,
         parse_mode: str | None = None,
         reply_to_message_id: int | None = None,
+        reply_even_if_gone: bool = False,
     ) -> dict:
-        """``parse_mode="HTML"`` only for broadcasts; ``reply_to_message_id`` only for the
-        broadcast's control message (sent as ``reply_parameters``)."""
+        """``parse_mode="HTML"`` only for broadcasts; ``reply_to_message_id`` is sent as
+        ``reply_parameters`` (``reply_even_if_gone``: sent as a plain message when the replied
+        message no longer exists, instead of failing)."""
         return self.call(
             "sendMessage",
             {
@@ -287,9 +297,7 @@ class TelegramClient:
                 "text": text,
                 "parse_mode": parse_mode,
                 "reply_markup": reply_markup,
-                "reply_parameters": (
-                    {"message_id": reply_to_message_id} if reply_to_message_id is not None else None
-                ),
+                "reply_parameters": _reply_parameters(reply_to_message_id, reply_even_if_gone),
             },
         )
 
@@ -301,8 +309,10 @@ class TelegramClient:
         file_id: str,
         caption: str | None = None,
         message_thread_id: int | None = None,
+        reply_to_message_id: int | None = None,
     ) -> dict:
-        """sendPhoto / sendVideo / ... by ``file_id`` (media are never downloaded)."""
+        """sendPhoto / sendVideo / ... by ``file_id`` (media are never downloaded); a reply
+        falls back to a plain message when the replied message is gone."""
         return self.call(
             MEDIA_METHODS[kind],
             {
@@ -311,7 +321,18 @@ class TelegramClient:
                 kind: file_id,
                 # Stickers take no caption.
                 "caption": caption if kind != "sticker" else None,
+                "reply_parameters": _reply_parameters(reply_to_message_id, True),
             },
+        )
+
+    def send_media_group(
+        self, *, chat_id: int, media: list[dict], message_thread_id: int | None = None
+    ) -> list[dict]:
+        """An album: 2–10 ``InputMedia`` (``{"type", "media": file_id, "caption"?}``); returns
+        the sent Messages in order."""
+        return self.call(
+            "sendMediaGroup",
+            {"chat_id": chat_id, "message_thread_id": message_thread_id, "media": media},
         )
 
     def edit_message_text(
@@ -326,6 +347,22 @@ class TelegramClient:
                 "text": text,
                 "reply_markup": reply_markup,
             },
+        )
+
+    def edit_message_caption(self, *, chat_id: int, message_id: int, caption: str) -> dict:
+        return self.call(
+            "editMessageCaption", {"chat_id": chat_id, "message_id": message_id, "caption": caption}
+        )
+
+    def edit_message_media(
+        self, *, chat_id: int, message_id: int, kind: str, file_id: str, caption: str | None
+    ) -> dict:
+        """Replace a photo, video, animation, document or audio by ``file_id`` (``kind``)."""
+        media = {"type": kind, "media": file_id}
+        if caption is not None:
+            media["caption"] = caption
+        return self.call(
+            "editMessageMedia", {"chat_id": chat_id, "message_id": message_id, "media": media}
         )
 
     def answer_callback_query(self, *, callback_query_id: str, text: str | None = None) -> bool:

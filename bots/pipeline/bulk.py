@@ -28,6 +28,8 @@ from typing import Protocol
 from celery import current_app
 
 from bots.clients.telegram import TelegramRetryableError
+from bots.outbound.limiter import Priority
+from bots.outbound.paced import NoSendPermit, outbound_priority
 from bots.pipeline.context import BotContext, worker_context
 from bots.services.bulk_lock import bulk_job_has_finished, bulk_lock_hold, bulk_lock_release
 
@@ -154,9 +156,27 @@ def run_paced(
     item to ``record`` (which advances the job's cursor and counts). A 429 with retry_after
     pauses the pacer and retries the item — or, when the wait would overrun the deadline, stops
     with that wait as the countdown. Returns None when every item was handled, ``Stopped``
-    when the budget ran out first. Raises TelegramRetryableError for other retryable failures
-    (and after MAX_RATE_LIMITED_WAITS 429s for one item), LockLost when the lock changed hands.
+    when the budget ran out first (or the shared outbound limiter gave no permit within the
+    request's budget: the rest goes to Celery). Raises TelegramRetryableError for other
+    retryable failures (and after MAX_RATE_LIMITED_WAITS 429s for one item), LockLost when the
+    lock changed hands. Deletions yield to live relays and card edits (``Priority.BULK``).
     """
+    with outbound_priority(Priority.BULK):
+        try:
+            return _run_paced(items, attempt, pacer=pacer, budget=budget, lock=lock, record=record)
+        except NoSendPermit:
+            return Stopped()
+
+
+def _run_paced(
+    items: Iterable[int],
+    attempt: Callable[[int], str],
+    *,
+    pacer: Pacer,
+    budget: Budget,
+    lock: LockKeeper,
+    record: Callable[[int, str], None],
+) -> Stopped | None:
     for handled, item in enumerate(items):
         if budget.max_items is not None and handled >= budget.max_items:
             return Stopped()

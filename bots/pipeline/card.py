@@ -10,6 +10,8 @@ import logging
 
 from bots import copy
 from bots.models import BotUser, Topic
+from bots.outbound.limiter import Priority
+from bots.outbound.paced import outbound_priority
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
 from bots.selectors import topic_get_for_user, user_get
@@ -112,12 +114,14 @@ def edit_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     if topic.pinned_msg_id is None:
         return
     text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
-    best_effort(
-        "card refresh",
-        lambda: ctx.client.edit_message_text(
-            chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
-        ),
-    )
+    # Card edits yield to live relays in the shared outbound limiter.
+    with outbound_priority(Priority.CARD):
+        best_effort(
+            "card refresh",
+            lambda: ctx.client.edit_message_text(
+                chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
+            ),
+        )
 
 
 def refresh_card(ctx: BotContext, *, user_id: int, verification_enabled: bool) -> None:

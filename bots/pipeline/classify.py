@@ -37,6 +37,8 @@ class UpdateKind(enum.StrEnum):
     GROUP_CALLBACK = "group_callback"  # a button press in the support group
     TOPIC_EVENT = "topic_event"  # native forum_topic_closed / forum_topic_reopened
     BROADCAST = "broadcast"  # /broadcast in General
+    EDIT_INBOUND = "edit_inbound"  # a user edited a private message (issue #24)
+    EDIT_OUTBOUND = "edit_outbound"  # a message in a support-group topic was edited
     IGNORE = "ignore"
 
 
@@ -75,6 +77,8 @@ def classify_update(update: object, support_chat_id: int | None) -> Classificati
         return IGNORE
     if "callback_query" in update:
         return _classify_callback(update["callback_query"], support_chat_id)
+    if "edited_message" in update:
+        return _classify_edit(update["edited_message"], support_chat_id)
     message = update.get("message")
     if not isinstance(message, Mapping):
         return IGNORE
@@ -86,6 +90,24 @@ def classify_update(update: object, support_chat_id: int | None) -> Classificati
     if chat["id"] != support_chat_id:
         return IGNORE
     return _classify_group_message(message)
+
+
+def _classify_edit(message: object, support_chat_id: int) -> Classification:
+    """An edited message: a user's in their private chat, or one in a support-group topic."""
+    if not isinstance(message, Mapping) or not is_positive_integer(message.get("message_id")):
+        return IGNORE
+    sender = message.get("from")
+    chat = message.get("chat")
+    if not isinstance(sender, Mapping) or not is_positive_integer(sender.get("id")):
+        return IGNORE
+    if not isinstance(chat, Mapping) or not is_integer(chat.get("id")):
+        return IGNORE
+    if chat.get("type") == "private":
+        return Classification(UpdateKind.EDIT_INBOUND)
+    thread_id = message.get("message_thread_id")
+    if chat["id"] == support_chat_id and is_positive_integer(thread_id):
+        return Classification(UpdateKind.EDIT_OUTBOUND, thread_id=thread_id)
+    return IGNORE
 
 
 def _classify_callback(callback: object, support_chat_id: int) -> Classification:

@@ -17,11 +17,11 @@ only"), and a command is never relayed to a user nor written to the ledger.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bots import copy
-from bots.models import Topic
+from bots.models import AuditAction, AuditOutcome, Topic
 from bots.pipeline.classify import GENERAL_THREAD_ID, command_name
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.deluser import request_user_deletion
@@ -45,6 +45,12 @@ from bots.services.settings import verification_setting_change
 from bots.services.users import user_ban, user_unban
 from bots.verification.turnstile import missing_keys
 
+# Audit details (short, in English: the console's language).
+NO_USER = "no user row"
+NOT_CLOSED = "Telegram refused to close the topic"
+BUSY = "another purge or wipe runs"
+IN_CELERY = "continues in the worker"
+
 
 @dataclass(frozen=True)
 class Command:
@@ -57,10 +63,10 @@ def parse_command(text: str) -> Command:
     return Command(name=command_name(text), arguments=parts[1].strip() if len(parts) > 1 else "")
 
 
-def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int) -> None:
-    """Run an admin's ``/command`` written in ``thread_id`` (GENERAL_THREAD_ID = General)."""
+def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int, admin: Mapping) -> None:
+    """Run ``admin``'s ``/command`` written in ``thread_id`` (GENERAL_THREAD_ID = General)."""
     command = parse_command(text)
-    issued = Issued(ctx=ctx, thread_id=thread_id, arguments=command.arguments)
+    issued = Issued(ctx=ctx, thread_id=thread_id, arguments=command.arguments, admin=admin)
     in_general = thread_id == GENERAL_THREAD_ID
     if command.name in ANYWHERE:
         ANYWHERE[command.name](issued)
@@ -103,40 +109,55 @@ def _help(issued: Issued) -> None:
 def _ban(issued: Issued, topic: Topic) -> None:
     # The card does not show the ban; the user learns it from the (throttled) ban notice.
     if not user_ban(bot_id=issued.ctx.bot_id, user_id=topic.user_id):
+        issued.audit(AuditAction.BAN, AuditOutcome.REFUSED, user_id=topic.user_id, detail=NO_USER)
         issued.reply(copy.no_binding())  # a binding whose user row is gone
         return
+    issued.audit(AuditAction.BAN, AuditOutcome.DONE, user_id=topic.user_id)
     issued.reply(copy.user_banned(topic.user_id))
 
 
 def _unban(issued: Issued, topic: Topic) -> None:
     if not user_unban(bot_id=issued.ctx.bot_id, user_id=topic.user_id):
+        issued.audit(AuditAction.UNBAN, AuditOutcome.REFUSED, user_id=topic.user_id, detail=NO_USER)
         issued.reply(copy.no_binding())
         return
+    issued.audit(AuditAction.UNBAN, AuditOutcome.DONE, user_id=topic.user_id)
     issued.reply(copy.user_unbanned(topic.user_id))
 
 
 def _note(issued: Issued, topic: Topic) -> None:
     stored = set_note(issued.ctx, topic=topic, note=issued.arguments)
+    issued.audit(
+        AuditAction.NOTE,
+        AuditOutcome.DONE,
+        user_id=topic.user_id,
+        detail=f"{len(stored or '')} characters",
+    )
     issued.reply(copy.note_saved(stored or ""))
 
 
 def _unnote(issued: Issued, topic: Topic) -> None:
     set_note(issued.ctx, topic=topic, note=None)
+    issued.audit(AuditAction.UNNOTE, AuditOutcome.DONE, user_id=topic.user_id)
     issued.reply(copy.note_cleared())
 
 
 def _risk(issued: Issued, topic: Topic) -> None:
-    if not set_risk(issued.ctx, user_id=topic.user_id, is_risk=True):
-        issued.reply(copy.no_binding())
-        return
-    issued.reply(copy.risk_marked(topic.user_id))
+    _set_risk(issued, topic, is_risk=True)
 
 
 def _unrisk(issued: Issued, topic: Topic) -> None:
-    if not set_risk(issued.ctx, user_id=topic.user_id, is_risk=False):
+    _set_risk(issued, topic, is_risk=False)
+
+
+def _set_risk(issued: Issued, topic: Topic, *, is_risk: bool) -> None:
+    action = AuditAction.RISK if is_risk else AuditAction.UNRISK
+    if not set_risk(issued.ctx, user_id=topic.user_id, is_risk=is_risk):
+        issued.audit(action, AuditOutcome.REFUSED, user_id=topic.user_id, detail=NO_USER)
         issued.reply(copy.no_binding())
         return
-    issued.reply(copy.risk_cleared(topic.user_id))
+    issued.audit(action, AuditOutcome.DONE, user_id=topic.user_id)
+    issued.reply(copy.risk_marked(topic.user_id) if is_risk else copy.risk_cleared(topic.user_id))
 
 
 def _archive(issued: Issued, topic: Topic) -> None:
@@ -145,8 +166,12 @@ def _archive(issued: Issued, topic: Topic) -> None:
     issued.reply(copy.archive_started())
     outcome = archive_conversation(issued.ctx, topic=topic)
     if not outcome.archived:
+        issued.audit(
+            AuditAction.ARCHIVE, AuditOutcome.FAILED, user_id=topic.user_id, detail=NOT_CLOSED
+        )
         issued.report_in_general(copy.archive_failed(topic.user_id, topic.thread_id))
         return
+    issued.audit(AuditAction.ARCHIVE, AuditOutcome.DONE, user_id=topic.user_id)
     lines = [copy.archive_done(topic.user_id, topic.thread_id)]
     if outcome.topic_gone:
         lines.append(copy.archive_topic_gone())
@@ -160,9 +185,27 @@ def _purge(issued: Issued, topic: Topic) -> None:
     continuation when the topic holds more than the webhook's budget)."""
     started = purge_topic(issued.ctx, topic=topic)
     if started.busy:
+        issued.audit(AuditAction.PURGE, AuditOutcome.REFUSED, user_id=topic.user_id, detail=BUSY)
         issued.reply(copy.bulk_busy())
     elif started.continues is not None:
+        issued.audit(
+            AuditAction.PURGE, AuditOutcome.STARTED, user_id=topic.user_id, detail=IN_CELERY
+        )
         issued.reply(started.continues)
+    else:
+        issued.audit(AuditAction.PURGE, AuditOutcome.DONE, user_id=topic.user_id)
+
+
+def _delete_user(issued: Issued, topic: Topic) -> None:
+    """/deluser posts its prompt; the deletion itself is recorded when it is confirmed."""
+    request_user_deletion(issued, topic)
+    issued.audit(AuditAction.DELETE_USER, AuditOutcome.REQUESTED, user_id=topic.user_id)
+
+
+def _wipe(issued: Issued) -> None:
+    """/wipealldata posts its prompt; the wipe is recorded when it is confirmed."""
+    request_wipe(issued)
+    issued.audit(AuditAction.WIPE, AuditOutcome.REQUESTED)
 
 
 # ------------------------------------------------------------------ verification settings (General)
@@ -170,11 +213,13 @@ def _purge(issued: Issued, topic: Topic) -> None:
 
 def _verify_on(issued: Issued) -> None:
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_ENABLED, value=ENABLED)
+    issued.audit(AuditAction.VERIFICATION, AuditOutcome.DONE, detail="verification on")
     issued.reply(copy.verification_turned_on())
 
 
 def _verify_off(issued: Issued) -> None:
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_ENABLED, value=DISABLED)
+    issued.audit(AuditAction.VERIFICATION, AuditOutcome.DONE, detail="verification off")
     issued.reply(copy.verification_turned_off())
 
 
@@ -196,9 +241,15 @@ def _switch_mode(issued: Issued, mode: str) -> None:
         # Spec §4.6: both keys, or users would be stranded on a mode that cannot verify them.
         missing = missing_keys(issued.ctx.config)
         if missing:
+            issued.audit(
+                AuditAction.VERIFICATION,
+                AuditOutcome.REFUSED,
+                detail=f"mode {mode}: missing {', '.join(missing)}",
+            )
             issued.reply(copy.turnstile_missing_keys(missing))
             return
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_MODE, value=mode)
+    issued.audit(AuditAction.VERIFICATION, AuditOutcome.DONE, detail=f"mode {mode}")
     issued.reply(MODE_SET_REPLIES[mode]())
 
 
@@ -213,7 +264,7 @@ MODE_SET_REPLIES: dict[str, Callable[[], str]] = {
 
 ANYWHERE: dict[str, Callable[[Issued], None]] = {"/help": _help}
 # A global effect, but no binding needed; General never classifies it, so only topics send it.
-ANY_TOPIC: dict[str, Callable[[Issued], None]] = {"/wipealldata": request_wipe}
+ANY_TOPIC: dict[str, Callable[[Issued], None]] = {"/wipealldata": _wipe}
 GENERAL_ONLY: dict[str, Callable[[Issued], None]] = {
     "/verifyon": _verify_on,
     "/verifyoff": _verify_off,
@@ -230,6 +281,6 @@ ABOUT_THE_TOPIC_USER: dict[str, Callable[[Issued, Topic], None]] = {
     "/risk": _risk,
     "/unrisk": _unrisk,
     "/archive": _archive,
-    "/deluser": request_user_deletion,
+    "/deluser": _delete_user,
     "/purgemsg": _purge,
 }

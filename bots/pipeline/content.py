@@ -71,12 +71,24 @@ def extract_content(message: Mapping) -> Content | None:
 
 
 def send_content(
-    client: TelegramClient, content: Content, *, chat_id: int, message_thread_id: int | None = None
+    client: TelegramClient,
+    content: Content,
+    *,
+    chat_id: int,
+    message_thread_id: int | None = None,
+    reply_to_message_id: int | None = None,
 ) -> dict:
-    """Send ``content`` as a new message of the bot; return Telegram's Message."""
+    """Send ``content`` as a new message of the bot; return Telegram's Message.
+
+    ``reply_to_message_id``: the message it answers (a mapped reply); sent as a plain message
+    when that one is gone (``allow_sending_without_reply``)."""
     if content.is_text:
         return client.send_message(
-            chat_id=chat_id, text=content.text, message_thread_id=message_thread_id
+            chat_id=chat_id,
+            text=content.text,
+            message_thread_id=message_thread_id,
+            reply_to_message_id=reply_to_message_id,
+            reply_even_if_gone=True,
         )
     return client.send_media(
         kind=content.kind,
@@ -84,4 +96,5 @@ def send_content(
         file_id=content.file_id,
         caption=content.caption,
         message_thread_id=message_thread_id,
+        reply_to_message_id=reply_to_message_id,
     )

@@ -47,9 +47,11 @@ class UpdateContext(BotContext):
         return self.attempts > 0
 
 
-def worker_context(bot_id: int, *, in_place_retry: bool = True) -> BotContext | None:
+def worker_context(
+    bot_id: int, *, in_place_retry: bool = True, paced: bool = True
+) -> BotContext | None:
     """The Telegram context of a Celery job, or None when the bot is not configured in the
-    worker (no token or no valid SUPPORT_CHAT_ID). ``in_place_retry``: see
+    worker (no token or no valid SUPPORT_CHAT_ID). ``in_place_retry`` and ``paced``: see
     ``BotConfig.telegram_client``."""
     config = load_config()
     if not config.bot_token or config.support_chat_id is None:
@@ -58,6 +60,6 @@ def worker_context(bot_id: int, *, in_place_retry: bool = True) -> BotContext | 
     return BotContext(
         bot_id=bot_id,
         config=config,
-        client=config.telegram_client(in_place_retry=in_place_retry),
+        client=config.telegram_client(in_place_retry=in_place_retry, paced=paced),
         now=timezone.now(),
     )

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
 from bots.conf import MAX_SAFE_INTEGER
-from bots.models import ConfirmationStatus, DeleteConfirmation, Topic
+from bots.models import AuditAction, AuditOutcome, ConfirmationStatus, DeleteConfirmation, Topic
+from bots.pipeline.audit import audit_from_telegram
 from bots.pipeline.confirmations import (
     edit_prompt,
     epoch_seconds,
@@ -146,10 +147,11 @@ def handle_deletion_callback(ctx: UpdateContext, callback: Mapping) -> None:
         toast(ctx, callback_id, copy.toast_deluser_failed())
         return
     expired = not within_window(started_at, ctx.now)
+    admin = callback["from"]
     if confirm:
-        _confirm(ctx, row, callback_id=callback_id, expired=expired)
+        _confirm(ctx, row, callback_id=callback_id, expired=expired, admin=admin)
     else:
-        _cancel(ctx, row, callback_id=callback_id, expired=expired)
+        _cancel(ctx, row, callback_id=callback_id, expired=expired, admin=admin)
 
 
 def _already_deleted(ctx: BotContext, *, user_id: int) -> bool:
@@ -163,7 +165,14 @@ def _expire(ctx: BotContext, row: DeleteConfirmation, callback_id: str) -> None:
     edit_prompt(ctx, message_id=row.prompt_msg_id, text=copy.deluser_expired())
 
 
-def _cancel(ctx: BotContext, row: DeleteConfirmation, *, callback_id: str, expired: bool) -> None:
+def _cancel(
+    ctx: UpdateContext,
+    row: DeleteConfirmation,
+    *,
+    callback_id: str,
+    expired: bool,
+    admin: Mapping,
+) -> None:
     if row.status == ConfirmationStatus.CONFIRMED:
         toast(ctx, callback_id, copy.toast_deluser_failed())
         return
@@ -178,11 +187,25 @@ def _cancel(ctx: BotContext, row: DeleteConfirmation, *, callback_id: str, expir
                 toast(ctx, callback_id, copy.toast_deluser_failed())
                 return
     # Cancelled — by this click, or by an earlier one (a repeat shows the same outcome).
+    audit_from_telegram(
+        ctx,
+        admin=admin,
+        action=AuditAction.DELETE_USER,
+        outcome=AuditOutcome.CANCELLED,
+        target_user_id=row.user_id,
+    )
     toast(ctx, callback_id, copy.deluser_cancelled())
     edit_prompt(ctx, message_id=row.prompt_msg_id, text=copy.deluser_cancelled())
 
 
-def _confirm(ctx: BotContext, row: DeleteConfirmation, *, callback_id: str, expired: bool) -> None:
+def _confirm(
+    ctx: UpdateContext,
+    row: DeleteConfirmation,
+    *,
+    callback_id: str,
+    expired: bool,
+    admin: Mapping,
+) -> None:
     if row.status == ConfirmationStatus.CANCELLED:
         toast(ctx, callback_id, copy.toast_deluser_failed())
         return
@@ -207,7 +230,15 @@ def _confirm(ctx: BotContext, row: DeleteConfirmation, *, callback_id: str, expi
         ):
             toast(ctx, callback_id, copy.toast_deluser_failed())
             return
-    if not delete_user_everywhere(ctx, user_id=row.user_id, thread_id=row.thread_id):
+    deleted = delete_user_everywhere(ctx, user_id=row.user_id, thread_id=row.thread_id)
+    audit_from_telegram(
+        ctx,
+        admin=admin,
+        action=AuditAction.DELETE_USER,
+        outcome=AuditOutcome.DONE if deleted else AuditOutcome.FAILED,
+        target_user_id=row.user_id,
+    )
+    if not deleted:
         toast(ctx, callback_id, copy.toast_deluser_failed())
         return
     # No prompt edit: the prompt went with the topic.

@@ -12,13 +12,15 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from bots import copy
-from bots.models import BotUser
+from bots.models import BotUser, Direction
+from bots.pipeline.albums import album_id, collect_album_item
 from bots.pipeline.card import edit_card, post_card, refresh_card
 from bots.pipeline.classify import command_name, is_positive_integer
 from bots.pipeline.content import Content, extract_content
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import required
 from bots.pipeline.relay import relay_inbound
+from bots.pipeline.replies_mapping import reply_target_in_topic
 from bots.pipeline.topics import resolve_topic
 from bots.selectors import VerificationSettings, verification_settings_get
 from bots.services.users import (
@@ -92,6 +94,19 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         _send_welcome_if_slot(ctx, user)
         return
     private_msg_id = message.get("message_id")
+    album = album_id(message, content)
+    if album is not None and is_positive_integer(private_msg_id):
+        # Collected and relayed as one album by the flush (the webhook does not wait for it).
+        collect_album_item(
+            ctx,
+            direction=Direction.IN,
+            media_group_id=album,
+            user_id=user.user_id,
+            thread_id=topic.thread_id,
+            source_msg_id=private_msg_id,
+            content=content,
+        )
+        return
     relay_inbound(
         ctx,
         verification_enabled=switches.enabled,
@@ -99,6 +114,9 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         topic=topic,
         content=content,
         private_msg_id=private_msg_id if is_positive_integer(private_msg_id) else None,
+        reply_to_group_msg_id=reply_target_in_topic(
+            bot_id=ctx.bot_id, user_id=user.user_id, message=message
+        ),
     )
 
 

@@ -3,8 +3,11 @@ the command handlers of ``commands``, ``deluser`` and ``wipe`` receive it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bots.models import AuditAction, AuditOutcome
+from bots.pipeline.audit import audit_from_telegram
 from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.replies import reply_in_thread
@@ -17,6 +20,25 @@ class Issued:
     ctx: UpdateContext
     thread_id: int
     arguments: str
+    admin: Mapping  # the admin's Telegram ``User``
+
+    def audit(
+        self,
+        action: AuditAction,
+        outcome: AuditOutcome,
+        *,
+        user_id: int | None = None,
+        detail: str = "",
+    ) -> None:
+        """Record the command in the audit trail (once per update, redeliveries included)."""
+        audit_from_telegram(
+            self.ctx,
+            admin=self.admin,
+            action=action,
+            outcome=outcome,
+            target_user_id=user_id,
+            detail=detail,
+        )
 
     def reply(self, text: str) -> None:
         reply_in_thread(self.ctx, thread_id=self.thread_id, text=text)

@@ -7,12 +7,14 @@ from collections.abc import Mapping
 
 from bots import copy
 from bots.models import Direction, TopicStatus
+from bots.pipeline.albums import album_id, collect_album_item
 from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.commands import handle_admin_command
 from bots.pipeline.content import extract_content, send_content
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.failures import required
 from bots.pipeline.replies import reply_in_thread
+from bots.pipeline.replies_mapping import reply_target_in_private_chat
 from bots.selectors import topic_get_for_thread
 from bots.services.relayed_messages import relayed_message_record
 from bots.services.topics import topic_mark_closed, topic_mark_open
@@ -41,14 +43,33 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
             reply_in_thread(ctx, thread_id=thread_id, text=copy.admins_only())
         return
     if is_command:
-        handle_admin_command(ctx, content.text, thread_id=thread_id)
+        handle_admin_command(ctx, content.text, thread_id=thread_id, admin=sender)
         return
     topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     if topic is None or topic.status != TopicStatus.OPEN:
         reply_in_thread(ctx, thread_id=thread_id, text=copy.no_binding())
         return
+    album = album_id(message, content)
+    group_msg_id = message.get("message_id")
+    if album is not None and is_positive_integer(group_msg_id):
+        collect_album_item(
+            ctx,
+            direction=Direction.OUT,
+            media_group_id=album,
+            user_id=topic.user_id,
+            thread_id=thread_id,
+            source_msg_id=group_msg_id,
+            content=content,
+        )
+        return
+    reply_to = reply_target_in_private_chat(
+        bot_id=ctx.bot_id, user_id=topic.user_id, thread_id=thread_id, message=message
+    )
     sent = required(
-        "outbound relay", lambda: send_content(ctx.client, content, chat_id=topic.user_id)
+        "outbound relay",
+        lambda: send_content(
+            ctx.client, content, chat_id=topic.user_id, reply_to_message_id=reply_to
+        ),
     )
     if sent is None:
         return

@@ -31,9 +31,11 @@ def relay_inbound(
     content: Content,
     private_msg_id: int | None,
     verification_enabled: bool,
+    reply_to_group_msg_id: int | None = None,
 ) -> None:
     """Send the user's message into the topic; on success write the ledger and, for a user
-    marked high-risk, the (best-effort) 24 h reminder.
+    marked high-risk, the (best-effort) 24 h reminder. ``reply_to_group_msg_id``: the topic
+    message it answers (a mapped reply; dropped when the topic had to be reopened or replaced).
 
     TOPIC_CLOSED ⇒ reopen and resend once. Topic gone (deleted by hand) ⇒ replace the topic,
     post a fresh card, resend once. Other permanent errors ⇒ drop (binding kept, no ledger).
@@ -41,7 +43,12 @@ def relay_inbound(
     already relayed may then be relayed twice — the accepted at-least-once cost).
     """
     delivered = _send_with_recovery(
-        ctx, user=user, topic=topic, content=content, verification_enabled=verification_enabled
+        ctx,
+        user=user,
+        topic=topic,
+        content=content,
+        verification_enabled=verification_enabled,
+        reply_to=reply_to_group_msg_id,
     )
     if delivered is None:
         return
@@ -60,17 +67,27 @@ def relay_inbound(
         best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))
 
 
-def _send(ctx: UpdateContext, topic: Topic, content: Content) -> dict:
+def _send(ctx: UpdateContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
     return send_content(
-        ctx.client, content, chat_id=ctx.support_chat_id, message_thread_id=topic.thread_id
+        ctx.client,
+        content,
+        chat_id=ctx.support_chat_id,
+        message_thread_id=topic.thread_id,
+        reply_to_message_id=reply_to,
     )
 
 
 def _send_with_recovery(
-    ctx: UpdateContext, *, user: BotUser, topic: Topic, content: Content, verification_enabled: bool
+    ctx: UpdateContext,
+    *,
+    user: BotUser,
+    topic: Topic,
+    content: Content,
+    verification_enabled: bool,
+    reply_to: int | None,
 ) -> tuple[Topic, dict] | None:
     try:
-        return topic, _send(ctx, topic, content)
+        return topic, _send(ctx, topic, content, reply_to)
     except TelegramPermanentError as error:
         if is_topic_closed(error):
             # The row said open but the topic was closed in Telegram without us being told.

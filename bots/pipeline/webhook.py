@@ -33,6 +33,7 @@ from bots.conf import BotConfig, load_config
 from bots.pipeline.broadcast.creation import handle_broadcast_command
 from bots.pipeline.classify import UpdateKind, classify_update, is_integer
 from bots.pipeline.context import UpdateContext
+from bots.pipeline.edits import handle_inbound_edit, handle_outbound_edit
 from bots.pipeline.group_callbacks import handle_group_callback
 from bots.pipeline.inbound import handle_inbound
 from bots.pipeline.outbound import handle_outbound, handle_topic_event
@@ -113,7 +114,7 @@ def webhook_handle(
         bot_id=claimed.bot_id,
         update_id=update_id,
         config=config,
-        client=config.telegram_client(),
+        client=config.telegram_client(budget_seconds=config.send_budget_seconds),
         attempts=claimed.attempts,
         now=now,
         request_origin=origin,
@@ -171,5 +172,9 @@ def route_update(context: UpdateContext, update: Mapping) -> None:
         handle_group_callback(context, update["callback_query"])
     elif kind == UpdateKind.BROADCAST:
         handle_broadcast_command(context, update["message"])
+    elif kind == UpdateKind.EDIT_INBOUND:
+        handle_inbound_edit(context, update["edited_message"])
+    elif kind == UpdateKind.EDIT_OUTBOUND:
+        handle_outbound_edit(context, update["edited_message"], thread_id=classification.thread_id)
     else:
         logger.debug("update %s: %s, nothing to do", context.update_id, kind)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
+from bots.models import AuditAction, AuditOutcome
+from bots.pipeline.audit import audit_from_telegram
 from bots.pipeline.bulk import (
     DELETED,
     FAILED,
@@ -136,29 +138,42 @@ def handle_wipe_callback(ctx: UpdateContext, callback: Mapping) -> None:
         edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wipe_timeout()))
         return
     if not confirm:
-        _cancel(ctx, prompt_id=prompt_id, callback_id=callback_id)
+        if _cancel(ctx, prompt_id=prompt_id, callback_id=callback_id):
+            _audit(ctx, callback, AuditOutcome.CANCELLED)
     elif decided is not None and not resuming:
         toast(ctx, callback_id, copy.toast_wipe_already_decided())
     else:
-        _confirm(ctx, prompt_id=prompt_id, callback_id=callback_id, resuming=resuming)
+        outcome = _confirm(ctx, prompt_id=prompt_id, callback_id=callback_id, resuming=resuming)
+        if outcome is not None:
+            _audit(ctx, callback, outcome)
 
 
-def _cancel(ctx: BotContext, *, prompt_id: int, callback_id: str) -> None:
+def _audit(ctx: UpdateContext, callback: Mapping, outcome: AuditOutcome) -> None:
+    audit_from_telegram(ctx, admin=callback["from"], action=AuditAction.WIPE, outcome=outcome)
+
+
+def _cancel(ctx: BotContext, *, prompt_id: int, callback_id: str) -> bool:
+    """True when the wipe is cancelled (by this click or an earlier cancel)."""
     decision = wipe_decision_claim(bot_id=ctx.bot_id, prompt_msg_id=prompt_id, decision=CANCELLED)
     if decision != CANCELLED:
         toast(ctx, callback_id, copy.toast_wipe_already_decided())
-        return
+        return False
     toast(ctx, callback_id, copy.toast_wipe_cancelled())
     edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wipe_cancelled()))
+    return True
 
 
-def _confirm(ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: bool) -> None:
+def _confirm(
+    ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: bool
+) -> AuditOutcome | None:
+    """DONE when this click wiped everything, STARTED when the rest went to Celery, None when
+    it did not start the wipe."""
     token = bulk_lock_acquire(bot_id=ctx.bot_id, ttl_seconds=RUNNING_LOCK_SECONDS)
     if token is None:
         # A purge or another wipe runs (a resumed wipe's own continuation, say): nothing is
         # decided here, so the button still works once that job is done.
         toast(ctx, callback_id, copy.bulk_busy())
-        return
+        return None
     handed_off = False
     try:
         ours = confirmed_by(callback_id)
@@ -166,7 +181,7 @@ def _confirm(ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: boo
             wipe_decision_claim(bot_id=ctx.bot_id, prompt_msg_id=prompt_id, decision=ours) != ours
         ):
             toast(ctx, callback_id, copy.toast_wipe_already_decided())
-            return
+            return None
         # No topic is created or replaced until the wipe ends (bots.services.deletion_fence).
         deletion_fence_raise(bot_id=ctx.bot_id, ttl_seconds=QUEUED_LOCK_SECONDS)
         toast_best_effort(ctx, callback_id, copy.toast_wiping())
@@ -183,7 +198,7 @@ def _confirm(ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: boo
         stopped = _advance(ctx, job, pacer=pacer, budget=budget)
         if stopped is None:
             finish_wipe(ctx, job)
-            return
+            return AuditOutcome.DONE
         hand_off(job, countdown=stopped.countdown)
         handed_off = True
         text = copy.wipe_continues(done=job.handled, total=job.total)
@@ -191,6 +206,7 @@ def _confirm(ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: boo
             "wipe progress",
             lambda: reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text),
         )
+        return AuditOutcome.STARTED
     finally:
         if not handed_off:
             bulk_lock_release(bot_id=ctx.bot_id, token=token)

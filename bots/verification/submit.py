@@ -340,7 +340,12 @@ def _notify_verified(
 ) -> None:
     """Best effort (spec §5.5 step 10): the challenge message says "verified" (its button
     removed) and the topic's card shows ✅. Any failure is only logged."""
-    ctx = BotContext(bot_id=bot_id, config=config, client=config.telegram_client(), now=now)
+    ctx = BotContext(
+        bot_id=bot_id,
+        config=config,
+        client=config.telegram_client(budget_seconds=config.send_budget_seconds),
+        now=now,
+    )
     message_id = user.verify_msg_id
     if message_id is not None:
         best_effort(

@@ -68,6 +68,13 @@ def bot_settings(settings, telegram):
     # it at the fake (``turnstile_settings``).
     settings.TURNSTILE_VERIFY_URL = "http://127.0.0.1:9/turnstile/v0/siteverify"
     settings.TELEGRAM_DELETES_PER_SECOND = BOT_DELETES_PER_SECOND
+    # The shared outbound limiter with room to spare, so tests that are not about pacing run
+    # at full speed (tests about it set Telegram's limits, or scaled ones, themselves).
+    settings.TELEGRAM_SENDS_PER_SECOND = "1000"
+    settings.TELEGRAM_CHAT_INTERVAL_MS = "0"
+    settings.TELEGRAM_GROUP_SENDS_PER_WINDOW = "100000"
+    settings.TELEGRAM_GROUP_WINDOW_SECONDS = "60"
+    settings.TELEGRAM_SEND_BUDGET_MS = "5000"
     return settings
 
 
@@ -78,8 +85,20 @@ class Clock:
     now: datetime
 
     def advance(self, **delta: float) -> datetime:
-        self.now += timedelta(**delta)
+        """Move the clock; the shared outbound limiter, which reads Redis's own clock, sees the
+        time pass too: its keys that would have expired by then are gone (a learned
+        retry_after lasts exactly as long as its key)."""
+        step = timedelta(**delta)
+        self.now += step
+        _expire_outbound_keys(within_ms=step.total_seconds() * 1000)
         return self.now
+
+
+def _expire_outbound_keys(*, within_ms: float) -> None:
+    redis = get_redis_connection("default")
+    for key in redis.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}bots:outbound:*", count=1000):
+        if 0 <= redis.pttl(key) <= within_ms:
+            redis.delete(key)
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ def test_setwebhook_binds_the_webhook_records_the_bot_and_registers_the_menu(
     assert telegram.webhook == {
         "url": WEBHOOK_URL,
         "secret_token": WEBHOOK_SECRET,
-        "allowed_updates": ["message", "callback_query"],
+        "allowed_updates": ["message", "edited_message", "callback_query"],
     }
     bot = Bot.objects.get()
     assert (bot.bot_id, bot.username, bot.display_name, bot.created_at) == (

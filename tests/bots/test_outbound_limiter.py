@@ -9,7 +9,14 @@ import pytest
 from django.conf import settings
 
 from bots import redis_keys
-from bots.outbound.limiter import TELEGRAM_LIMITS, Limits, OutboundLimiter, Permit
+from bots.outbound.limiter import (
+    TELEGRAM_LIMITS,
+    WAITER_SECONDS,
+    Limits,
+    OutboundLimiter,
+    Permit,
+    Priority,
+)
 
 BOT = 4242
 T0 = 1_800_000_000_000  # an epoch in milliseconds
@@ -134,3 +141,169 @@ def test_acquire_returns_a_permit_granted_after_the_block(limiter, redis_client)
     permit = limiter.acquire(chat_id=1, timeout=5)
 
     assert permit is not None and permit.granted_at_ms >= blocked_until_ms
+
+
+# ------------------------------------------------------------------ groups, priorities (#24)
+
+GROUP = -1001234567890
+
+
+def test_telegram_limits_allow_20_messages_a_minute_into_a_group():
+    assert (TELEGRAM_LIMITS.group_per_window, TELEGRAM_LIMITS.group_window) == (20, 60.0)
+
+
+def _fill_group(limiter: OutboundLimiter) -> None:
+    """20 messages into the group, one every 2 s from T0, each taking 100 ms (the last ends at
+    T0 + 38.1 s)."""
+    for number in range(20):
+        permit = _granted(limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 2000 * number))
+        limiter.release(permit, now_ms=T0 + 2000 * number + 100)
+
+
+def test_a_group_takes_20_messages_in_any_minute_counted_to_their_end(limiter):
+    _fill_group(limiter)
+
+    # The first of the 20 ended at T0 + 100: the 21st may start a minute after that.
+    assert limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 40_000) == pytest.approx(20.1)
+    _granted(limiter.try_acquire(chat_id=1, now_ms=T0 + 40_000))  # a private chat is free
+    _granted(limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 60_100))
+
+
+def test_deletions_take_no_bucket_but_wait_out_a_block(limiter):
+    _fill_group(limiter)
+    assert limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 40_000) > 0  # the group is full
+
+    _granted(limiter.try_acquire(chat_id=GROUP, counted=False, now_ms=T0 + 40_000))
+    limiter.block(seconds=3, chat_id=GROUP, now_ms=T0 + 40_000)
+    assert limiter.try_acquire(chat_id=GROUP, counted=False, now_ms=T0 + 41_000) == pytest.approx(
+        2.0
+    )
+
+
+def test_a_groups_retry_after_blocks_that_group_only(limiter):
+    other_process = OutboundLimiter(bot_id=BOT)
+
+    assert limiter.learn_retry_after(chat_id=GROUP, seconds=5, now_ms=T0) == 5.0
+
+    assert other_process.try_acquire(chat_id=GROUP, now_ms=T0 + 1000) == pytest.approx(4.0)
+    _granted(other_process.try_acquire(chat_id=77, now_ms=T0 + 1000))
+    _granted(other_process.try_acquire(chat_id=GROUP, now_ms=T0 + 5000))
+
+
+def test_a_private_chats_retry_after_blocks_the_whole_bot(limiter):
+    assert limiter.learn_retry_after(chat_id=77, seconds=2, now_ms=T0) == 2.0
+
+    assert OutboundLimiter(bot_id=BOT).try_acquire(chat_id=78, now_ms=T0 + 500) == pytest.approx(
+        1.5
+    )
+
+
+def test_a_waiting_live_call_goes_before_a_broadcast_send(limiter):
+    broadcast = OutboundLimiter(bot_id=BOT)
+    _granted(broadcast.try_acquire(chat_id=1, priority=Priority.BULK, now_ms=T0))
+    # A relay asks 10 ms later: the global spacing (33 ms) makes it wait, as a waiter.
+    assert limiter.try_acquire(
+        chat_id=GROUP, priority=Priority.LIVE, now_ms=T0 + 10, permit_id="relay"
+    ) == pytest.approx(0.023)
+
+    # When the spacing has passed, the broadcast asks first — and is held back for the relay.
+    assert broadcast.try_acquire(chat_id=2, priority=Priority.BULK, now_ms=T0 + 40) > 0
+    relay = _granted(
+        limiter.try_acquire(
+            chat_id=GROUP, priority=Priority.LIVE, now_ms=T0 + 41, permit_id="relay"
+        )
+    )
+    assert relay.id == "relay"
+    # The relay took its slot: the broadcast goes next.
+    _granted(broadcast.try_acquire(chat_id=2, priority=Priority.BULK, now_ms=T0 + 80))
+
+
+def test_a_card_edit_waits_while_a_relay_waits_for_the_group(limiter):
+    _fill_group(limiter)
+    relay = {"chat_id": GROUP, "priority": Priority.LIVE, "permit_id": "relay"}
+    assert limiter.try_acquire(**relay, now_ms=T0 + 60_000) > 0
+
+    # The window frees a slot at T0 + 60 100: the card edit asking first does not get it.
+    assert limiter.try_acquire(chat_id=GROUP, priority=Priority.CARD, now_ms=T0 + 60_150) > 0
+    _granted(limiter.try_acquire(**relay, now_ms=T0 + 60_160))
+
+
+def test_a_relay_waiting_for_the_group_leaves_the_global_bucket_to_a_broadcast(limiter):
+    _fill_group(limiter)
+    assert limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE, now_ms=T0 + 40_000) > 0
+
+    _granted(limiter.try_acquire(chat_id=5, priority=Priority.BULK, now_ms=T0 + 40_001))
+
+
+def test_a_waiter_that_stopped_asking_holds_nobody_back_after_waiter_seconds(limiter):
+    _granted(limiter.try_acquire(chat_id=1, now_ms=T0))
+    assert limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE, now_ms=T0 + 1) > 0
+
+    assert limiter.try_acquire(chat_id=2, priority=Priority.BULK, now_ms=T0 + 1000) > 0
+    _granted(
+        limiter.try_acquire(
+            chat_id=2, priority=Priority.BULK, now_ms=T0 + 1 + round(WAITER_SECONDS * 1000) + 1
+        )
+    )
+
+
+def test_a_caller_giving_up_withdraws_as_a_waiter(limiter, redis_client):
+    limiter.block(seconds=60)
+
+    assert limiter.acquire(chat_id=GROUP, priority=Priority.LIVE, timeout=1) is None
+
+    assert redis_client.zcard(redis_keys.outbound_waiters(BOT)) == 0
+    assert redis_client.zcard(redis_keys.outbound_chat_waiters(BOT, GROUP)) == 0
+
+
+def test_group_and_waiter_keys_have_ttls(limiter, redis_client):
+    limiter.release(_granted(limiter.try_acquire(chat_id=GROUP)))
+    limiter.block(seconds=2, chat_id=GROUP)
+    assert limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE) > 0
+
+    keys = [
+        redis_keys.outbound_group(BOT, GROUP),
+        redis_keys.outbound_chat_blocked(BOT, GROUP),
+        redis_keys.outbound_chat_waiters(BOT, GROUP),
+    ]
+    assert 0 < redis_client.pttl(keys[0]) <= 85_000  # the window and one lease
+    assert 0 < redis_client.pttl(keys[1]) <= 2_000
+    assert 0 < redis_client.pttl(keys[2]) <= round(WAITER_SECONDS * 1000)
+
+
+def test_an_album_counts_as_its_items_in_the_windows(limiter):
+    album = _granted(limiter.try_acquire(chat_id=GROUP, weight=5, now_ms=T0))
+    limiter.release(album, now_ms=T0 + 100)
+    for number in range(15):  # 15 more messages fill the group's 20
+        permit = _granted(limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 2000 * (number + 1)))
+        limiter.release(permit, now_ms=T0 + 2000 * (number + 1) + 100)
+
+    assert limiter.try_acquire(chat_id=GROUP, now_ms=T0 + 40_000) == pytest.approx(20.1)
+    # A 3-item album waits for three of them to leave the window: the album's own (T0 + 100).
+    assert limiter.try_acquire(chat_id=GROUP, weight=3, now_ms=T0 + 40_000) == pytest.approx(20.1)
+    # An album larger than the window is capped at the window (it could never fit otherwise).
+    _granted(limiter.try_acquire(chat_id=GROUP, weight=50, now_ms=T0 + 200_000))
+
+
+def test_after_a_flush_the_limiter_starts_fresh_and_nothing_breaks(limiter, redis_client):
+    held = _granted(limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE))
+    limiter.block(seconds=30, chat_id=GROUP)
+    assert limiter.try_acquire(chat_id=GROUP, priority=Priority.LIVE) > 0  # a waiter now
+    for key in redis_client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}bots:outbound:*"):
+        redis_client.delete(key)  # what a FLUSHALL does to the bot's keys
+
+    limiter.release(held)  # the permit's keys are gone: nothing to release, no error
+    fresh = _granted(limiter.try_acquire(chat_id=GROUP, priority=Priority.BULK))
+    limiter.release(fresh)
+
+    assert redis_client.zcard(redis_keys.outbound_group(BOT, GROUP)) == 0 or all(
+        score <= _redis_ms(redis_client)
+        for _, score in redis_client.zrange(
+            redis_keys.outbound_group(BOT, GROUP), 0, -1, withscores=True
+        )
+    )
+
+
+def _redis_ms(redis_client) -> int:
+    seconds, microseconds = redis_client.time()
+    return seconds * 1000 + microseconds // 1000

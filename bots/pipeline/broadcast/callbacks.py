@@ -26,7 +26,8 @@ import re
 from collections.abc import Mapping
 
 from bots import copy
-from bots.models import Broadcast, BroadcastStatus
+from bots.models import AuditAction, AuditOutcome, Broadcast, BroadcastStatus
+from bots.pipeline.audit import audit_from_telegram
 from bots.pipeline.broadcast.display import finish, lazy_cleanup, terminal_toast
 from bots.pipeline.broadcast.jobs import start_sending
 from bots.pipeline.confirmations import toast, toast_best_effort
@@ -68,10 +69,12 @@ def handle_broadcast_callback(ctx: UpdateContext, callback: Mapping) -> None:
     if clicker != row.initiator_user_id:
         toast(ctx, callback_id, copy.toast_broadcast_not_initiator())
         return
-    _decide(ctx, row, confirm=match[1] == "y", callback_id=callback_id)
+    _decide(ctx, row, confirm=match[1] == "y", callback_id=callback_id, admin=callback["from"])
 
 
-def _decide(ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: str) -> None:
+def _decide(
+    ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: str, admin: Mapping
+) -> None:
     for _ in range(DECISION_ROUNDS):
         if row.status != BroadcastStatus.PENDING:
             _show_state(ctx, row, callback_id=callback_id)
@@ -79,13 +82,14 @@ def _decide(ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: s
         if row.expires_at <= ctx.now:
             broadcast_expire(bot_id=ctx.bot_id, broadcast_id=row.id, now=ctx.now)
         elif not confirm:
-            broadcast_cancel(
+            if broadcast_cancel(
                 bot_id=ctx.bot_id,
                 broadcast_id=row.id,
                 initiator_user_id=row.initiator_user_id,
                 now=ctx.now,
-            )
-        elif _confirm(ctx, row, callback_id=callback_id):
+            ):
+                _audit(ctx, admin, AuditOutcome.CANCELLED, row=row)
+        elif _confirm(ctx, row, callback_id=callback_id, admin=admin):
             return
         row = broadcast_get(bot_id=ctx.bot_id, broadcast_id=row.id)
         if row is None:
@@ -94,7 +98,19 @@ def _decide(ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: s
     toast(ctx, callback_id, copy.toast_broadcast_missing())
 
 
-def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
+def _audit(
+    ctx: UpdateContext, admin: Mapping, outcome: AuditOutcome, *, row: Broadcast, detail: str = ""
+) -> None:
+    audit_from_telegram(
+        ctx,
+        admin=admin,
+        action=AuditAction.BROADCAST,
+        outcome=outcome,
+        detail=f"broadcast {row.id}" + (f": {detail}" if detail else ""),
+    )
+
+
+def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str, admin: Mapping) -> bool:
     """Try pending → sending; True when this click was answered (won, busy, nobody to send
     to), False when the row changed under it (the caller re-reads)."""
     limit = ctx.config.broadcast_max_recipients
@@ -112,6 +128,13 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
             if not recipients
             else copy.broadcast_too_many_to_send(limit)
         )
+        _audit(
+            ctx,
+            admin,
+            AuditOutcome.REFUSED,
+            row=row,
+            detail="nobody to send to" if not recipients else f"more than {limit} recipients",
+        )
         finish(ctx, row, text=text)
         toast_best_effort(ctx, callback_id, text)
         return True
@@ -128,6 +151,7 @@ def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> bool:
     if outcome != WON:
         return False
     start_sending(bot_id=ctx.bot_id, broadcast_id=row.id)
+    _audit(ctx, admin, AuditOutcome.STARTED, row=row, detail=f"{len(recipients)} recipients")
     toast_best_effort(ctx, callback_id, copy.toast_broadcast_confirmed())
     return True
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -45,7 +46,7 @@ from bots.clients.telegram import (
     TelegramRetryableError,
 )
 from bots.models import Broadcast, BroadcastStatus
-from bots.outbound.limiter import LONGEST_SLEEP, OutboundLimiter, Permit, Priority
+from bots.outbound.limiter import IN_FLIGHT_POLL, LONGEST_SLEEP, Permit, Priority
 from bots.pipeline.broadcast.display import edit_control, finish, progress_text
 from bots.pipeline.broadcast.jobs import SendJob, queue_run
 from bots.pipeline.broadcast.recipients import decode_recipients
@@ -142,7 +143,8 @@ def run_send_job(
     row = Broadcast.objects.filter(bot_id=job.bot_id, id=job.broadcast_id).first()
     if row is None:
         return GONE
-    ctx = worker_context(row.bot_id, in_place_retry=False)
+    # The loop takes its permits from the shared limiter itself (with their on_wait heartbeat).
+    ctx = worker_context(row.bot_id, in_place_retry=False, paced=False)
     if ctx is None:
         return NOT_CONFIGURED
     token = sender_lease_take(
@@ -199,7 +201,7 @@ class Sender:
         self.row = row  # kept up to date with what this run wrote
         self.monotonic = monotonic
         self.sleep = time.sleep
-        self.limiter = OutboundLimiter(bot_id=row.bot_id)
+        self.limiter = ctx.config.outbound_limiter(row.bot_id)
         started = monotonic()
         self.deadline = started + TASK_CHUNK_SECONDS
         self.lease_kept_at = started
@@ -334,15 +336,21 @@ class Sender:
     ) -> Permit | float:
         """A permit from the shared limiter, waited for until ``deadline`` (``on_wait`` runs
         before every sleep); or, when the wait outlasts the deadline, the seconds still to
-        wait (asked at once: nothing is slept that cannot end in a permit)."""
+        wait (asked at once: nothing is slept that cannot end in a permit). A wait for a call
+        still in flight (its lease, not a real wait) is asked again within IN_FLIGHT_POLL."""
+        permit_id = secrets.token_hex(8)  # one place among the limiter's waiters
         while True:
-            outcome = self.limiter.try_acquire(chat_id=chat_id, priority=priority)
+            outcome, in_flight = self.limiter.poll(
+                chat_id=chat_id, priority=priority, permit_id=permit_id
+            )
             if isinstance(outcome, Permit):
                 return outcome
-            if self.monotonic() + outcome > deadline:
-                return outcome
+            wait = min(outcome, IN_FLIGHT_POLL) if in_flight else outcome
+            if self.monotonic() + wait > deadline:
+                self.limiter.withdraw(chat_id=chat_id, permit_id=permit_id)
+                return wait
             on_wait(outcome)
-            self.sleep(min(outcome, LONGEST_SLEEP))
+            self.sleep(min(wait, LONGEST_SLEEP))
 
     def _wait_in_the_queue(self, wait: float) -> str:
         """The bot is held back for longer than this run has left: refresh the heartbeat and
@@ -407,7 +415,7 @@ class Sender:
             error.method,
             seconds,
         )
-        self.limiter.block(seconds=seconds)
+        self.limiter.block(seconds=seconds)  # a private chat's 429: the bot's overall limit
 
     def _complete(self) -> str:
         if broadcast_complete(bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()):
@@ -492,7 +500,11 @@ class Sender:
             return call()
         except TelegramRetryableError as error:
             if error.status == 429:
-                self._learn_retry_after(error)
+                # A 429 in the group blocks the group's bucket (for every process).
+                self.limiter.learn_retry_after(
+                    chat_id=self.row.support_chat_id,
+                    seconds=error.retry_after or DEFAULT_RETRY_AFTER_SECONDS,
+                )
             raise
         finally:
             self.limiter.release(permit)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
+
 from bots import copy
 from bots.pipeline.broadcast import sending
 from tests.bots.broadcast.helpers import (
@@ -18,6 +20,16 @@ from tests.bots.broadcast.helpers import (
 from tests.fakes.telegram import most_in_one_second
 
 MESSAGES = ("sendMessage", "editMessageText")
+
+
+@pytest.fixture(autouse=True)
+def telegrams_own_limits(bot_settings):
+    """The bot keeps Telegram's limits here (the other bot tests give the outbound limiter room
+    to spare): 30 messages a second, one a second per chat, 20 a minute per group."""
+    bot_settings.TELEGRAM_SENDS_PER_SECOND = "30"
+    bot_settings.TELEGRAM_CHAT_INTERVAL_MS = "1000"
+    bot_settings.TELEGRAM_GROUP_SENDS_PER_WINDOW = "20"
+    bot_settings.TELEGRAM_GROUP_WINDOW_SECONDS = "60"
 
 
 def _confirmed(webhook, telegram, admin, capture) -> int:

@@ -20,12 +20,15 @@ live message of the chat.
 Tests drive it from both sides: ``private_message`` / ``group_message`` / ``click`` build the
 updates Telegram would deliver (allocating real message ids), and ``fail`` / ``fail_call`` /
 ``hold`` inject 429/5xx/network faults or pause a method; ``limit_rate`` (per chat) and
-``limit_global_rate`` (all chats together) turn on Telegram's flood control, off by default.
+``limit_global_rate`` (all chats together) turn on Telegram's flood control, off by default;
+``enforce_telegram_limits`` turns on all three of Telegram's limits on messages at once (30 a
+second in all, one a second per chat, 20 a minute per group — windows scalable for tests).
 ``calls()`` lists every API call in arrival order (with its arrival time), failed ones included.
 """
 
 from tests.fakes.telegram.records import (
     BOT_ID,
+    MESSAGE_METHODS,
     SUPPORT_CHAT_ID,
     TOKEN,
     Call,
@@ -47,5 +50,6 @@ __all__ = [
     "FakeTopic",
     "FakeUser",
     "Hold",
+    "MESSAGE_METHODS",
     "most_in_one_second",
 ]

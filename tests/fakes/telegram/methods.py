@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.fakes.telegram.records import (
     COMMAND_NAME,
+    MEDIA_KINDS,
     NOT_MODIFIED,
     QUERY_TOO_OLD,
     SECRET_TOKEN,
@@ -173,7 +174,9 @@ class BotApiMethods(ChatState):
             reply_to = self._integer(params["reply_parameters"], "message_id")
             replied = self._messages.get((chat_id, reply_to))
             if replied is None or replied.deleted:
-                raise bad_request("message to be replied not found")
+                if not params["reply_parameters"].get("allow_sending_without_reply"):
+                    raise bad_request("message to be replied not found")
+                reply_to = None  # Telegram sends it as a plain message
         message = FakeMessage(
             chat_id=chat_id,
             message_id=self._allocate_message_id(chat_id),
@@ -275,6 +278,42 @@ class BotApiMethods(ChatState):
     def _method_sendsticker(self, params: dict) -> dict:
         return self._send(params, "sticker")
 
+    def _method_sendmediagroup(self, params: dict) -> list[dict]:
+        chat_id = self._chat(params)
+        thread_id = self._writable_thread(chat_id, params)
+        media = params.get("media")
+        if not isinstance(media, list) or not 2 <= len(media) <= 10:
+            raise bad_request("wrong number of media in the album: 2-10 are allowed")
+        kinds = set()
+        for item in media:
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind not in ("photo", "video", "document", "audio"):
+                raise bad_request("unsupported media type in the album")
+            if not isinstance(item.get("media"), str) or item["media"] in self.rejected_file_ids:
+                raise bad_request("wrong file identifier/HTTP URL specified")
+            kinds.add(kind)
+        # Documents and audio only go with their own kind (Telegram's album rules).
+        if ("document" in kinds or "audio" in kinds) and len(kinds) > 1:
+            raise bad_request("documents and audio can't be mixed with other media types")
+        sent = []
+        for item in media:
+            message = FakeMessage(
+                chat_id=chat_id,
+                message_id=self._allocate_message_id(chat_id),
+                thread_id=thread_id,
+                sender_id=self.bot.id,
+                kind=item["type"],
+                file_id=item["media"],
+                caption=item.get("caption"),
+                media_group_id=f"album-{len(self._messages)}",
+            )
+            self._messages[(chat_id, message.message_id)] = message
+            sent.append(message)
+        group = sent[0].media_group_id
+        for message in sent:
+            message.media_group_id = group
+        return [self._message_json(message) for message in sent]
+
     def _method_editmessagetext(self, params: dict) -> dict:
         message = self._live_message(params, "message to edit not found")
         if message.sender_id != self.bot.id:
@@ -292,6 +331,39 @@ class BotApiMethods(ChatState):
             raise bad_request(NOT_MODIFIED.removeprefix("Bad Request: "))
         message.text = text
         message.reply_markup = new_markup
+        return self._message_json(message)
+
+    def _method_editmessagecaption(self, params: dict) -> dict:
+        message = self._live_message(params, "message to edit not found")
+        if message.sender_id != self.bot.id:
+            raise bad_request("message can't be edited")
+        if message.kind not in MEDIA_KINDS or message.kind == "sticker":
+            raise bad_request("there is no caption in the message to edit")
+        caption = params.get("caption") or None
+        if isinstance(caption, str) and len(caption) > 1024:
+            raise bad_request("message caption is too long")
+        if caption == message.caption:
+            raise bad_request(NOT_MODIFIED.removeprefix("Bad Request: "))
+        message.caption = caption
+        return self._message_json(message)
+
+    def _method_editmessagemedia(self, params: dict) -> dict:
+        message = self._live_message(params, "message to edit not found")
+        if message.sender_id != self.bot.id:
+            raise bad_request("message can't be edited")
+        media = params.get("media")
+        kind = media.get("type") if isinstance(media, dict) else None
+        file_id = media.get("media") if isinstance(media, dict) else None
+        if kind not in ("photo", "video", "animation", "document", "audio"):
+            raise bad_request("unsupported media type")
+        if message.kind not in ("photo", "video", "animation", "document", "audio"):
+            raise bad_request("message can't be edited")
+        if not isinstance(file_id, str) or not file_id or file_id in self.rejected_file_ids:
+            raise bad_request("wrong file identifier/HTTP URL specified")
+        caption = media.get("caption")
+        if (kind, file_id, caption) == (message.kind, message.file_id, message.caption):
+            raise bad_request(NOT_MODIFIED.removeprefix("Bad Request: "))
+        message.kind, message.file_id, message.caption = kind, file_id, caption
         return self._message_json(message)
 
     def _method_answercallbackquery(self, params: dict) -> bool:

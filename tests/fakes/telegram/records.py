@@ -65,6 +65,7 @@ class FakeMessage:
     # parsed as Telegram does).
     html: str | None = None
     reply_to_message_id: int | None = None
+    media_group_id: str | None = None  # an album's items share it
     deleted: bool = False
     # The bot may not delete it (deleteMessage: "message can't be deleted"), e.g. an admin's
     # message while the bot lacks the "delete messages" right.
@@ -122,15 +123,26 @@ class Fault:
     mode: str
 
 
+# The Bot API methods Telegram counts as messages against its limits (sends, edits, topics).
+MESSAGE_METHODS = (
+    "sendMessage", "sendPhoto", "sendVideo", "sendAnimation", "sendDocument", "sendVoice",
+    "sendAudio", "sendSticker", "sendMediaGroup", "copyMessage", "editMessageText",
+    "editMessageCaption", "editMessageMedia", "editMessageReplyMarkup", "createForumTopic",
+)  # fmt: skip
+
+
 @dataclass
 class RateLimit:
     """Telegram's flood control, as a test configures it: at most ``per_second`` accepted calls
-    of ``methods`` into one chat (``per_chat``) or into all chats together in any one-second
-    window; the next gets 429 with retry_after."""
+    of ``methods`` into one chat (``per_chat``) or into all chats together in any ``window``
+    (one second unless said otherwise); the next gets 429 with retry_after. ``groups_only``:
+    the limit counts only calls into groups (negative chat ids)."""
 
     per_second: int
     methods: frozenset[str]  # lower-cased method names
     per_chat: bool = True
+    window: float = 1.0
+    groups_only: bool = False
     # chat id (or None for all chats together) -> arrival times of the accepted calls
     accepted: dict[int | None, list[float]] = field(default_factory=dict)
 

@@ -16,6 +16,7 @@ from tests.fakes.http_server import LocalHTTPServer
 from tests.fakes.telegram.methods import BotApiMethods
 from tests.fakes.telegram.records import (
     BOT_ID,
+    MESSAGE_METHODS,
     SUPPORT_CHAT_ID,
     TOKEN,
     ApiError,
@@ -195,6 +196,36 @@ class FakeTelegram(BotApiMethods):
             message["is_topic_message"] = True
         return {"update_id": next(self._update_ids), "message": message}
 
+    def edit_private_message(self, user: FakeUser, message_id: int, **content: Any) -> dict:
+        """The update of ``user`` editing their message ``message_id`` to ``content``."""
+        return self._edit(user.id, message_id, None, user, content)
+
+    def edit_group_message(
+        self, sender: FakeUser, message_id: int, *, thread_id: int, **content: Any
+    ) -> dict:
+        """The update of ``sender`` editing their message ``message_id`` in a topic."""
+        return self._edit(self.support_chat_id, message_id, thread_id, sender, content)
+
+    def _edit(
+        self, chat_id: int, message_id: int, thread_id: int | None, sender: FakeUser, content: dict
+    ) -> dict:
+        with self._lock:
+            fields = self._content_fields(content)
+            self._store_incoming(chat_id, message_id, thread_id, sender.id, content)
+            chat = self._chat_json(chat_id)
+        message = {
+            "message_id": message_id,
+            "from": sender.as_json(),
+            "chat": chat,
+            "date": int(time.time()) - 60,
+            "edit_date": int(time.time()),
+            **fields,
+        }
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        return {"update_id": next(self._update_ids), "edited_message": message}
+
     def click(
         self, user: FakeUser, *, message_id: int, data: str, chat_id: int | None = None
     ) -> dict:
@@ -316,6 +347,32 @@ class FakeTelegram(BotApiMethods):
                 RateLimit(per_second, frozenset(m.lower() for m in methods), per_chat=False)
             )
 
+    def enforce_telegram_limits(
+        self,
+        *,
+        per_second: int = 30,
+        chat_interval: float = 1.0,
+        group_per_window: int = 20,
+        group_window: float = 60.0,
+    ) -> None:
+        """Telegram's three limits on messages (MESSAGE_METHODS) from now on, as a bot meets
+        them: ``per_second`` in all chats together, one per ``chat_interval`` into any chat,
+        ``group_per_window`` per ``group_window`` into a group (20 a minute; topic creation
+        counts). Tests scale the windows down to stay fast."""
+        methods = frozenset(method.lower() for method in MESSAGE_METHODS)
+        with self._lock:
+            self._rate_limits.extend(
+                [
+                    RateLimit(per_second, methods, per_chat=False),
+                    RateLimit(1, methods, window=chat_interval),
+                    RateLimit(group_per_window, methods, window=group_window, groups_only=True),
+                ]
+            )
+
+    def rate_limited_calls(self) -> list[Call]:
+        """The calls answered 429 by a rate limit or an injected fault, in order."""
+        return [call for call in self.calls() if call.status == 429]
+
     def delete_message_by_hand(self, chat_id: int, message_id: int) -> None:
         """An admin deletes the message in Telegram (no update is sent for that)."""
         with self._lock:
@@ -410,14 +467,20 @@ class FakeTelegram(BotApiMethods):
 
     def _over_rate_limit(self, method: str, params: dict, now: float) -> ApiError | None:
         """The 429 of a call over a configured rate limit, else None (the call is counted)."""
-        applying = [limit for limit in self._rate_limits if method in limit.methods]
+        chat_id = params.get("chat_id")
+        in_group = isinstance(chat_id, int) and chat_id < 0
+        applying = [
+            limit
+            for limit in self._rate_limits
+            if method in limit.methods and (in_group or not limit.groups_only)
+        ]
         windows = []
         for limit in applying:
-            key = params.get("chat_id") if limit.per_chat else None
-            accepted = [at for at in limit.accepted.get(key, []) if at > now - 1.0]
+            key = chat_id if limit.per_chat else None
+            accepted = [at for at in limit.accepted.get(key, []) if at > now - limit.window]
             limit.accepted[key] = accepted
             if len(accepted) >= limit.per_second:
-                retry_after = max(1, math.ceil(accepted[0] + 1.0 - now))
+                retry_after = max(1, math.ceil(accepted[0] + limit.window - now))
                 return ApiError(
                     429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after
                 )

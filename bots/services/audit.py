@@ -1,0 +1,53 @@
+"""Writes to ``admin_audit_log``, the trail of admin actions (issue #24)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface
+
+# A detail is a short description (a mode, a count), never a message body: bounded.
+DETAIL_MAX_LENGTH = 500
+
+
+def audit_record(
+    *,
+    bot_id: int,
+    surface: AuditSurface,
+    action: AuditAction,
+    outcome: AuditOutcome,
+    now: datetime,
+    actor_id: int | None = None,
+    actor_name: str = "",
+    target_user_id: int | None = None,
+    detail: str = "",
+    source_update_id: int | None = None,
+) -> None:
+    """Record one admin action — once per update and action: a redelivered update's row is
+    skipped (``INSERT … ON CONFLICT DO NOTHING`` on the update's unique key). Database errors
+    propagate."""
+    AdminAuditEntry.objects.bulk_create(
+        [
+            AdminAuditEntry(
+                bot_id=bot_id,
+                created_at=now,
+                surface=surface,
+                actor_id=actor_id,
+                actor_name=actor_name[:100],
+                action=action,
+                target_user_id=target_user_id,
+                outcome=outcome,
+                detail=detail[:DETAIL_MAX_LENGTH],
+                source_update_id=source_update_id,
+            )
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def audit_trim(*, now: datetime, retention_days: int) -> int:
+    """Delete entries older than ``retention_days``; returns how many were deleted."""
+    deleted, _ = AdminAuditEntry.objects.filter(
+        created_at__lt=now - timedelta(days=retention_days)
+    ).delete()
+    return deleted

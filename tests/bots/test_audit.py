@@ -1,0 +1,282 @@
+"""The audit trail of admin actions (issue #24): one ``admin_audit_log`` row per action, from
+Telegram commands and buttons or from the console — who, when, which user, the outcome —
+once per update (a redelivery adds nothing), readable and filterable in the console, trimmed
+after AUDIT_RETENTION_DAYS."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+
+from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface, Topic
+from bots.services.audit import audit_record
+from bots.tasks import admin_audit_trim_task
+from proxy.services.admin_users import admin_user_create_default
+from tests.bots.broadcast.helpers import click as broadcast_click
+from tests.bots.broadcast.helpers import start_draft
+from tests.bots.conftest import ADMIN_ID, START
+from tests.bots.helpers import click_in_group, keyboard_data, open_conversation
+
+AUDIT = reverse("admin:bots_adminauditentry_changelist")
+USERS = reverse("admin:bots_botuserlisting_changelist")
+
+
+def _rows() -> list[tuple]:
+    return list(
+        AdminAuditEntry.objects.order_by("id").values_list(
+            "surface", "actor_id", "actor_name", "action", "target_user_id", "outcome", "detail"
+        )
+    )
+
+
+def _telegram(action, outcome, user_id=None, detail="") -> tuple:
+    return ("telegram", ADMIN_ID, "@alice_support", action, user_id, outcome, detail)
+
+
+@pytest.fixture
+def topic(webhook, telegram, user, clock) -> Topic:
+    return open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+
+
+@pytest.fixture
+def operator(client, db):
+    admin_user = admin_user_create_default(password="a long operator passphrase 7", now=START)
+    client.force_login(admin_user)
+    client.username = admin_user.get_username()
+    return client
+
+
+def _command(webhook, telegram, admin, text: str, thread_id: int | None) -> dict:
+    update = telegram.group_message(admin, thread_id=thread_id, text=text)
+    webhook.deliver_ok(update)
+    return update
+
+
+@pytest.mark.parametrize(
+    ("commands", "expected"),
+    [
+        (["/ban"], [("ban", "done", "")]),
+        (["/ban", "/unban"], [("ban", "done", ""), ("unban", "done", "")]),
+        (["/note VIP customer"], [("note", "done", "12 characters")]),
+        (["/note x", "/unnote"], [("note", "done", "1 characters"), ("unnote", "done", "")]),
+        (["/risk", "/unrisk"], [("risk", "done", ""), ("unrisk", "done", "")]),
+        (["/archive"], [("archive", "done", "")]),
+        (["/purgemsg"], [("purge", "done", "")]),
+        (["/deluser"], [("delete_user", "requested", "")]),
+    ],
+)
+def test_each_command_about_the_topics_user_leaves_one_row(
+    commands, expected, webhook, telegram, admin, user, topic, clock
+):
+    for text in commands:
+        _command(webhook, telegram, admin, text, topic.thread_id)
+
+    assert _rows() == [
+        _telegram(action, outcome, user.id, detail) for action, outcome, detail in expected
+    ]
+    assert set(AdminAuditEntry.objects.values_list("created_at", flat=True)) == {clock.now}
+
+
+def test_a_redelivered_command_is_recorded_once(webhook, telegram, admin, user, topic):
+    update = _command(webhook, telegram, admin, "/ban", topic.thread_id)
+    # Telegram redelivers (the first answer was lost): the claim says duplicate; and a
+    # delivery that takes over a failed attempt re-runs the command without a second row.
+    webhook.deliver_ok(update)
+    entry = AdminAuditEntry.objects.get()
+    assert entry.source_update_id == update["update_id"]
+
+    audit_record(
+        bot_id=telegram.bot.id,
+        surface=AuditSurface.TELEGRAM,
+        action=AuditAction.BAN,
+        outcome=AuditOutcome.DONE,
+        now=START,
+        actor_id=ADMIN_ID,
+        target_user_id=user.id,
+        source_update_id=update["update_id"],
+    )
+
+    assert AdminAuditEntry.objects.count() == 1
+
+
+def test_a_failed_attempt_taken_over_by_its_redelivery_leaves_one_row(
+    webhook, telegram, admin, user, topic, clock
+):
+    update = telegram.group_message(admin, thread_id=topic.thread_id, text="/ban")
+    telegram.fail("sendMessage", status=502)  # the reply fails after the ban and its row
+
+    assert webhook.deliver(update).status_code == 500
+    clock.advance(seconds=61)
+    webhook.deliver_ok(update)
+
+    assert _rows() == [_telegram("ban", "done", user.id)]
+
+
+def test_verification_switches_are_recorded_with_what_was_set(webhook, telegram, admin):
+    for text in ("/verifyoff", "/verifyon", "/verifymode_button", "/verifymode_turnstile"):
+        _command(webhook, telegram, admin, text, None)
+
+    assert _rows() == [
+        _telegram("verification", "done", detail="verification off"),
+        _telegram("verification", "done", detail="verification on"),
+        _telegram("verification", "done", detail="mode button"),
+        _telegram(
+            "verification",
+            "refused",
+            detail="mode turnstile: missing TURNSTILE_SITE_KEY, TURNSTILE_SECRET_KEY",
+        ),
+    ]
+
+
+def test_a_confirmed_deluser_is_recorded_with_its_outcome(webhook, telegram, admin, user, topic):
+    _command(webhook, telegram, admin, "/deluser", topic.thread_id)
+    prompt = telegram.topic_messages(topic.thread_id)[-1]
+    confirm, _ = keyboard_data(prompt)
+
+    click_in_group(webhook, telegram, admin, prompt.message_id, confirm)
+
+    assert _rows() == [
+        _telegram("delete_user", "requested", user.id),
+        _telegram("delete_user", "done", user.id),
+    ]
+
+
+def test_a_cancelled_wipe_and_a_confirmed_one_are_recorded(webhook, telegram, admin, topic):
+    outcomes = []
+    for button in (1, 0):  # the prompt's buttons are [confirm, cancel]: cancel it, then confirm
+        _command(webhook, telegram, admin, "/wipealldata", topic.thread_id)
+        prompt = telegram.topic_messages(topic.thread_id)[-1]
+        click_in_group(webhook, telegram, admin, prompt.message_id, keyboard_data(prompt)[button])
+        outcomes.append(_rows()[-1])
+
+    assert outcomes == [_telegram("wipe", "cancelled"), _telegram("wipe", "done")]
+    assert [row[3:6] for row in _rows()] == [
+        ("wipe", None, "requested"),
+        ("wipe", None, "cancelled"),
+        ("wipe", None, "requested"),
+        ("wipe", None, "done"),
+    ]
+
+
+def test_a_confirmed_broadcast_is_recorded(webhook, telegram, admin, topic):
+    control = start_draft(webhook, telegram, admin)
+
+    broadcast_click(webhook, telegram, admin, control, control.confirm)
+
+    assert _rows() == [
+        _telegram("broadcast", "started", detail=f"broadcast {control.broadcast_id}: 1 recipients")
+    ]
+
+
+def test_console_actions_are_recorded_with_the_operator(
+    operator, webhook, telegram, user, topic, settings
+):
+    operator.post(USERS, {"action": "ban_users", "_selected_action": [str(user.id)]})
+    operator.post(USERS, {"action": "mark_risk", "_selected_action": [str(user.id)]})
+    note_url = reverse("admin:bots_topiclisting_change", args=[quote(topic.thread_id)])
+    operator.post(note_url, {"note": "from the console", "_save": "Save"})
+    operator.post(
+        reverse("admin:bots_setting_verification"),
+        {"verify_enabled": "1", "verify_mode": "math"},
+    )
+    operator.post(reverse("admin:bots_topiclisting_purge", args=[topic.thread_id]))
+    operator.post(USERS, {"action": "archive_conversations", "_selected_action": [str(user.id)]})
+    operator.post(reverse("admin:bots_botuserlisting_delete_user", args=[user.id]))
+
+    name = operator.username
+    assert _rows() == [
+        ("console", None, name, "ban", user.id, "done", ""),
+        ("console", None, name, "risk", user.id, "done", ""),
+        ("console", None, name, "note", user.id, "done", "16 characters"),
+        ("console", None, name, "verification", None, "done", "verification on, mode math"),
+        ("console", None, name, "purge", user.id, "done", ""),
+        ("console", None, name, "archive", user.id, "done", ""),
+        ("console", None, name, "delete_user", user.id, "done", ""),
+    ]
+
+
+def test_a_console_action_on_a_missing_user_is_recorded_as_refused(operator, webhook, telegram):
+    from bots.models import BotUser
+
+    stranger = telegram.user(7901, "Dora")
+    BotUser.objects.create(
+        bot_id=telegram.bot.id, user_id=stranger.id, first_seen_at=START, last_seen_at=START
+    )
+
+    operator.post(USERS, {"action": "archive_conversations", "_selected_action": [str(7901)]})
+
+    assert _rows() == [("console", None, operator.username, "archive", 7901, "refused", "no topic")]
+
+
+def test_the_trail_is_read_and_filtered_in_the_console(
+    operator, webhook, telegram, admin, user, topic
+):
+    for text in ("/ban", "/risk", "/unban"):
+        _command(webhook, telegram, admin, text, topic.thread_id)
+    other = telegram.user(7902, "Eli")
+    _command(webhook, telegram, admin, "/verifyoff", None)
+    assert other.id != user.id
+
+    everything = operator.get(AUDIT)
+    bans = operator.get(AUDIT, {"action": "ban"})
+    about_the_user = operator.get(AUDIT, {"q": str(user.id)})
+    by_the_admin = operator.get(AUDIT, {"q": "alice"})
+
+    def listed(response):
+        assert response.status_code == 200
+        return [row.action for row in response.context["cl"].result_list]
+
+    assert listed(everything) == ["verification", "unban", "risk", "ban"]
+    assert listed(bans) == ["ban"]
+    assert listed(about_the_user) == ["unban", "risk", "ban"]
+    assert listed(by_the_admin) == ["verification", "unban", "risk", "ban"]
+    assert b"@alice_support (111111111)" in everything.content
+    assert operator.get(reverse("admin:bots_adminauditentry_add")).status_code == 403
+
+
+def test_rows_older_than_the_retention_are_trimmed(db, bot_settings, telegram, clock):
+    bot_settings.AUDIT_RETENTION_DAYS = "30"
+    for age in (31, 30, 29, 1):
+        audit_record(
+            bot_id=telegram.bot.id,
+            surface=AuditSurface.CONSOLE,
+            action=AuditAction.BAN,
+            outcome=AuditOutcome.DONE,
+            now=clock.now - timedelta(days=age, seconds=1 if age == 30 else 0),
+            actor_name=f"{age} days ago",
+        )
+
+    assert admin_audit_trim_task() == 2
+    assert sorted(AdminAuditEntry.objects.values_list("actor_name", flat=True)) == [
+        "1 days ago",
+        "29 days ago",
+    ]
+    assert admin_audit_trim_task() == 0
+
+
+def test_stopping_a_broadcast_in_the_console_is_recorded(operator, webhook, telegram, admin):
+    from tests.bots.broadcast.helpers import make_broadcast
+
+    running = make_broadcast(
+        telegram, initiator=admin, now=START, status="sending", recipients=[7001, 7002]
+    )
+
+    operator.post(
+        reverse("admin:bots_broadcast_changelist"),
+        {"action": "stop_broadcasts", "_selected_action": [str(running.id)]},
+    )
+
+    assert _rows() == [
+        (
+            "console",
+            None,
+            operator.username,
+            "broadcast",
+            None,
+            "cancelled",
+            f"broadcast {running.id}: stop (failed)",
+        )
+    ]

@@ -1,0 +1,185 @@
+"""The shared outbound limiter under load (issue #24), against the fake Bot API enforcing
+Telegram's three limits on messages: the bot's overall 30 a second, one a second into a chat
+and 20 a minute into a group — the last two scaled down (time runs 50× faster for the chat,
+the group's minute is one second) so that the tests take seconds, not an hour.
+
+A burst of 300 users writing at once is delivered the way Telegram does (many deliveries in
+parallel; whatever is answered 500 is redelivered later), each delivery a web request with its
+own client and its own limiter object: all they share is Redis, as separate processes do.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from bots.models import Broadcast, RelayedMessage
+from tests.bots.broadcast.helpers import eligible_users, make_broadcast, run_loop
+from tests.bots.outbound_helpers import (
+    deliver_like_telegram,
+    ongoing_conversations,
+    person,
+    texts_in_topic,
+)
+from tests.fakes.telegram import MESSAGE_METHODS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BURST = 300
+PER_SECOND = 30
+CHAT_INTERVAL = 0.02
+GROUP_PER_WINDOW = 40
+GROUP_WINDOW = 1.0
+
+
+@pytest.fixture
+def telegrams_limits(bot_settings, telegram):
+    """The bot and the fake keep the same (scaled) limits; the budget of one update is a
+    second, so that some of a 300-user burst waits longer and is redelivered."""
+    bot_settings.TELEGRAM_SENDS_PER_SECOND = str(PER_SECOND)
+    bot_settings.TELEGRAM_CHAT_INTERVAL_MS = str(round(CHAT_INTERVAL * 1000))
+    bot_settings.TELEGRAM_GROUP_SENDS_PER_WINDOW = str(GROUP_PER_WINDOW)
+    bot_settings.TELEGRAM_GROUP_WINDOW_SECONDS = str(round(GROUP_WINDOW))
+    bot_settings.TELEGRAM_SEND_BUDGET_MS = "1000"
+    bot_settings.MAX_ATTEMPTS = "8"
+    telegram.enforce_telegram_limits(
+        per_second=PER_SECOND,
+        chat_interval=CHAT_INTERVAL,
+        group_per_window=GROUP_PER_WINDOW,
+        group_window=GROUP_WINDOW,
+    )
+    return bot_settings
+
+
+def _message_calls(telegram):
+    return [call for call in telegram.calls() if call.method in MESSAGE_METHODS]
+
+
+def _assert_every_429_honoured(telegram) -> None:
+    """After a 429, no message into the bucket it names arrives before its retry_after ends."""
+    calls = _message_calls(telegram)
+    for refusal in telegram.rate_limited_calls():
+        chat = refusal.params["chat_id"]
+        inside = [
+            call
+            for call in calls
+            if refusal.at < call.at < refusal.at + refusal.retry_after
+            and (call.params["chat_id"] == chat if chat < 0 else True)
+        ]
+        assert inside == [], f"calls inside the retry_after of {refusal.method}"
+
+
+def _burst_updates(telegram, user_ids):
+    return [
+        telegram.private_message(person(telegram, user_id), text=f"burst from {user_id}")
+        for user_id in user_ids
+    ]
+
+
+def _assert_relayed_once(telegram, threads, user_ids) -> None:
+    for user_id in user_ids:
+        # The pinned card first (a redelivery refreshes it), then the message, once.
+        assert texts_in_topic(telegram, threads[user_id])[1:] == [f"burst from {user_id}"]
+    ledger = Counter(
+        RelayedMessage.objects.filter(user_id__in=list(user_ids)).values_list("user_id", flat=True)
+    )
+    assert ledger == dict.fromkeys(user_ids, 1)
+
+
+def test_a_burst_of_300_users_is_relayed_exactly_once_within_telegrams_limits(
+    telegrams_limits, webhook, telegram, clock
+):
+    user_ids = range(30_001, 30_001 + BURST)
+    threads = ongoing_conversations(
+        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=user_ids
+    )
+    telegram.forget_calls()
+    # Two 429s the bot did not cause (another bot on the same IP, say), mid-burst.
+    telegram.fail_call(100, status=429, retry_after=1)
+    telegram.fail_call(200, status=429, retry_after=2)
+
+    deliver_like_telegram(_burst_updates(telegram, user_ids), clock=clock, concurrency=32)
+
+    # Nothing lost, nothing doubled — though updates that waited past their budget were
+    # answered 500 without a call made, and came back.
+    _assert_relayed_once(telegram, threads, user_ids)
+    assert len([c for c in telegram.calls("sendMessage") if c.ok]) == BURST
+    # No 429 storm: the fake's limits were never crossed; the two injected 429s were the only
+    # ones, and each held back every delivery (each its own client) for its retry_after.
+    assert [call.retry_after for call in telegram.rate_limited_calls()] == [1, 2]
+    _assert_every_429_honoured(telegram)
+
+
+def _relay_rate(telegram, user_ids) -> float:
+    """Relays into the group per second, from the fake's arrival times of this burst's."""
+    texts = {f"burst from {user_id}" for user_id in user_ids}
+    arrivals = [
+        call.at
+        for call in telegram.calls("sendMessage")
+        if call.ok and call.params.get("text") in texts
+    ]
+    return len(arrivals) / (arrivals[-1] - arrivals[0])
+
+
+def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
+    telegrams_limits, webhook, telegram, clock, admin
+):
+    alone_ids = range(35_001, 35_001 + BURST // 2)
+    user_ids = range(40_001, 40_001 + BURST)
+    threads = ongoing_conversations(
+        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=alone_ids
+    ) | ongoing_conversations(telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=user_ids)
+    audience = eligible_users(
+        telegram, bot_id=telegram.bot.id, now=clock.now, user_ids=range(50_001, 50_001 + BURST)
+    )
+    broadcast = make_broadcast(
+        telegram,
+        initiator=admin,
+        now=clock.now,
+        status="sending",
+        recipients=[member.id for member in audience],
+        confirmed_at=clock.now,
+    )
+    telegram.forget_calls()
+    audience_ids = {member.id for member in audience}
+
+    def broadcast_sends():
+        return [
+            call
+            for call in telegram.calls("sendMessage")
+            if call.ok and call.params["chat_id"] in audience_ids
+        ]
+
+    # The pace of a burst on its own, on this machine now: the yardstick.
+    deliver_like_telegram(_burst_updates(telegram, alone_ids), clock=clock, concurrency=32)
+    alone = _relay_rate(telegram, alone_ids)
+
+    loop = threading.Thread(target=run_loop, args=(broadcast.id,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(broadcast_sends()) < 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(broadcast_sends()) >= 30, "the broadcast never got going"
+
+        deliver_like_telegram(_burst_updates(telegram, user_ids), clock=clock, concurrency=32)
+        during = _relay_rate(telegram, user_ids)
+        still_sending = len(broadcast_sends()) < BURST
+    finally:
+        loop.join(120)
+    assert not loop.is_alive()
+
+    _assert_relayed_once(telegram, threads, [*alone_ids, *user_ids])
+    # The relays kept (nearly) the pace they had alone while the broadcast, wanting all of the
+    # bot's 30 a second, took only what they left — through the same limiter, so no 429s.
+    assert still_sending, "the broadcast ended before the burst did: no contest"
+    assert during >= alone * 0.75, (during, alone)
+    # And the broadcast still reached everybody exactly once.
+    deliveries = Counter(call.params["chat_id"] for call in broadcast_sends())
+    assert deliveries == dict.fromkeys(audience_ids, 1)
+    assert not Broadcast.objects.filter(id=broadcast.id, status="sending").exists()
+    assert len(telegram.rate_limited_calls()) <= 3
+    _assert_every_429_honoured(telegram)

@@ -1,0 +1,152 @@
+"""Every send and edit of the bot goes through the shared outbound limiter (issue #24): the
+paced client against the fake Bot API, and the webhook's budget — an update that cannot get
+its permit in time is answered 500 with nothing done, and its redelivery relays it once."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bots.clients.telegram import TelegramRetryableError
+from bots.conf import load_config
+from bots.models import RelayedMessage
+from bots.outbound.limiter import Priority
+from bots.outbound.paced import NoSendPermit, PacedTelegramClient, outbound_priority
+from tests.bots.helpers import open_conversation, table_state, topic_texts
+
+
+@pytest.fixture
+def group_of_three(bot_settings, telegram):
+    """Three messages a minute into the group, a short budget."""
+    bot_settings.TELEGRAM_GROUP_SENDS_PER_WINDOW = "3"
+    bot_settings.TELEGRAM_SEND_BUDGET_MS = "300"
+    return bot_settings
+
+
+def _client(**options) -> PacedTelegramClient:
+    """A client as another process builds it: its own limiter object, the same Redis."""
+    config = load_config()
+    client = config.telegram_client(**options)
+    assert isinstance(client, PacedTelegramClient)
+    return client
+
+
+def test_a_full_group_answers_the_update_500_with_nothing_done_and_the_redelivery_relays_it(
+    group_of_three, webhook, telegram, user, clock
+):
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    # The topic's creation, its card and the "hello" took the group's three of this minute.
+    assert [call.method for call in telegram.calls() if call.ok and call.method != "getMe"] == [
+        "createForumTopic",
+        "sendMessage",
+        "pinChatMessage",
+        "sendMessage",
+    ]
+    update = telegram.private_message(user, text="one more")
+    telegram.forget_calls()
+    before = table_state()
+
+    response = webhook.deliver(update)
+
+    assert response.status_code == 500
+    assert telegram.calls() == []  # no call made: Telegram saw nothing
+    assert table_state()["messages"] == before["messages"]
+
+    clock.advance(seconds=90)  # Telegram redelivers later; the group's minute has passed
+    webhook.deliver_ok(update)
+    webhook.deliver_ok(update)  # and a duplicate delivery changes nothing
+
+    assert topic_texts(telegram, topic.thread_id).count("one more") == 1
+    assert RelayedMessage.objects.filter(user_id=user.id, direction="in").count() == 2
+
+
+def test_a_429_in_the_group_is_honoured_by_every_process(bot_settings, telegram):
+    telegram.fail("sendMessage", status=429, retry_after=1)
+    first = _client(in_place_retry=False, budget_seconds=5)
+    other_process = _client(budget_seconds=5)
+    chat = telegram.support_chat_id
+
+    telegram.met(telegram.user(5005, "Eve"))
+
+    with pytest.raises(TelegramRetryableError):
+        first.send_message(chat_id=chat, text="refused")
+    other_process.send_message(chat_id=5005, text="a private chat is not blocked")
+    other_process.send_message(chat_id=chat, text="after the wait")
+
+    refused, private, accepted = telegram.calls()
+    assert (refused.status, refused.retry_after) == (429, 1)
+    assert accepted.ok and accepted.at - refused.at >= 1.0
+    assert private.ok and private.at - refused.at < 1.0
+
+
+def test_a_short_429_is_retried_in_place_after_the_limiter_lets_it_through(bot_settings, telegram):
+    telegram.fail("sendMessage", status=429, retry_after=1)
+
+    _client(budget_seconds=5).send_message(chat_id=telegram.support_chat_id, text="again")
+
+    refused, accepted = telegram.calls()
+    assert refused.status == 429 and accepted.ok
+    assert accepted.params == refused.params
+    assert accepted.at - refused.at >= 1.0
+
+
+def test_no_permit_within_the_budget_means_no_call(group_of_three, telegram):
+    client = _client(budget_seconds=0.3)
+    chat = telegram.support_chat_id
+    for text in ("1", "2", "3"):
+        client.send_message(chat_id=chat, text=text)
+
+    with pytest.raises(NoSendPermit):
+        client.send_message(chat_id=chat, text="4")
+
+    assert [call.params["text"] for call in telegram.calls()] == ["1", "2", "3"]
+
+
+def test_a_card_edit_waits_for_a_relay_waiting_for_the_same_group(bot_settings, telegram):
+    bot_settings.TELEGRAM_CHAT_INTERVAL_MS = "300"
+    chat = telegram.support_chat_id
+    card = telegram.bot_sends(chat, text="card")
+    hold = telegram.hold("sendMessage")
+    order = []
+
+    def send(text: str, priority: Priority) -> None:
+        with outbound_priority(priority):
+            if priority == Priority.CARD:
+                _client(budget_seconds=5).edit_message_text(
+                    chat_id=chat, message_id=card, text=text
+                )
+            else:
+                _client(budget_seconds=5).send_message(chat_id=chat, text=text)
+        order.append(text)
+
+    first = threading.Thread(target=send, args=("first relay", Priority.LIVE))
+    first.start()
+    assert hold.wait_until_arrived()
+    relay = threading.Thread(target=send, args=("waiting relay", Priority.LIVE))
+    relay.start()
+    threading.Event().wait(0.1)  # the relay is registered as the group's waiter
+    edit = threading.Thread(target=send, args=("card edit", Priority.CARD))
+    edit.start()
+    threading.Event().wait(0.1)
+    hold.release()
+    for thread in (first, relay, edit):
+        thread.join(10)
+
+    assert order == ["first relay", "waiting relay", "card edit"]
+
+
+def test_an_album_takes_one_permit_per_item(group_of_three, telegram):
+    client = _client(budget_seconds=0.3)
+    chat = telegram.support_chat_id
+    topic = telegram.create_topic_by_hand("album")
+
+    client.send_media_group(
+        chat_id=chat,
+        message_thread_id=topic,
+        media=[{"type": "photo", "media": f"p{n}"} for n in range(3)],
+    )
+
+    with pytest.raises(NoSendPermit):
+        client.send_message(chat_id=chat, text="a fourth message this minute")
+    assert [call.method for call in telegram.calls()] == ["sendMediaGroup"]

@@ -1,0 +1,132 @@
+"""Response-time numbers from the ledger (issue #24): for a seeded ledger the figures equal
+those worked out by hand, per day and per conversation; the console page shows them."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+from bots.models import RelayedMessage, Topic
+from bots.response_times import response_times
+from proxy.services.admin_users import admin_user_create_default
+from tests.bots.conftest import START
+
+DAY_1 = datetime(2026, 10, 1, tzinfo=UTC)
+DAY_2 = DAY_1 + timedelta(days=1)
+ANN, BEN = 1001, 1002
+PAGE = reverse("admin:bots_relayedmessage_response_times")
+
+
+def _at(day: datetime, clock: str) -> datetime:
+    hours, minutes = clock.split(":")
+    return day + timedelta(hours=int(hours), minutes=int(minutes))
+
+
+# (user, direction, when)
+LEDGER = [
+    (ANN, "in", _at(DAY_1, "10:00")),  # Ann's first wait starts
+    (ANN, "in", _at(DAY_1, "10:05")),  # still the same wait
+    (ANN, "out", _at(DAY_1, "10:20")),  # answered after 20 min
+    (ANN, "in", _at(DAY_1, "11:00")),  # a second wait
+    (ANN, "out", _at(DAY_1, "11:30")),  # answered after 30 min
+    (BEN, "in", _at(DAY_1, "23:50")),  # Ben's wait starts on day 1 ...
+    (BEN, "out", _at(DAY_2, "00:10")),  # ... and is answered on day 2, after 20 min
+    (BEN, "out", _at(DAY_2, "00:15")),
+    (ANN, "in", _at(DAY_2, "09:00")),  # Ann waits, unanswered
+]
+
+
+@pytest.fixture
+def ledger(bot_row):
+    RelayedMessage.objects.bulk_create(
+        RelayedMessage(
+            bot_id=bot_row.bot_id,
+            user_id=user_id,
+            thread_id=500 + user_id,
+            direction=direction,
+            group_msg_id=index + 1,
+            private_msg_id=index + 1,
+            created_at=when,
+        )
+        for index, (user_id, direction, when) in enumerate(LEDGER)
+    )
+    # Another bot's rows never count.
+    RelayedMessage.objects.create(
+        bot_id=bot_row.bot_id + 1, user_id=ANN, thread_id=1, direction="in", created_at=DAY_1
+    )
+    Topic.objects.create(bot_id=bot_row.bot_id, user_id=ANN, thread_id=1501, created_at=DAY_1)
+    Topic.objects.create(
+        bot_id=bot_row.bot_id, user_id=BEN, thread_id=1502, status="closed", created_at=DAY_1
+    )
+    return bot_row.bot_id
+
+
+def test_the_figures_per_day_are_the_hand_computed_ones(ledger):
+    figures = response_times(bot_id=ledger, until=_at(DAY_2, "12:00"), days=2)
+
+    first, second = figures.days[date(2026, 10, 1)], figures.days[date(2026, 10, 2)]
+    assert list(figures.days) == [date(2026, 10, 1), date(2026, 10, 2)]
+    assert (first.messages_in, first.messages_out, first.conversations) == (4, 2, {ANN, BEN})
+    assert (first.waits, first.reply_seconds) == (3, [1200.0, 1800.0, 1200.0])
+    assert (first.mean_reply_seconds, first.median_reply_seconds) == (1400.0, 1200.0)
+    assert (second.messages_in, second.messages_out, second.conversations) == (1, 2, {ANN})
+    assert (second.waits, second.answered, second.median_reply_seconds) == (1, 0, None)
+    assert figures.open_conversations == 1
+    assert figures.total.messages_in == 5 and figures.total.answered == 3
+
+
+def test_the_figures_per_conversation_are_the_hand_computed_ones(ledger):
+    figures = response_times(bot_id=ledger, until=_at(DAY_2, "12:00"), days=2)
+
+    ann, ben = figures.conversations[ANN], figures.conversations[BEN]
+    assert (ann.messages_in, ann.messages_out, ann.waits) == (4, 2, 3)
+    assert (ann.reply_seconds, ann.waiting_since) == ([1200.0, 1800.0], _at(DAY_2, "09:00"))
+    assert (ben.messages_in, ben.messages_out, ben.waits) == (1, 2, 1)
+    assert (ben.reply_seconds, ben.waiting_since) == ([1200.0], None)
+
+
+def test_only_the_periods_messages_count(ledger):
+    figures = response_times(bot_id=ledger, until=_at(DAY_2, "12:00"), days=1)
+
+    assert list(figures.days) == [date(2026, 10, 2)]
+    # Ben's answers on day 2 follow no message of the period: no wait; Ann's 09:00 is one.
+    assert figures.total.waits == 1
+    assert figures.conversations[BEN].messages_out == 2
+
+
+def test_the_console_page_shows_the_figures_and_a_chart(client, ledger, clock):
+    clock.now = _at(DAY_2, "12:00")
+    client.force_login(
+        admin_user_create_default(password="a long operator passphrase 7", now=START)
+    )
+
+    response = client.get(PAGE, {"days": "7"})
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert page.count("<rect ") == 7
+    rows = response.context["rows"]
+    assert [row["day"] for row in rows[:2]] == ["2026-10-02", "2026-10-01"]
+    assert rows[1] | {} == {
+        "day": "2026-10-01",
+        "messages_in": 4,
+        "messages_out": 2,
+        "conversations": 2,
+        "waits": 3,
+        "answered": 3,
+        "mean": "23.3",
+        "median": "20.0",
+    }
+    assert [row["user_id"] for row in response.context["conversations"]] == [ANN, BEN]
+    assert "<td>1</td>" in page  # one open conversation
+    assert client.get(reverse("admin:bots_relayedmessage_changelist")).status_code == 200
+    assert PAGE in client.get(reverse("admin:bots_relayedmessage_changelist")).content.decode()
+
+
+def test_the_page_needs_a_console_login(client, ledger):
+    response = client.get(PAGE)
+
+    assert response.status_code == 302
+    assert "login" in response["Location"]
