@@ -60,26 +60,17 @@ def _deliver(update: dict) -> int:
 
 
 def deliver_like_telegram(
-    updates: list[dict],
-    *,
-    clock: Clock,
-    concurrency: int,
-    max_rounds: int = 8,
-    rounds: list[tuple[float, float]] | None = None,
+    updates: list[dict], *, clock: Clock, concurrency: int, max_rounds: int = 8
 ) -> list[int]:
     """Deliver ``updates`` all at once (``concurrency`` at a time), then redeliver every one
     answered with anything but 200 — Telegram's retry — after its 60 s (the clock moves; the
     limiter's windows have passed for real) until all are acknowledged. Returns how many were
-    redelivered in each round after the first. ``rounds``, when given, gets each delivery
-    round's (start, end) in ``time.monotonic()`` — the fake's clock of arrivals."""
+    redelivered in each round after the first."""
     pending = updates
     redelivered = []
     with ThreadPoolExecutor(concurrency) as pool:
         for _ in range(max_rounds):
-            started = time.monotonic()
             statuses = list(pool.map(_deliver, pending))
-            if rounds is not None:
-                rounds.append((started, time.monotonic()))
             pending = [
                 update for update, status in zip(pending, statuses, strict=True) if status != 200
             ]
