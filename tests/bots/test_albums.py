@@ -119,6 +119,10 @@ def test_an_admins_album_reaches_the_user_as_an_album(
 
     assert flush_album(bot_id=telegram.bot.id, media_group_id="g3") == "sent"
 
+    # One album, not one message per item: a single sendMediaGroup into the user's chat.
+    to_user = [call for call in telegram.calls() if call.params.get("chat_id") == user.id]
+    assert [call.method for call in to_user] == ["sendMediaGroup"]
+    assert [item["media"] for item in to_user[0].params["media"]] == ["d0", "d1"]
     received = telegram.bot_messages(user.id)
     assert [(m.kind, m.file_id) for m in received] == [("document", "d0"), ("document", "d1")]
     assert list(

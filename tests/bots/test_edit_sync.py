@@ -110,6 +110,29 @@ def test_an_edit_whose_copy_is_gone_is_dropped_silently(webhook, telegram, user,
     assert call.status == 400  # "message to edit not found": nothing else to do
 
 
+def test_an_admins_edit_whose_user_copy_is_gone_is_dropped_silently(
+    webhook, telegram, user, admin, topic
+):
+    message_id = _admin_writes(webhook, telegram, admin, topic, text="we ship on Monday")
+    users_copy = telegram.bot_messages(user.id)[-1]
+    # The user deletes the bot's message in their chat (Telegram tells the bot nothing).
+    telegram.delete_message_by_hand(user.id, users_copy.message_id)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(
+        telegram.edit_group_message(
+            admin, message_id, thread_id=topic.thread_id, text="we ship on Tuesday"
+        )
+    )
+
+    # One try ("message to edit not found"), then nothing: no new message to the user, no
+    # error in the topic.
+    [call] = telegram.calls()
+    assert (call.method, call.params["chat_id"], call.status) == ("editMessageText", user.id, 400)
+    assert "we ship on Tuesday" not in dm_texts(telegram, user)
+    assert "we ship on Tuesday" not in topic_texts(telegram, topic.thread_id)
+
+
 def test_a_retryable_failure_is_redelivered_and_applied_once(webhook, telegram, user, topic, clock):
     message_id = _user_writes(webhook, telegram, user, text="v1")
     edit = telegram.edit_private_message(user, message_id, text="v2")

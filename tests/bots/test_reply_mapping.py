@@ -110,6 +110,53 @@ def test_a_reply_whose_target_is_gone_falls_back_to_a_plain_message(
     assert call.ok
 
 
+def test_an_admins_reply_whose_target_is_gone_falls_back_to_a_plain_message(
+    webhook, telegram, user, admin, topic
+):
+    question = telegram.private_message(user, text="anyone there?")
+    webhook.deliver_ok(question)
+    copy_in_topic = telegram.topic_messages(topic.thread_id)[-1]
+    # The user deletes their message in the private chat (Telegram tells the bot nothing).
+    telegram.delete_message_by_hand(user.id, question["message"]["message_id"])
+
+    webhook.deliver_ok(
+        telegram.group_message(
+            admin,
+            thread_id=topic.thread_id,
+            text="yes, here",
+            **_replying_to(copy_in_topic.message_id),
+        )
+    )
+
+    answer = telegram.bot_messages(user.id)[-1]
+    assert (answer.text, answer.reply_to_message_id) == ("yes, here", None)
+    [call] = [c for c in telegram.calls("sendMessage") if c.params.get("text") == "yes, here"]
+    assert call.params["reply_parameters"] == {
+        "message_id": question["message"]["message_id"],
+        "allow_sending_without_reply": True,
+    }
+    assert call.ok
+
+
+def test_a_redelivered_admins_reply_is_relayed_once(webhook, telegram, user, admin, topic):
+    question = telegram.private_message(user, text="is it shipped?")
+    webhook.deliver_ok(question)
+    copy_in_topic = telegram.topic_messages(topic.thread_id)[-1]
+    reply = telegram.group_message(
+        admin,
+        thread_id=topic.thread_id,
+        text="shipped today",
+        **_replying_to(copy_in_topic.message_id),
+    )
+
+    webhook.deliver_ok(reply)
+    webhook.deliver_ok(reply)  # Telegram redelivers: relayed once
+
+    answers = [m for m in telegram.bot_messages(user.id) if m.text == "shipped today"]
+    assert [m.reply_to_message_id for m in answers] == [question["message"]["message_id"]]
+    assert [c.params.get("text") for c in telegram.calls("sendMessage")].count("shipped today") == 1
+
+
 def test_a_reply_to_an_unknown_message_is_relayed_plain(webhook, telegram, user, topic):
     webhook.deliver_ok(telegram.private_message(user, text="re: ?", **_replying_to(999)))
 
