@@ -9,6 +9,7 @@ envelope; ``proxy.v1.errors.openai_errors`` maps it.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +19,7 @@ from django.utils import timezone
 from proxy.accounts import AccountView
 from proxy.clients.codex import CodexStream, FingerprintHeaders
 from proxy.dispatch.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
+from proxy.dispatch.conversation import local_conversation_id
 from proxy.dispatch.failures import AttemptFailure
 from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.dispatch.sse import Frame, SSEScanner
@@ -53,6 +55,12 @@ class DispatchRequest:
     def previous_response_id(self) -> str | None:
         value = self.body.get("previous_response_id")
         return value if isinstance(value, str) and value else None
+
+    @functools.cached_property
+    def conversation_id(self) -> str:
+        """The local conversation id (``lc_…``, spec §2.5): affinity and the WebSocket pool's
+        key; never sent upstream."""
+        return local_conversation_id(self.body, self.client_identity)
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

@@ -5,7 +5,12 @@
 ``CodexHTTPError`` (with ``permanent``). Imports nothing from the request path (``dispatch/``).
 """
 
-from proxy.clients.codex.errors import CodexError, CodexHTTPError, CodexTransportError
+from proxy.clients.codex.errors import (
+    CodexContinuationUnavailable,
+    CodexError,
+    CodexHTTPError,
+    CodexTransportError,
+)
 from proxy.clients.codex.headers import (
     COMPACT_OMITTED_HEADERS,
     Call,
@@ -35,6 +40,7 @@ __all__ = [
     "SAME_ACCOUNT_5XX_RETRIES",
     "Call",
     "CodexAnswer",
+    "CodexContinuationUnavailable",
     "CodexError",
     "CodexHTTPError",
     "CodexStream",

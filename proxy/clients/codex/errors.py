@@ -44,3 +44,20 @@ class CodexHTTPError(CodexError):
     @property
     def permanent(self) -> bool:  # type: ignore[override]
         return self.status != 429 and self.status < 500
+
+
+class CodexContinuationUnavailable(CodexError):
+    """A connection-local continuation (spec §2.7: ``store:false`` and a previous response id
+    known only to one pooled upstream WebSocket) cannot be served.
+
+    ``reason`` is one of ``pool_unavailable``, ``fresh_connection_required``,
+    ``connection_busy``, ``latest_response_mismatch``, ``reused_connection_lost``. The dispatch
+    recovers by full replay where it has one (spec §5.3); without it ``connection_busy``
+    answers 503 ``continuation_connection_busy``.
+    """
+
+    permanent = True
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
