@@ -113,10 +113,25 @@ def test_the_cycle_finder_finds_a_cycle():
     assert import_cycles(graph) == [["a", "b", "c"]]
 
 
+def test_the_import_reader_sees_function_level_and_type_checking_imports(tmp_path):
+    """A cycle hidden in a function (it bites when the function first runs) or under
+    ``TYPE_CHECKING`` (two modules that cannot be read apart) is still a cycle."""
+    tasks = tmp_path / "tasks.py"
+    tasks.write_text("def run():\n    from a import pipeline\n")
+    pipeline = tmp_path / "pipeline.py"
+    pipeline.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a.tasks import run\n"
+    )
+    modules = {"a.tasks": tasks, "a.pipeline": pipeline}
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+
+    assert graph == {"a.tasks": {"a.pipeline"}, "a.pipeline": {"a.tasks"}}
+    assert import_cycles(graph) == [["a.pipeline", "a.tasks"]]
+
+
 def test_no_import_cycle_anywhere_in_the_project_type_checking_imports_included():
-    """Stricter than ``test_import_directions``' cycle check: an import under
-    ``TYPE_CHECKING`` counts too (issue 15's dispatcher ↔ upstream_request cycle was one: two
-    modules that cannot be read apart)."""
+    """Function-level imports and imports under ``TYPE_CHECKING`` count (issue 15's
+    dispatcher ↔ upstream_request cycle was a TYPE_CHECKING one)."""
     modules = _source_files()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
 
