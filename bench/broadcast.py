@@ -26,6 +26,8 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.stores import prepared_store_env
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 QUEUE = "bench.broadcast"
@@ -120,20 +122,9 @@ def measure(recipients: int, *, flood_control: bool) -> dict:
         if flood_control:
             telegram.limit_rate(1, methods=("sendMessage", "editMessageText"))
             telegram.limit_global_rate(30, methods=("sendMessage", "editMessageText"))
-        prepared = json.loads(
-            subprocess.run(
-                [sys.executable, "-m", "bench.seed", "prepare"],
-                cwd=ROOT,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
         env = {
             **os.environ,
-            "DATABASE_URL": prepared["database_url"],
-            "REDIS_URL": prepared["redis_url"],
-            "REDIS_KEY_PREFIX": "cprbench:",
+            **prepared_store_env(),
             "LOG_LEVEL": "warning",
             "TELEGRAM_API_BASE": telegram.api_base,
             "TELEGRAM_BOT_TOKEN": telegram.token,

@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from bench.load import LoadResult, run_load
+from bench.stores import prepared_store_env
 from config.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,20 +265,9 @@ def main() -> None:
         )
         wait_for_port(bare_port, bare)
 
-        prepared = json.loads(
-            subprocess.run(
-                [sys.executable, "-m", "bench.seed", "prepare"],
-                cwd=ROOT,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
         project_env = {
             **os.environ,
-            "DATABASE_URL": prepared["database_url"],
-            "REDIS_URL": prepared["redis_url"],
-            "REDIS_KEY_PREFIX": "cprbench:",
+            **prepared_store_env(),
             "CODEX_UPSTREAM_BASE": fake_url,
             "LOG_LEVEL": "warning",
         }
