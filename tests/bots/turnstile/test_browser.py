@@ -148,3 +148,72 @@ def test_the_screenshots_have_fonts_for_chinese_and_emoji():
     browser_tools.require_chromium()
 
     browser_tools.require_screenshot_fonts()
+
+
+def test_siteverify_down_once_the_page_submits_again_by_itself_and_verifies(
+    browser, live_page_settings, client, bot_row, telegram, turnstile, user, clock
+):
+    """503 (Siteverify failed both of the server's tries): the page submits once more after 2 s.
+    The 503 kept the 15 s submit window, so the server's clock is moved past it first."""
+    set_switches(verify_mode="turnstile")
+    Webhook(client).deliver_ok(telegram.private_message(user, text="hi"))
+    link = latest_link(telegram, user)
+    turnstile.fail_siteverify("status", status=500, times=2)
+
+    browser.open(launch_url(link.url, init_data_for(telegram, user, clock.now)))
+    browser.wait_until(lambda: len(turnstile.siteverify_requests()) == 2, what="the failed tries")
+    clock.advance(seconds=16)
+    _wait_for_state(browser, "verified")
+
+    assert len(turnstile.widgets) == 1  # the same token, submitted again
+    assert len(turnstile.siteverify_requests()) == 3
+    assert user_row(telegram, user).is_verified is True
+
+
+def test_siteverify_down_twice_the_page_stops_and_says_so(
+    browser, live_page_settings, client, bot_row, telegram, turnstile, user, clock
+):
+    set_switches(verify_mode="turnstile")
+    Webhook(client).deliver_ok(telegram.private_message(user, text="hi"))
+    link = latest_link(telegram, user)
+    turnstile.fail_siteverify("status", status=500, times=4)
+
+    browser.open(launch_url(link.url, init_data_for(telegram, user, clock.now)))
+    browser.wait_until(lambda: len(turnstile.siteverify_requests()) == 2, what="the failed tries")
+    clock.advance(seconds=16)
+    _wait_for_state(browser, "refused")
+    browser.screenshot("turnstile-unavailable")
+
+    assert _status(browser) == copy.verify_error_unavailable()
+    assert len(turnstile.siteverify_requests()) == 4  # one resubmit, not more
+    assert user_row(telegram, user).is_verified is False
+
+
+def test_when_the_submit_cannot_reach_the_server_the_page_tries_three_times_then_says_so(
+    browser, live_page_settings, client, bot_row, telegram, turnstile, user, clock
+):
+    set_switches(verify_mode="turnstile")
+    Webhook(client).deliver_ok(telegram.private_message(user, text="hi"))
+    link = latest_link(telegram, user)
+    # The submit call fails in the browser as a dropped connection would (fetch rejects).
+    browser.driver.execute_cdp_cmd("Network.enable", {})
+    browser.driver.execute_cdp_cmd(
+        "Network.setBlockedURLs", {"urls": ["*/telegram/api/verify/turnstile*"]}
+    )
+    browser.driver.execute_cdp_cmd(  # counts the page's submits
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "window.__submits = 0; var realFetch = window.fetch;"
+            " window.fetch = function () { window.__submits += 1;"
+            " return realFetch.apply(this, arguments); };"
+        },
+    )
+
+    browser.open(launch_url(link.url, init_data_for(telegram, user, clock.now)))
+    _wait_for_state(browser, "network-error")
+    browser.screenshot("turnstile-network-error")
+
+    assert _status(browser) == copy.verify_page_network_error()
+    assert turnstile.siteverify_requests() == []
+    assert user_row(telegram, user).is_verified is False
+    assert browser.script("return window.__submits") == 3  # the first and two retries
