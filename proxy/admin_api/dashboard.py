@@ -29,6 +29,7 @@ from proxy.admin_api.display import (
     usd,
 )
 from proxy.admin_api.quota_windows import preferred_used_percent, quota_windows
+from proxy.admin_api.runway import quota_runway
 from proxy.admin_api.selectors import pool_summary
 from proxy.admin_api.usage_items import account_emails, usage_item
 from proxy.models import Account, AccountStatus, AccountUsage, Fingerprint, RuntimeSettings
@@ -344,5 +345,6 @@ def dashboard_summary(*, now: datetime, kind: str) -> dict:
         "poolSummary": pool_summary(),
         "capacityInfo": capacity_info,
         "rotationStrategy": strategy,
+        "quotaRunway": quota_runway(now=now),
         "generatedAt": china_time(now),
     }

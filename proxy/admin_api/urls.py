@@ -42,6 +42,7 @@ admin_api_patterns = [
     path("ops/errors", usage.OpsErrorsView.as_view()),
     path("dashboard/summary", dashboard.DashboardSummaryView.as_view()),
     path("dashboard/trend", dashboard.DashboardTrendView.as_view()),
+    path("dashboard/runway", dashboard.DashboardRunwayView.as_view()),
     re_path(r"^(?P<path>.*)$", unknown_admin_route),
 ]
 

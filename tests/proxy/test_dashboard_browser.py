@@ -4,6 +4,7 @@ seeded day; the page refreshes itself. Screenshot: var/screenshots/dashboard.png
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, timedelta
 from datetime import timezone as fixed_timezone
 
@@ -36,6 +37,18 @@ def seeded_day():
         email="one@example.com",
         plan_type="plus",
         access_token_expires_at=now + timedelta(days=1),
+        quota_json={
+            "snapshots": [
+                {
+                    "source": "core",
+                    "primary": {
+                        "used_percent": 20,
+                        "window_minutes": 300,
+                        "reset_at": int((now + timedelta(hours=2)).timestamp()),
+                    },
+                }
+            ]
+        },
     )
     make_account(id="acct_two", email="two@example.com", status="quota_exhausted")
     for index in range(12):
@@ -117,6 +130,16 @@ def test_the_dashboard_draws_the_seeded_day_and_refreshes_itself(
     assert {"h2", "h3", "h4", "h5"} & set(cells)
     rows = browser.script("return document.querySelectorAll('#latest-records tbody tr').length")
     assert rows == 10
+    runway_rows = browser.script(
+        "return Array.from(document.querySelectorAll('#runway-accounts tbody tr'))"
+        ".map(r => Array.from(r.cells).map(c => c.textContent))"
+    )
+    assert [row[0] for row in runway_rows] == ["one@example.com", "two@example.com"]
+    assert runway_rows[0][2].startswith("20% · ") and runway_rows[1][2] == "-"
+    pool_five_hour = browser.script(
+        "return document.getElementById('runway-five-hour').textContent"
+    )
+    assert re.fullmatch(r"runs out \d{4}-\d\d-\d\d \d\d:\d\d|not burning|not known", pool_five_hour)
     browser.wait_until(
         lambda: (
             int(browser.script("return document.getElementById('dashboard').dataset.refreshes"))

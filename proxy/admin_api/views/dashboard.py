@@ -7,6 +7,7 @@ from drf_spectacular.utils import extend_schema
 
 from proxy.admin_api.dashboard import TREND_KINDS, dashboard_summary, trend
 from proxy.admin_api.envelope import bad_request, ok
+from proxy.admin_api.runway import quota_runway
 from proxy.admin_api.schema import ANY_DATA, query
 from proxy.admin_api.views.base import AdminAPIView
 
@@ -40,3 +41,14 @@ class DashboardTrendView(AdminAPIView):
     )
     def get(self, request):
         return ok(trend(now=timezone.now(), kind=_kind(request)))
+
+
+class DashboardRunwayView(AdminAPIView):
+    @extend_schema(
+        tags=["dashboard"],
+        summary="Quota runway: when each account and the pool use up their 5-hour and weekly "
+        "windows at the last hour's burn rate",
+        responses={200: ANY_DATA},
+    )
+    def get(self, request):
+        return ok(quota_runway(now=timezone.now()))

@@ -133,11 +133,40 @@
     });
   }
 
+  const OUTLOOK = {
+    exhausts: "runs out", resets_first: "resets first", exhausted: "used up",
+    idle: "not burning", unknown: "not known",
+  };
+
+  function when(window) {
+    const word = OUTLOOK[window.outlook] || window.outlook;
+    if (window.outlook === "exhausts") return word + " " + window.exhaustsAt.replace("T", " ").slice(0, 16);
+    if (window.outlook === "exhausted" && window.exhaustsAt) return word + " until " + window.exhaustsAt.replace("T", " ").slice(0, 16);
+    return word;
+  }
+
+  function runway(data) {
+    const r = data.quotaRunway;
+    text("runway-five-hour", when(r.pool["five-hour"]));
+    text("runway-weekly", when(r.pool.weekly));
+    text("runway-burn", r.poolBurnTokensPerHour + " tokens/h since " + r.burnMeasuredSince.replace("T", " ").slice(11, 16));
+    rows("runway-accounts", r.accounts, function (a) {
+      const byKey = {};
+      a.windows.forEach(function (w) { byKey[w.key] = w; });
+      const cell = function (key) {
+        const w = byKey[key];
+        return w ? w.usedPercent + "% · " + when(w) : "-";
+      };
+      return [a.email || a.id, a.burnTokensPerHour, cell("codex-five-hour"), cell("codex-weekly")];
+    });
+  }
+
   function render(data) {
     cards(data);
     trends(data.trend);
     pool(data);
     health(data.healthTimeline);
+    runway(data);
     rows("account-usage", data.accountUsage, function (a) {
       return [a.email || a.id, a.planType, a.tokensDisplay,
         a.quotaUsedPercent == null ? "-" : a.quotaUsedPercent + "%", a.lastUsed];
