@@ -11,14 +11,15 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface, Topic
+from bots import copy
+from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface, BotUser, Topic
 from bots.services.audit import audit_record
 from bots.tasks import admin_audit_trim_task
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.broadcast.helpers import click as broadcast_click
 from tests.bots.broadcast.helpers import start_draft
 from tests.bots.conftest import ADMIN_ID, START
-from tests.bots.helpers import click_in_group, keyboard_data, open_conversation
+from tests.bots.helpers import card_text, click_in_group, keyboard_data, open_conversation
 
 AUDIT = reverse("admin:bots_adminauditentry_changelist")
 USERS = reverse("admin:bots_botuserlisting_changelist")
@@ -195,6 +196,52 @@ def test_console_actions_are_recorded_with_the_operator(
         ("console", None, name, "purge", user.id, "done", ""),
         ("console", None, name, "archive", user.id, "done", ""),
         ("console", None, name, "delete_user", user.id, "done", ""),
+    ]
+
+
+def _user_row(user_id: int) -> tuple[bool, bool]:
+    return tuple(BotUser.objects.filter(user_id=user_id).values_list("is_banned", "is_risk").get())
+
+
+def test_console_unban_and_unrisk_undo_the_commands_and_are_recorded(
+    operator, webhook, telegram, admin, user, topic
+):
+    for text in ("/ban", "/risk"):
+        _command(webhook, telegram, admin, text, topic.thread_id)
+    assert _user_row(user.id) == (True, True)
+
+    operator.post(USERS, {"action": "unban_users", "_selected_action": [str(user.id)]})
+    assert _user_row(user.id) == (False, True)
+    operator.post(USERS, {"action": "clear_risk", "_selected_action": [str(user.id)]})
+    assert _user_row(user.id) == (False, False)
+
+    name = operator.username
+    assert _rows() == [
+        _telegram("ban", "done", user.id),
+        _telegram("risk", "done", user.id),
+        ("console", None, name, "unban", user.id, "done", ""),
+        ("console", None, name, "unrisk", user.id, "done", ""),
+    ]
+    # The high-risk line left the pinned card too (as /unrisk leaves it).
+    assert copy.card_risk() not in card_text(telegram, Topic.objects.get(user_id=user.id))
+
+
+def test_console_unnote_clears_the_note_and_is_recorded(
+    operator, webhook, telegram, admin, user, topic
+):
+    _command(webhook, telegram, admin, "/note call back on Monday", topic.thread_id)
+    assert Topic.objects.get(user_id=user.id).note == "call back on Monday"
+    note_url = reverse("admin:bots_topiclisting_change", args=[quote(topic.thread_id)])
+
+    response = operator.post(note_url, {"note": "", "_save": "Save"})
+
+    assert response.status_code == 302
+    cleared = Topic.objects.get(user_id=user.id)
+    assert cleared.note is None
+    assert "call back on Monday" not in card_text(telegram, cleared)
+    assert _rows() == [
+        _telegram("note", "done", user.id, "19 characters"),
+        ("console", None, operator.username, "unnote", user.id, "done", "0 characters"),
     ]
 
 
