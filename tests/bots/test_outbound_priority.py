@@ -151,9 +151,9 @@ def test_a_live_relay_gets_the_refilled_global_bucket_before_a_waiting_broadcast
         # The broadcast asks for the refilled bucket while the relay is still asleep ...
         _wait_for(lambda: asks.after(refilled_at), "the broadcast asking after the refill")
         first_ask_after_refill = asks.after(refilled_at)[0]
-        # ... and the relay wakes and asks after it.
-        relay.wake()
     finally:
+        # ... and the relay wakes and asks after it (at once, should anything above fail).
+        relay.wake()
         delivery.join(PATIENCE_SECONDS * 2)
         loop.join(PATIENCE_SECONDS * 2)
     assert not delivery.is_alive() and not loop.is_alive()
