@@ -14,7 +14,7 @@ from bots.conf import load_config
 from bots.models import AuditAction, AuditOutcome, AuditSurface
 from bots.pipeline.context import BotContext
 from bots.selectors import bot_current_id
-from bots.services.audit import audit_record
+from bots.services.audit import AuditActor, audit_record
 
 # Telegram ids are bigint: longer digit strings cannot be an id (and would overflow the query).
 LONGEST_ID = 18
@@ -32,6 +32,11 @@ def telegram_context(bot_id: int) -> BotContext | None:
         client=config.telegram_client(budget_seconds=config.send_budget_seconds),
         now=timezone.now(),
     )
+
+
+def console_actor(request: HttpRequest) -> AuditActor:
+    """The operator, for an outcome recorded later by a job (a purge continued in Celery)."""
+    return AuditActor(surface=AuditSurface.CONSOLE, actor_name=request.user.get_username())
 
 
 def audit_from_console(

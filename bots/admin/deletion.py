@@ -20,7 +20,13 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
-from bots.admin.common import NOT_CONFIGURED, audit_from_console, is_id, telegram_context
+from bots.admin.common import (
+    NOT_CONFIGURED,
+    audit_from_console,
+    console_actor,
+    is_id,
+    telegram_context,
+)
 from bots.clients.telegram import TelegramError
 from bots.exports import export_json, user_export
 from bots.models import AuditAction, AuditOutcome, RelayedMessage
@@ -197,7 +203,7 @@ class TopicPurgeViews:
             self.message_user(request, f"Nothing purged: {NOT_CONFIGURED}.", messages.ERROR)
             return HttpResponseRedirect(page)
         try:
-            started = purge_topic(ctx, topic=topic)
+            started = purge_topic(ctx, topic=topic, started_by=console_actor(request))
         except TelegramError as error:
             audit(AuditOutcome.FAILED, "Telegram did not answer")
             self.message_user(
@@ -210,9 +216,9 @@ class TopicPurgeViews:
         if started.busy:
             audit(AuditOutcome.REFUSED, "another purge or wipe runs")
         elif started.continues is not None:
-            audit(AuditOutcome.STARTED, "continues in the worker")
+            audit(AuditOutcome.STARTED, "continues in the worker")  # the worker adds the end
         else:
-            audit(AuditOutcome.DONE)
+            audit(started.outcome or AuditOutcome.DONE, started.counts)
         if started.busy:
             self.message_user(
                 request,

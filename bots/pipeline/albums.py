@@ -7,8 +7,10 @@ ALBUM_WINDOW_SECONDS later. The flush takes the album's items under row locks (t
 never both send it), waits once more if the newest item is younger than the window, then sends
 them with one ``sendMediaGroup`` (a lone item as an ordinary message), records each in the
 ledger and deletes the items, in one transaction after the send. A retryable failure queues
-the flush again; a permanent one drops the album (logged) — unlike a single relay, a flush does
-not reopen or replace a topic closed or deleted within the window. The beat sweep
+the flush again. A user's album whose topic was closed or deleted within the window
+(``TOPIC_CLOSED``, "message thread not found") is relayed item by item through the single
+relay instead (``bots.pipeline.album_fallback``: the topic reopened or replaced as for any
+message); any other permanent failure drops the album (logged). The beat sweep
 (``albums_sweep_task``) flushes albums whose queued flush was lost.
 """
 
@@ -22,8 +24,14 @@ from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from bots.clients.telegram import TelegramPermanentError, TelegramRetryableError
+from bots.clients.telegram import (
+    TelegramPermanentError,
+    TelegramRetryableError,
+    is_topic_closed,
+    is_topic_gone,
+)
 from bots.models import AlbumItem, Direction, RelayedMessage
+from bots.pipeline.album_fallback import relay_one_by_one
 from bots.pipeline.content import Content, send_content
 from bots.pipeline.context import BotContext, worker_context
 from bots.task_names import ALBUM_FLUSH_TASK
@@ -104,21 +112,35 @@ def flush_album(*, bot_id: int, media_group_id: str, now: datetime | None = None
             wait = (newest + timedelta(seconds=ALBUM_WINDOW_SECONDS) - now).total_seconds()
             queue_flush(bot_id=bot_id, media_group_id=media_group_id, countdown=wait)
             return "waiting"
+        batch = items[:ALBUM_MAX_ITEMS]
         try:
-            sent = _send(ctx, items[:ALBUM_MAX_ITEMS])
+            sent = _send(ctx, batch)
         except TelegramRetryableError as error:
             logger.warning("album %s: %s; trying again", media_group_id, error)
             queue_flush(bot_id=bot_id, media_group_id=media_group_id, countdown=RETRY_SECONDS)
             return "retrying"
         except TelegramPermanentError as error:
-            logger.warning("album %s dropped: %s", media_group_id, error)
-            AlbumItem.objects.filter(id__in=[item.id for item in items]).delete()
-            return "dropped"
-        _record(items[:ALBUM_MAX_ITEMS], sent, now=now)
-        AlbumItem.objects.filter(id__in=[item.id for item in items[:ALBUM_MAX_ITEMS]]).delete()
+            if not _topic_lost(batch[0], error):
+                logger.warning("album %s dropped: %s", media_group_id, error)
+                AlbumItem.objects.filter(id__in=[item.id for item in items]).delete()
+                return "dropped"
+            logger.info("album %s: %s; relaying its items one by one", media_group_id, error)
+            if not relay_one_by_one(ctx, batch):
+                queue_flush(bot_id=bot_id, media_group_id=media_group_id, countdown=RETRY_SECONDS)
+                return "retrying"
+            outcome = "relayed one by one"
+        else:
+            _record(batch, sent, now=now)
+            AlbumItem.objects.filter(id__in=[item.id for item in batch]).delete()
+            outcome = "sent"
         if len(items) > ALBUM_MAX_ITEMS:
             queue_flush(bot_id=bot_id, media_group_id=media_group_id, countdown=0)
-    return "sent"
+    return outcome
+
+
+def _topic_lost(item: AlbumItem, error: TelegramPermanentError) -> bool:
+    """A user's album met a topic closed or deleted since its items came in."""
+    return item.direction == Direction.IN and (is_topic_closed(error) or is_topic_gone(error))
 
 
 def _send(ctx: BotContext, items: list[AlbumItem]) -> list[dict]:

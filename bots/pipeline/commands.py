@@ -183,17 +183,23 @@ def _archive(issued: Issued, topic: Topic) -> None:
 def _purge(issued: Issued, topic: Topic) -> None:
     """Spec §4.9; the report is posted by the purge itself (here, or by its Celery
     continuation when the topic holds more than the webhook's budget)."""
-    started = purge_topic(issued.ctx, topic=topic)
+    started = purge_topic(issued.ctx, topic=topic, started_by=issued.actor())
     if started.busy:
         issued.audit(AuditAction.PURGE, AuditOutcome.REFUSED, user_id=topic.user_id, detail=BUSY)
         issued.reply(copy.bulk_busy())
     elif started.continues is not None:
+        # The Celery task adds the outcome's row when the purge ends.
         issued.audit(
             AuditAction.PURGE, AuditOutcome.STARTED, user_id=topic.user_id, detail=IN_CELERY
         )
         issued.reply(started.continues)
     else:
-        issued.audit(AuditAction.PURGE, AuditOutcome.DONE, user_id=topic.user_id)
+        issued.audit(
+            AuditAction.PURGE,
+            started.outcome or AuditOutcome.DONE,
+            user_id=topic.user_id,
+            detail=started.counts,
+        )
 
 
 def _delete_user(issued: Issued, topic: Topic) -> None:

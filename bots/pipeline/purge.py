@@ -12,7 +12,10 @@
 5. The report in the topic: deleted / already gone / failed, and whether the card is back.
 
 A purge that does not fit in the inline budget continues in ``purge_continue_task`` (the admins
-are told so) and the task posts the report when done. Not deleted: the topic, private-chat
+are told so) and the task posts the report when done. Its audit trail: the start's row says
+"started" (written by the caller), and the task adds the outcome's row when the purge ends —
+done, or failed when some message could not be deleted or the purge was interrupted — with the
+counts, in the name of the admin who started it. Not deleted: the topic, private-chat
 messages, untracked messages (commands, bot replies, notices).
 """
 
@@ -21,9 +24,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.utils import timezone
+
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_message_to_delete_missing
-from bots.models import Topic
+from bots.models import AuditAction, AuditOutcome, AuditSurface, Topic
 from bots.pipeline.bulk import (
     DELETED,
     FAILED,
@@ -48,6 +53,7 @@ from bots.selectors import (
     user_get,
     verification_settings_get,
 )
+from bots.services.audit import AuditActor, audit_record
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.relayed_messages import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
@@ -73,6 +79,12 @@ class PurgeJob:
     gone: int = 0
     failed: int = 0
     retries: int = 0  # retryable failures in a row (continuations only)
+    # Who started it (AuditActor, flattened: the job travels as JSON), for the outcome's row
+    # a continuation writes; "" when nobody is to be named (the row is then not written).
+    audit_surface: str = ""
+    audit_actor_id: int | None = None
+    audit_actor_name: str = ""
+    audit_user_id: int | None = None
 
     @property
     def handled(self) -> int:
@@ -90,6 +102,19 @@ class PurgeStart:
     busy: bool = False  # another purge or wipe of the bot is running: nothing was done
     report: str | None = None  # finished here: the report (also posted in the topic)
     continues: str | None = None  # handed to Celery: what the admins are told
+    # Finished here: the audit row's outcome and counts (``purge_outcome``).
+    outcome: AuditOutcome | None = None
+    counts: str = ""
+
+
+def purge_outcome(job: PurgeJob) -> AuditOutcome:
+    """Done, or failed when some message could not be deleted (the bot lacks the right, ...)."""
+    return AuditOutcome.FAILED if job.failed else AuditOutcome.DONE
+
+
+def purge_counts(job: PurgeJob) -> str:
+    """The audit row's detail: what became of the purge's messages."""
+    return f"deleted {job.deleted}, already gone {job.gone}, failed {job.failed} of {job.total}"
 
 
 def remaining_targets(job: PurgeJob) -> list[int]:
@@ -130,12 +155,15 @@ def _advance(ctx: BotContext, job: PurgeJob, *, pacer: Pacer, budget: Budget) ->
     )
 
 
-def purge_topic(ctx: BotContext, *, topic: Topic) -> PurgeStart:
+def purge_topic(
+    ctx: BotContext, *, topic: Topic, started_by: AuditActor | None = None
+) -> PurgeStart:
     """Purge ``topic`` (the command's and the operators' console's entry point).
 
     Takes the bot's bulk-deletion lock (busy: nothing done), works within the inline budget,
     then either finishes (ledger cleared, fresh card, report posted) or hands the rest to
-    Celery. Retryable Telegram errors raise (the lock is released first).
+    Celery — which records the outcome in the audit trail in the name of ``started_by``.
+    Retryable Telegram errors raise (the lock is released first).
     """
     token = bulk_lock_acquire(bot_id=ctx.bot_id, ttl_seconds=RUNNING_LOCK_SECONDS)
     if token is None:
@@ -150,12 +178,18 @@ def purge_topic(ctx: BotContext, *, topic: Topic) -> PurgeStart:
             card_message_id=topic.pinned_msg_id,
             total=0,
         )
+        if started_by is not None:
+            job.audit_surface = started_by.surface
+            job.audit_actor_id = started_by.actor_id
+            job.audit_actor_name = started_by.actor_name
+            job.audit_user_id = topic.user_id
         job.total = len(remaining_targets(job))
         pacer = Pacer(ctx.config.deletes_per_second)
         budget = Budget.inline(pacer, per_second=ctx.config.deletes_per_second)
         stopped = _advance(ctx, job, pacer=pacer, budget=budget)
         if stopped is None:
-            return PurgeStart(report=finish_purge(ctx, job))
+            report = finish_purge(ctx, job)
+            return PurgeStart(report=report, outcome=purge_outcome(job), counts=purge_counts(job))
         hand_off(job, countdown=stopped.countdown)
         handed_off = True
         return PurgeStart(continues=copy.purge_continues(done=job.handled, total=job.total))
@@ -179,14 +213,41 @@ def continue_purge(job: PurgeJob) -> str | None:
         best_effort(
             "purge report", lambda: reply_in_thread(ctx, thread_id=job.thread_id, text=report)
         )
+        _audit_outcome(job, AuditOutcome.FAILED, f"interrupted in the worker: {purge_counts(job)}")
+        return report
+
+    def finish(ctx: BotContext) -> str:
+        report = finish_purge(ctx, job)
+        _audit_outcome(job, purge_outcome(job), f"finished in the worker: {purge_counts(job)}")
         return report
 
     return continue_in_worker(
         job,
         advance=lambda ctx, pacer, budget: _advance(ctx, job, pacer=pacer, budget=budget),
         hand_off=lambda countdown: hand_off(job, countdown=countdown),
-        finish=lambda ctx: finish_purge(ctx, job),
+        finish=finish,
         interrupt=interrupt,
+    )
+
+
+def _audit_outcome(job: PurgeJob, outcome: AuditOutcome, detail: str) -> None:
+    """The outcome's row of a purge that ended in Celery (the start's row says "started").
+    Best effort: the purge is over whatever the database says now."""
+    if not job.audit_surface:
+        return
+    best_effort(
+        "purge audit",
+        lambda: audit_record(
+            bot_id=job.bot_id,
+            surface=AuditSurface(job.audit_surface),
+            action=AuditAction.PURGE,
+            outcome=outcome,
+            now=timezone.now(),
+            actor_id=job.audit_actor_id,
+            actor_name=job.audit_actor_name,
+            target_user_id=job.audit_user_id,
+            detail=detail,
+        ),
     )
 
 

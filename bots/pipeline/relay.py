@@ -13,7 +13,7 @@ from bots.clients.telegram import (
 from bots.models import BotUser, Direction, Topic
 from bots.pipeline.card import display_name, post_card
 from bots.pipeline.content import Content, send_content
-from bots.pipeline.context import UpdateContext
+from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort
 from bots.pipeline.topics import reopen_topic, replace_topic
 from bots.services.relayed_messages import relayed_message_record
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def relay_inbound(
-    ctx: UpdateContext,
+    ctx: BotContext,
     *,
     user: BotUser,
     topic: Topic,
@@ -67,7 +67,7 @@ def relay_inbound(
         best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))
 
 
-def _send(ctx: UpdateContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
+def _send(ctx: BotContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
     return send_content(
         ctx.client,
         content,
@@ -78,7 +78,7 @@ def _send(ctx: UpdateContext, topic: Topic, content: Content, reply_to: int | No
 
 
 def _send_with_recovery(
-    ctx: UpdateContext,
+    ctx: BotContext,
     *,
     user: BotUser,
     topic: Topic,
@@ -108,7 +108,7 @@ def _send_with_recovery(
 
 
 def _resend(
-    ctx: UpdateContext, *, user: BotUser, topic: Topic, content: Content
+    ctx: BotContext, *, user: BotUser, topic: Topic, content: Content
 ) -> tuple[Topic, dict] | None:
     """The one resend after a recovery; a topic gone again is unbound and the message dropped
     (no loop)."""
@@ -121,7 +121,7 @@ def _resend(
         return None
 
 
-def _remind_risk(ctx: UpdateContext, *, user: BotUser, topic: Topic) -> None:
+def _remind_risk(ctx: BotContext, *, user: BotUser, topic: Topic) -> None:
     if user_claim_risk_reminder(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
         ctx.client.send_message(
             chat_id=ctx.support_chat_id,

@@ -12,7 +12,7 @@ from bots.clients.telegram import (
 from bots.models import BotUser, Topic, TopicStatus, UserStatus
 from bots.pipeline.card import topic_title
 from bots.pipeline.classify import is_positive_integer
-from bots.pipeline.context import UpdateContext
+from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
 from bots.selectors import topic_get_for_user
 from bots.services.deletion_fence import DeletionInProgress, deletion_fenced
@@ -26,7 +26,7 @@ class TopicBindingLost(Exception):
     """A topic-creation race was lost but no winner's binding can be read: retry the update."""
 
 
-def resolve_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
+def resolve_topic(ctx: BotContext, user: BotUser) -> Topic | None:
     """The open topic this user's message goes to, or None to drop the message.
 
     Open binding ⇒ reuse. Closed ⇒ reopen it (topic gone ⇒ replace it; other permanent error ⇒
@@ -46,7 +46,7 @@ def resolve_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
     return topic
 
 
-def reopen_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | None:
+def reopen_topic(ctx: BotContext, user: BotUser, topic: Topic) -> Topic | None:
     """Reopen a topic closed in Telegram (native close, /archive, or TOPIC_CLOSED on a send).
 
     Returns the reopened topic, a replacement when Telegram says the topic is gone, or None
@@ -67,7 +67,7 @@ def reopen_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | Non
     return topic
 
 
-def replace_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | None:
+def replace_topic(ctx: BotContext, user: BotUser, topic: Topic) -> Topic | None:
     """The topic was deleted by hand in Telegram: drop the binding (its note is lost; ledger rows
     stay with a dangling thread id) and create a new topic. None when that fails permanently;
     raises DeletionInProgress (nothing changed) while a wipe or this user's deletion runs."""
@@ -77,14 +77,14 @@ def replace_topic(ctx: UpdateContext, user: BotUser, topic: Topic) -> Topic | No
     return create_topic(ctx, user)
 
 
-def _unless_fenced(ctx: UpdateContext, user: BotUser) -> None:
+def _unless_fenced(ctx: BotContext, user: BotUser) -> None:
     """Raises DeletionInProgress while a wipe or this user's deletion runs: a topic made now
     would outlive it (bots.services.deletion_fence)."""
     if deletion_fenced(bot_id=ctx.bot_id, user_id=user.user_id):
         raise DeletionInProgress(f"user {user.user_id}: deletion in progress")
 
 
-def create_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
+def create_topic(ctx: BotContext, user: BotUser) -> Topic | None:
     """Create the user's forum topic and bind it; None when Telegram refuses permanently.
 
     Two first messages of one user can race: both create a topic, one binding wins, and the

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface
 
 # A detail is a short description (a mode, a count), never a message body: bounded.
 DETAIL_MAX_LENGTH = 500
+
+
+@dataclass(frozen=True)
+class AuditActor:
+    """Who started an action whose outcome is recorded later, by a job (a purge continued in
+    Celery): the surface and the admin, as the row of the start names them."""
+
+    surface: AuditSurface
+    actor_id: int | None = None  # the admin's Telegram id (None from the console)
+    actor_name: str = ""
 
 
 def audit_record(

@@ -52,7 +52,8 @@ def ongoing_conversations(
     return {user_id: thread_id for user_id, (thread_id, _) in threads.items()}
 
 
-def _deliver(update: dict) -> int:
+def deliver_one(update: dict) -> int:
+    """One delivery of ``update`` as a web request of its own; the answer's status."""
     try:
         return Webhook(Client()).deliver(update).status_code
     finally:
@@ -70,7 +71,7 @@ def deliver_like_telegram(
     redelivered = []
     with ThreadPoolExecutor(concurrency) as pool:
         for _ in range(max_rounds):
-            statuses = list(pool.map(_deliver, pending))
+            statuses = list(pool.map(deliver_one, pending))
             pending = [
                 update for update, status in zip(pending, statuses, strict=True) if status != 200
             ]

@@ -205,3 +205,117 @@ def test_the_sweep_queues_albums_whose_flush_was_lost(
     assert queued.sent == [
         (ALBUM_FLUSH_TASK, {"bot_id": telegram.bot.id, "media_group_id": "g7"}, None)
     ]
+
+
+def _album(webhook, telegram, user, capture, group: str, count: int = 3) -> list[dict]:
+    updates = [
+        telegram.private_message(user, photo=f"{group}-{n}", caption=f"c{n}", media_group_id=group)
+        for n in range(count)
+    ]
+    _deliver(webhook, updates, capture)
+    return updates
+
+
+def _photos(telegram, thread_id: int) -> list[tuple[str, str | None]]:
+    return [(m.file_id, m.caption) for m in telegram.topic_messages(thread_id) if m.kind == "photo"]
+
+
+def _ledger(user_id: int) -> list[tuple[int, int]]:
+    return list(
+        RelayedMessage.objects.filter(user_id=user_id, content_type="photo")
+        .order_by("id")
+        .values_list("private_msg_id", "thread_id")
+    )
+
+
+def test_an_album_whose_topic_was_deleted_in_the_window_goes_item_by_item_into_a_new_topic(
+    webhook, telegram, user, topic, clock, queued, django_capture_on_commit_callbacks
+):
+    updates = _album(webhook, telegram, user, django_capture_on_commit_callbacks, "g8")
+    telegram.delete_topic_by_hand(topic.thread_id)  # by an admin, within the window
+    clock.advance(seconds=2)
+    telegram.forget_calls()
+
+    assert flush_album(bot_id=telegram.bot.id, media_group_id="g8") == "relayed one by one"
+
+    # The album was refused (the thread is gone); a new topic with its card took the items,
+    # each relayed on its own as a single message is after a topic replacement.
+    calls = telegram.calls()
+    assert [(calls[0].method, calls[0].ok)] == [("sendMediaGroup", False)]
+    assert "createForumTopic" in [call.method for call in calls]
+    replacement = Topic.objects.get(user_id=user.id)
+    assert replacement.thread_id != topic.thread_id and replacement.pinned_msg_id is not None
+    assert _photos(telegram, replacement.thread_id) == [(f"g8-{n}", f"c{n}") for n in range(3)]
+    assert [call.method for call in telegram.calls() if call.ok].count("sendPhoto") == 3
+    # Nothing lost, each item in the ledger once, with the topic it is in now.
+    assert _ledger(user.id) == [
+        (update["message"]["message_id"], replacement.thread_id) for update in updates
+    ]
+    assert AlbumItem.objects.count() == 0
+    assert flush_album(bot_id=telegram.bot.id, media_group_id="g8") == "nothing waiting"
+
+
+def test_an_album_whose_topic_was_closed_in_the_window_reopens_it_item_by_item(
+    webhook, telegram, user, admin, topic, clock, queued, django_capture_on_commit_callbacks
+):
+    updates = _album(webhook, telegram, user, django_capture_on_commit_callbacks, "g9")
+    # An admin closes the topic within the window (the bot learns it from the service update).
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    clock.advance(seconds=2)
+    telegram.forget_calls()
+
+    assert flush_album(bot_id=telegram.bot.id, media_group_id="g9") == "relayed one by one"
+
+    assert telegram.calls()[0].method == "sendMediaGroup" and not telegram.calls()[0].ok
+    assert [call.method for call in telegram.calls("reopenForumTopic") if call.ok] == [
+        "reopenForumTopic"
+    ]
+    assert not telegram.topic(topic.thread_id).closed
+    assert Topic.objects.get(user_id=user.id).status == "open"
+    assert _photos(telegram, topic.thread_id) == [(f"g9-{n}", f"c{n}") for n in range(3)]
+    assert _ledger(user.id) == [
+        (update["message"]["message_id"], topic.thread_id) for update in updates
+    ]
+    assert AlbumItem.objects.count() == 0
+
+
+def test_a_fallback_stopped_part_way_relays_only_the_items_left_next_time(
+    webhook, telegram, user, topic, clock, queued, django_capture_on_commit_callbacks
+):
+    updates = _album(webhook, telegram, user, django_capture_on_commit_callbacks, "g10")
+    telegram.delete_topic_by_hand(topic.thread_id)
+    clock.advance(seconds=2)
+    telegram.forget_calls()
+    # The second item's send meets an outage (the 7th call: the album, the first item to the
+    # old thread, the new topic, its card and pin, the first item again, the second).
+    telegram.fail_call(7, status=502)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert flush_album(bot_id=telegram.bot.id, media_group_id="g10") == "retrying"
+
+    replacement = Topic.objects.get(user_id=user.id)
+    assert _ledger(user.id) == [(updates[0]["message"]["message_id"], replacement.thread_id)]
+    assert AlbumItem.objects.count() == 2
+    assert queued.sent[-1][2] == albums.RETRY_SECONDS
+    assert flush_album(bot_id=telegram.bot.id, media_group_id="g10") == "relayed one by one"
+
+    # The retry found the replacement topic (no second one, no second card) and relayed the
+    # two items left: each of the three is in the topic and the ledger once.
+    assert len(telegram.calls("createForumTopic")) == 1
+    assert Topic.objects.get(user_id=user.id).thread_id == replacement.thread_id
+    assert _photos(telegram, replacement.thread_id) == [(f"g10-{n}", f"c{n}") for n in range(3)]
+    assert _ledger(user.id) == [
+        (update["message"]["message_id"], replacement.thread_id) for update in updates
+    ]
+    assert AlbumItem.objects.count() == 0
+
+
+def test_an_album_refused_for_another_reason_is_still_dropped(
+    webhook, telegram, user, topic, clock, queued, django_capture_on_commit_callbacks
+):
+    _album(webhook, telegram, user, django_capture_on_commit_callbacks, "g11", count=2)
+    clock.advance(seconds=2)
+    telegram.fail("sendMediaGroup", status=400, description="Bad Request: wrong file identifier")
+
+    assert flush_album(bot_id=telegram.bot.id, media_group_id="g11") == "dropped"
+    assert telegram.calls("sendPhoto") == [] and AlbumItem.objects.count() == 0

@@ -5,20 +5,24 @@ after AUDIT_RETENTION_DAYS."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface, Topic
+from bots import copy
+from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface, BotUser, Topic
+from bots.pipeline import bulk
 from bots.services.audit import audit_record
-from bots.tasks import admin_audit_trim_task
+from bots.task_names import PURGE_CONTINUE_TASK
+from bots.tasks import admin_audit_trim_task, purge_continue_task
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.broadcast.helpers import click as broadcast_click
 from tests.bots.broadcast.helpers import start_draft
 from tests.bots.conftest import ADMIN_ID, START
-from tests.bots.helpers import click_in_group, keyboard_data, open_conversation
+from tests.bots.helpers import card_text, click_in_group, keyboard_data, open_conversation
 
 AUDIT = reverse("admin:bots_adminauditentry_changelist")
 USERS = reverse("admin:bots_botuserlisting_changelist")
@@ -64,7 +68,7 @@ def _command(webhook, telegram, admin, text: str, thread_id: int | None) -> dict
         (["/note x", "/unnote"], [("note", "done", "1 characters"), ("unnote", "done", "")]),
         (["/risk", "/unrisk"], [("risk", "done", ""), ("unrisk", "done", "")]),
         (["/archive"], [("archive", "done", "")]),
-        (["/purgemsg"], [("purge", "done", "")]),
+        (["/purgemsg"], [("purge", "done", "deleted 2, already gone 0, failed 0 of 2")]),
         (["/deluser"], [("delete_user", "requested", "")]),
     ],
 )
@@ -192,9 +196,167 @@ def test_console_actions_are_recorded_with_the_operator(
         ("console", None, name, "risk", user.id, "done", ""),
         ("console", None, name, "note", user.id, "done", "16 characters"),
         ("console", None, name, "verification", None, "done", "verification on, mode math"),
-        ("console", None, name, "purge", user.id, "done", ""),
+        (
+            "console",
+            None,
+            name,
+            "purge",
+            user.id,
+            "done",
+            "deleted 2, already gone 0, failed 0 of 2",
+        ),
         ("console", None, name, "archive", user.id, "done", ""),
         ("console", None, name, "delete_user", user.id, "done", ""),
+    ]
+
+
+def _user_row(user_id: int) -> tuple[bool, bool]:
+    return tuple(BotUser.objects.filter(user_id=user_id).values_list("is_banned", "is_risk").get())
+
+
+def test_console_unban_and_unrisk_undo_the_commands_and_are_recorded(
+    operator, webhook, telegram, admin, user, topic
+):
+    for text in ("/ban", "/risk"):
+        _command(webhook, telegram, admin, text, topic.thread_id)
+    assert _user_row(user.id) == (True, True)
+
+    operator.post(USERS, {"action": "unban_users", "_selected_action": [str(user.id)]})
+    assert _user_row(user.id) == (False, True)
+    operator.post(USERS, {"action": "clear_risk", "_selected_action": [str(user.id)]})
+    assert _user_row(user.id) == (False, False)
+
+    name = operator.username
+    assert _rows() == [
+        _telegram("ban", "done", user.id),
+        _telegram("risk", "done", user.id),
+        ("console", None, name, "unban", user.id, "done", ""),
+        ("console", None, name, "unrisk", user.id, "done", ""),
+    ]
+    # The high-risk line left the pinned card too (as /unrisk leaves it).
+    assert copy.card_risk() not in card_text(telegram, Topic.objects.get(user_id=user.id))
+
+
+def test_console_unnote_clears_the_note_and_is_recorded(
+    operator, webhook, telegram, admin, user, topic
+):
+    _command(webhook, telegram, admin, "/note call back on Monday", topic.thread_id)
+    assert Topic.objects.get(user_id=user.id).note == "call back on Monday"
+    note_url = reverse("admin:bots_topiclisting_change", args=[quote(topic.thread_id)])
+
+    response = operator.post(note_url, {"note": "", "_save": "Save"})
+
+    assert response.status_code == 302
+    cleared = Topic.objects.get(user_id=user.id)
+    assert cleared.note is None
+    assert "call back on Monday" not in card_text(telegram, cleared)
+    assert _rows() == [
+        _telegram("note", "done", user.id, "19 characters"),
+        ("console", None, operator.username, "unnote", user.id, "done", "0 characters"),
+    ]
+
+
+class QueuedTasks:
+    """Stands in for Celery's broker: the purge continuations the code queued."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+
+    def send_task(self, name: str, *, kwargs: dict, countdown: float | None = None) -> None:
+        self.sent.append((name, json.loads(json.dumps(kwargs))))  # as the broker carries it
+
+    def run_all(self) -> None:
+        """Run each queued chunk as the worker would (each may queue the next)."""
+        while self.sent:
+            name, kwargs = self.sent.pop(0)
+            assert name == PURGE_CONTINUE_TASK
+            purge_continue_task(**kwargs)
+
+
+@pytest.fixture
+def in_the_worker(monkeypatch) -> QueuedTasks:
+    """A purge does nothing inline: every message is left to its Celery continuation."""
+    monkeypatch.setattr(bulk, "INLINE_BUDGET_SECONDS", 0.0)
+    tasks = QueuedTasks()
+    monkeypatch.setattr(bulk, "current_app", tasks)
+    return tasks
+
+
+def test_a_purge_continued_in_celery_records_its_outcome_with_the_counts(
+    webhook, telegram, admin, user, topic, in_the_worker
+):
+    _command(webhook, telegram, admin, "/purgemsg", topic.thread_id)
+    assert _rows() == [_telegram("purge", "started", user.id, "continues in the worker")]
+
+    in_the_worker.run_all()
+
+    assert _rows() == [
+        _telegram("purge", "started", user.id, "continues in the worker"),
+        _telegram(
+            "purge",
+            "done",
+            user.id,
+            "finished in the worker: deleted 2, already gone 0, failed 0 of 2",
+        ),
+    ]
+    assert AdminAuditEntry.objects.order_by("id").last().source_update_id is None
+
+
+def test_a_purge_continued_in_celery_that_could_not_delete_everything_is_recorded_failed(
+    webhook, telegram, admin, user, topic, in_the_worker
+):
+    _command(webhook, telegram, admin, "/purgemsg", topic.thread_id)
+    telegram.fail("deleteMessage", status=400, description="Bad Request: message can't be deleted")
+
+    in_the_worker.run_all()
+
+    assert _rows()[1:] == [
+        _telegram(
+            "purge",
+            "failed",
+            user.id,
+            "finished in the worker: deleted 1, already gone 0, failed 1 of 2",
+        )
+    ]
+
+
+def test_a_purge_interrupted_in_celery_is_recorded_failed(
+    webhook, telegram, admin, user, topic, in_the_worker
+):
+    _command(webhook, telegram, admin, "/purgemsg", topic.thread_id)
+    # Telegram does not answer, chunk after chunk, until the continuation gives up.
+    telegram.fail("deleteMessage", status=502, times=bulk.MAX_TASK_RETRIES + 1)
+
+    in_the_worker.run_all()
+
+    assert _rows()[1:] == [
+        _telegram(
+            "purge",
+            "failed",
+            user.id,
+            "interrupted in the worker: deleted 0, already gone 0, failed 0 of 2",
+        )
+    ]
+
+
+def test_a_console_purge_continued_in_celery_records_its_outcome_for_the_operator(
+    operator, webhook, telegram, user, topic, in_the_worker
+):
+    operator.post(reverse("admin:bots_topiclisting_purge", args=[topic.thread_id]))
+    in_the_worker.run_all()
+
+    name = operator.username
+    assert _rows() == [
+        ("console", None, name, "purge", user.id, "started", "continues in the worker"),
+        (
+            "console",
+            None,
+            name,
+            "purge",
+            user.id,
+            "done",
+            "finished in the worker: deleted 2, already gone 0, failed 0 of 2",
+        ),
     ]
 
 

@@ -142,6 +142,10 @@ def _relay_rate(telegram, user_ids) -> float:
 def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
     telegrams_limits, webhook, telegram, clock, admin
 ):
+    """The pace of live relays beside a broadcast. That the relay gets a contested slot first
+    (the priority itself) is shown on a staged contest in test_outbound_priority: here, with
+    the group's and the bot's buckets rarely exhausted at once, the pace alone could hold
+    even without priorities."""
     alone_ids = range(35_001, 35_001 + BURST // 2)
     user_ids = range(40_001, 40_001 + BURST)
     threads = ongoing_conversations(

@@ -3,6 +3,8 @@ those worked out by hand, per day and per conversation; the console page shows t
 
 from __future__ import annotations
 
+import re
+import statistics
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -130,3 +132,69 @@ def test_the_page_needs_a_console_login(client, ledger):
 
     assert response.status_code == 302
     assert "login" in response["Location"]
+
+
+CAL = 1003
+# Cal's conversation on two more days of the week, for a chart with bars of different heights.
+CAL_LEDGER = [
+    ("in", _at(DAY_1 - timedelta(days=3), "08:00")),
+    ("out", _at(DAY_1 - timedelta(days=3), "08:10")),  # 10 min
+    ("in", _at(DAY_1 - timedelta(days=3), "09:00")),
+    ("out", _at(DAY_1 - timedelta(days=3), "09:20")),  # 20 min
+    ("in", _at(DAY_1 - timedelta(days=3), "10:00")),
+    ("out", _at(DAY_1 - timedelta(days=3), "11:00")),  # 60 min
+    ("in", _at(DAY_1 - timedelta(days=1), "12:00")),
+    ("out", _at(DAY_1 - timedelta(days=1), "12:40")),  # 40 min
+]
+# The times to first reply of the week ending on day 2, by the day each wait started, worked
+# out by hand from LEDGER and CAL_LEDGER (minutes; a day without an answered wait has none).
+WEEK_REPLY_MINUTES = {
+    date(2026, 9, 26): [],
+    date(2026, 9, 27): [],
+    date(2026, 9, 28): [10, 20, 60],  # median 20 (its mean, 30, would draw another bar)
+    date(2026, 9, 29): [],
+    date(2026, 9, 30): [40],
+    date(2026, 10, 1): [20, 30, 20],  # Ann's two, and Ben's that was answered after midnight
+    date(2026, 10, 2): [],  # Ann's 09:00 is unanswered
+}
+_RECT = re.compile(
+    r'<rect x="(?P<x>[\d.]+)" y="(?P<y>[\d.]+)" width="[\d.]+" height="(?P<height>\d+)"'
+    r"\s+[^>]*><title>(?P<title>[^<]*)</title></rect>"
+)
+
+
+def test_the_chart_draws_each_days_median_time_to_first_reply(client, ledger, clock):
+    RelayedMessage.objects.bulk_create(
+        RelayedMessage(
+            bot_id=ledger, user_id=CAL, thread_id=1503, direction=direction, created_at=when
+        )
+        for direction, when in CAL_LEDGER
+    )
+    clock.now = _at(DAY_2, "12:00")
+    client.force_login(
+        admin_user_create_default(password="a long operator passphrase 7", now=START)
+    )
+
+    page = client.get(PAGE, {"days": "7"}).content.decode()
+
+    start = page.index('<svg id="response-chart"')
+    chart = page[start : page.index("</svg>", start)]
+    bars = sorted(_RECT.finditer(chart), key=lambda bar: float(bar["x"]))
+    medians = {
+        day: statistics.median(minutes) if minutes else None
+        for day, minutes in WEEK_REPLY_MINUTES.items()
+    }
+    highest = max(value for value in medians.values() if value is not None)
+    assert highest == 40
+    # One bar a day, oldest on the left; its tooltip names the day and its median; its height
+    # is the median against the week's highest (the chart's 100 px), standing on the baseline.
+    assert [bar["title"] for bar in bars] == [
+        f"{day.isoformat()}: {'—' if value is None else f'{value:.1f}'} min"
+        for day, value in medians.items()
+    ]
+    assert [int(bar["height"]) for bar in bars] == [
+        0 if value is None else round(value / highest * 100) for value in medians.values()
+    ]
+    assert [int(bar["height"]) for bar in bars] == [0, 0, 50, 0, 100, 50, 0]
+    assert {float(bar["y"]) + int(bar["height"]) for bar in bars} == {120}
+    assert "highest 40.0 min" in page
