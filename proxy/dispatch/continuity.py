@@ -1,0 +1,325 @@
+"""Which account a conversation belongs to, and how a ``previous_response_id`` is honoured
+(spec §5.2–§5.3, seed 004 §4B.3).
+
+Before the first attempt, ONE Redis round trip (a Lua script) reads the affinity the request
+needs: with a previous id, that response's record; without one, the newest record of the
+request's local conversation whose variant hash matches. The record's account is then
+preferred (moved to the front of the candidate order) or, for a managed previous id, it is the
+owner: the only account tried first.
+
+What happens after a failure on the owner is ``after_owner_failure``: one same-account retry
+with the full replay on a history error or an unavailable continuation, the replay to another
+account on a rotatable failure — both only when the chain can be rebuilt — else 400
+``previous_response_unavailable`` (or 503 ``continuation_connection_busy``). An unknown
+("external") previous id gets exactly one account, untouched, and the upstream's answer.
+
+Redis failures degrade to normal scheduling; they are logged without keys or values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+from redis.commands.core import AsyncScript
+
+from proxy import redis_keys
+from proxy.dispatch.conversation import stable_key
+from proxy.dispatch.failures import AttemptFailure, FailureKind, history_error_code
+from proxy.dispatch.replay import reconstruct, replay_body
+from proxy.dispatch.types import DispatchReport, DispatchRequest, StreamEnd
+from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.ledger.affinity import AffinityWrite, wait_if_pending
+from proxy.loop_resources import async_redis
+
+logger = logging.getLogger(__name__)
+
+# How many of a conversation's newest records the preference looks at for a matching variant.
+PREFERENCE_SCAN = 16
+
+# KEYS[1]: the record of the previous response, or the conversation index.
+# ARGV: mode ("previous" | "conversation"), record key prefix, variant hash, scan size.
+# Returns {response id, record JSON} or {} (dangling index members are removed on the way).
+_LOOKUP = """
+if ARGV[1] == 'previous' then
+  local raw = redis.call('GET', KEYS[1])
+  if raw then return {'', raw} end
+  return {}
+end
+local members = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+for _, member in ipairs(members) do
+  local raw = redis.call('GET', ARGV[2] .. member)
+  if not raw then
+    redis.call('ZREM', KEYS[1], member)
+  else
+    local ok, record = pcall(cjson.decode, raw)
+    if ok and type(record) == 'table' and record['variantHash'] == ARGV[3] then
+      return {member, raw}
+    end
+  end
+end
+return {}
+"""
+_LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())
+
+
+def instructions_hash(body: dict) -> str:
+    instructions = body.get("instructions")
+    return hashlib.sha256(
+        (instructions if isinstance(instructions, str) else "").encode()
+    ).hexdigest()
+
+
+def variant_hash(body: dict, client: ClientIdentity) -> str:
+    """First 12 hex of SHA-256(instructions \\0 tools-json [\\0 variant identity]); the
+    variant identity is ``window:<window id>`` and/or ``anchor:<stable key>`` (the latter only
+    when the client sent a prompt_cache_key)."""
+    instructions = body.get("instructions")
+    parts = [
+        instructions if isinstance(instructions, str) else "",
+        json.dumps(body.get("tools") or [], ensure_ascii=False, separators=(",", ":")),
+    ]
+    if client.values.get("window-id"):
+        parts.append(f"window:{client.values['window-id']}")
+    if client.values.get("prompt-cache-key"):
+        parts.append(f"anchor:{stable_key(body)}")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Continuity:
+    """What affinity says about one request; built by ``look_up`` before the first attempt."""
+
+    conversation_id: str  # the request's local conversation id (lc_…)
+    variant_hash: str
+    previous_response_id: str | None = None
+    # The previous response's record (managed), or the conversation's newest matching one.
+    record: dict | None = None
+    # Rebuilt lazily (two Redis round trips), only when a recovery needs it.
+    _history: list | None = field(default=None, repr=False)
+    _history_read: bool = field(default=False, repr=False)
+
+    @property
+    def managed(self) -> bool:
+        return self.previous_response_id is not None and self.record is not None
+
+    @property
+    def external(self) -> bool:
+        return self.previous_response_id is not None and self.record is None
+
+    @property
+    def preferred_account_id(self) -> str | None:
+        return self.record.get("accountId") if self.record else None
+
+    @property
+    def record_conversation_id(self) -> str:
+        """The conversation a new record joins: the owner's for a continuation."""
+        if self.managed and self.record.get("conversationId"):
+            return self.record["conversationId"]
+        return self.conversation_id
+
+    @property
+    def stored_turn_state(self) -> str | None:
+        value = self.record.get("turnState") if self.managed else None
+        return value if isinstance(value, str) and value else None
+
+    async def history(self) -> list | None:
+        """The managed chain's full history (oldest first), or None when it cannot be rebuilt."""
+        if not self._history_read:
+            self._history_read = True
+            self._history = await _read_history(
+                self.previous_response_id, self.record_conversation_id
+            )
+        return self._history
+
+
+async def look_up(
+    *, previous_response_id: str | None, conversation_id: str, variant: str
+) -> Continuity:
+    """One Redis round trip; a Redis failure is logged and means "nothing known"."""
+    continuity = Continuity(
+        conversation_id=conversation_id,
+        variant_hash=variant,
+        previous_response_id=previous_response_id,
+    )
+    if previous_response_id is not None:
+        # A record this process is still writing (the client was quicker than the writer).
+        await wait_if_pending(previous_response_id)
+        keys, mode = [redis_keys.affinity_response(previous_response_id)], "previous"
+    else:
+        keys, mode = [redis_keys.affinity_conversation(conversation_id)], "conversation"
+    try:
+        redis = await async_redis.get()
+        found = await _LOOKUP_SCRIPT(
+            keys=keys,
+            args=[mode, redis_keys.affinity_response(""), variant, PREFERENCE_SCAN],
+            client=redis,
+        )
+        if found:
+            record = json.loads(found[1])
+            continuity.record = record if isinstance(record, dict) else None
+    except Exception as error:
+        logger.warning("affinity lookup failed (%s); scheduling normally", type(error).__name__)
+    return continuity
+
+
+async def _read_history(response_id: str, conversation_id: str) -> list | None:
+    """ZRANGE the conversation, MGET its records, walk the parent links from ``response_id``."""
+    try:
+        redis = await async_redis.get()
+        members = [
+            member.decode() if isinstance(member, bytes) else member
+            for member in await redis.zrange(
+                redis_keys.affinity_conversation(conversation_id), 0, -1
+            )
+        ]
+        if response_id not in members:
+            members.append(response_id)
+        values = await redis.mget([redis_keys.affinity_response(member) for member in members])
+    except Exception as error:
+        logger.warning("affinity history read failed (%s)", type(error).__name__)
+        return None
+    records = {}
+    for member, raw in zip(members, values, strict=True):
+        if raw is not None:
+            try:
+                records[member] = json.loads(raw)
+            except ValueError:
+                continue
+    return reconstruct(response_id, records)
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+class Next(enum.Enum):
+    """What a managed continuation does after its owner failed (or cannot be used)."""
+
+    RETRY_SAME_WITH_REPLAY = "retry_same_with_replay"
+    ROTATE_WITH_REPLAY = "rotate_with_replay"
+    GIVE_UP = "give_up"  # the failure's own client error (returned as-is)
+    UNAVAILABLE = "previous_response_unavailable"
+    BUSY = "continuation_connection_busy"
+
+
+def is_recoverable(failure: AttemptFailure) -> bool:
+    """Whether the failure is one a replay may recover (so the history is worth reading)."""
+    return (
+        failure.kind == FailureKind.CONTINUATION_UNAVAILABLE
+        or history_error_code(failure) is not None
+        or failure.rotates
+    )
+
+
+def after_owner_failure(
+    failure: AttemptFailure | None, *, has_replay: bool, same_account_replay_spent: bool
+) -> Next:
+    """Spec §5.3 for a managed previous id. ``failure`` None: the owner cannot be used at all
+    (no longer eligible, or no slot in time)."""
+    if failure is None:
+        return Next.ROTATE_WITH_REPLAY if has_replay else Next.UNAVAILABLE
+    if failure.kind == FailureKind.CONTINUATION_UNAVAILABLE:
+        if has_replay and not same_account_replay_spent:
+            return Next.RETRY_SAME_WITH_REPLAY
+        if failure.code == "connection_busy":
+            return Next.BUSY
+        return Next.UNAVAILABLE
+    if history_error_code(failure) is not None:
+        if has_replay and not same_account_replay_spent:
+            return Next.RETRY_SAME_WITH_REPLAY
+        return Next.UNAVAILABLE if not has_replay else Next.GIVE_UP
+    if failure.rotates and has_replay:
+        return Next.ROTATE_WITH_REPLAY
+    return Next.GIVE_UP
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+def _function_call_ids(output: list) -> list[str]:
+    return [
+        item["call_id"]
+        for item in output
+        if isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and isinstance(item.get("call_id"), str)
+    ]
+
+
+def affinity_write(report: DispatchReport, continuity: Continuity | None) -> AffinityWrite | None:
+    """The record a finished dispatch leaves (spec §5.1), or None when it did not complete a
+    response (failed, cut, cancelled, compact)."""
+    served = report.served
+    if continuity is None or served is None or report.end != StreamEnd():
+        return None
+    response = served.response_object
+    if response is None and served.progress is not None:
+        if served.progress.terminal_event != "response.completed":
+            return None
+        terminal = served.progress.terminal or {}
+        response = terminal.get("response")
+    if not isinstance(response, dict) or response.get("status", "completed") != "completed":
+        return None
+    response_id = response.get("id")
+    if not isinstance(response_id, str) or not response_id:
+        return None
+    request = report.request
+    output = response.get("output") if isinstance(response.get("output"), list) else []
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    input_tokens = usage.get("input_tokens")
+    return AffinityWrite(
+        response_id=response_id,
+        account_id=served.account.id,
+        conversation_id=continuity.record_conversation_id,
+        turn_state=served.upstream_headers.get("x-codex-turn-state")
+        or request.client_identity.context.get("x-codex-turn-state")
+        or continuity.stored_turn_state,
+        instructions_hash=instructions_hash(request.body),
+        input_tokens=input_tokens if isinstance(input_tokens, int) else None,
+        function_call_ids=_function_call_ids(output),
+        variant_hash=continuity.variant_hash,
+        continuation_scope="persisted" if request.body.get("store") is True else "connection_local",
+        created_at=timezone.now(),
+        turn_input=request.body.get("input"),
+        turn_output=output,
+        previous_response_id=continuity.previous_response_id if continuity.managed else None,
+        parent_replay=continuity.record.get("replay") if continuity.managed else None,
+        external_previous=continuity.external,
+    )
+
+
+# ----------------------------------------------------------------------------- what is sent
+
+
+def owner_request(request: DispatchRequest, continuity: Continuity) -> DispatchRequest:
+    """The request as the owner gets it: the stored turn state when the client sent none."""
+    identity = request.client_identity
+    stored = continuity.stored_turn_state
+    if stored is None or "x-codex-turn-state" in identity.context:
+        return request
+    with_state = ClientIdentity(
+        values=identity.values,
+        client_request_id=identity.client_request_id,
+        context={"x-codex-turn-state": stored, **identity.context},
+    )
+    return dataclasses.replace(request, client_identity=with_state)
+
+
+async def replay_request(request: DispatchRequest, continuity: Continuity) -> DispatchRequest:
+    """The full replay (spec §5.3): the rebuilt history plus this turn's input, sanitized; no
+    previous id, no turn state."""
+    history = await continuity.history()
+    identity = request.client_identity
+    without_state = ClientIdentity(
+        values=identity.values,
+        client_request_id=identity.client_request_id,
+        context={k: v for k, v in identity.context.items() if k != "x-codex-turn-state"},
+    )
+    return dataclasses.replace(
+        request, body=replay_body(request.body, history or []), client_identity=without_state
+    )
