@@ -4,11 +4,17 @@ WebSocket pool's ``CodexContinuationUnavailable`` reasons (end to end once that 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from datetime import UTC, datetime
 
 import pytest
+import redis
+import redis.asyncio
 
 from proxy.clients.codex import CodexContinuationUnavailable, CodexHTTPError
+from proxy.dispatch import continuity
 from proxy.dispatch.client_errors import client_error_for
 from proxy.dispatch.continuity import Next, after_owner_failure
 from proxy.dispatch.failures import (
@@ -25,6 +31,8 @@ from proxy.dispatch.replay import (
     reconstruct,
     replay_body,
 )
+from proxy.ledger import affinity as ledger_affinity
+from proxy.ledger.affinity import AffinityWrite
 
 
 def _size(node: dict) -> int:
@@ -228,3 +236,55 @@ def test_the_owner_decisions_of_spec_5_3():
     assert decide(rejected, True) is Next.GIVE_UP
     assert decide(None, True) is Next.ROTATE_WITH_REPLAY  # owner ineligible
     assert decide(None, False) is Next.UNAVAILABLE
+
+
+# ----------------------------------------------------------------------------- Redis failures
+
+
+def _write() -> AffinityWrite:
+    return AffinityWrite(
+        response_id="resp_secretish",
+        account_id="acct_1",
+        conversation_id="lc_x",
+        turn_state=None,
+        instructions_hash="0" * 64,
+        input_tokens=1,
+        function_call_ids=[],
+        variant_hash="0" * 12,
+        continuation_scope="persisted",
+        created_at=datetime.now(UTC),
+        turn_input="hi",
+        turn_output=[],
+    )
+
+
+def test_a_redis_failure_while_writing_is_logged_without_ids_and_ignored(monkeypatch, caplog):
+    def unreachable(**_):
+        raise redis.ConnectionError("Error connecting for resp_secretish")
+
+    monkeypatch.setattr(ledger_affinity, "affinity_record", unreachable)
+
+    with caplog.at_level(logging.WARNING):
+        ledger_affinity._write_in_thread([_write()])
+
+    assert "affinity record not written (ConnectionError)" in caplog.text
+    assert "resp_secretish" not in caplog.text
+
+
+def test_a_redis_failure_while_looking_up_means_nothing_known(monkeypatch, caplog, settings):
+    class Unreachable:
+        async def get(self):
+            return redis.asyncio.Redis(port=1, socket_connect_timeout=1)
+
+    monkeypatch.setattr(continuity, "async_redis", Unreachable())
+
+    async def look() -> continuity.Continuity:
+        return await continuity.look_up(
+            previous_response_id="resp_secretish", conversation_id="lc_x", variant="v"
+        )
+
+    with caplog.at_level(logging.WARNING):
+        found = asyncio.run(look())
+
+    assert found.external and found.record is None
+    assert "scheduling normally" in caplog.text and "resp_secretish" not in caplog.text
