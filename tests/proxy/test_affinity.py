@@ -433,3 +433,22 @@ def test_deleting_an_account_purges_what_its_requests_recorded(
 
     assert all(_record(redis_client, answer["id"]) is None for answer in responses)
     assert redis_client.exists(_key("account", owner.pk), _key("conv", conversation)) == 0
+
+
+def test_the_owner_gets_the_stored_turn_state_and_a_replay_goes_without_it(
+    pool, proxy, upstream, client_key, redis_client
+):
+    upstream.default_reply = Reply(headers={"x-codex-turn-state": "ts-upstream"})
+    [first] = _chain(proxy, client_key, 1)
+    owner = upstream.tokens_called()[0]
+    upstream.program(
+        owner, Reply(kind="status", status=400, body=previous_response_not_found(first["id"]))
+    )
+
+    _completed(_turn(proxy, client_key, "again", previous=first["id"]))
+
+    proxy.drain()
+    assert _record(redis_client, first["id"])["turnState"] == "ts-upstream"
+    _, continued, replayed = upstream.responses_requests()
+    assert continued.header("x-codex-turn-state") == "ts-upstream"
+    assert replayed.header("x-codex-turn-state") is None
