@@ -39,16 +39,41 @@ from proxy.loop_resources import async_redis
 
 logger = logging.getLogger(__name__)
 
+# A response id longer than this is nobody's (it would only make a long Redis key): an unknown
+# previous id, and no record for such a response.
+MAX_RESPONSE_ID_LENGTH = 256
 # How many of a conversation's newest records the preference looks at for a matching variant.
 PREFERENCE_SCAN = 16
 
 # KEYS[1]: the record of the previous response, or the conversation index.
 # ARGV: mode ("previous" | "conversation"), record key prefix, variant hash, scan size.
 # Returns {response id, record JSON} or {} (dangling index members are removed on the way).
+# The record comes back without its replay turns (up to 2 MiB the request path never needs:
+# the node's parentResponseId/depth/totalBytes are kept). Records are written by
+# proxy.runtime_state.affinity with default json separators, the replay node last and its
+# turns last in it; every field before them is a string, number or list of strings, whose
+# quotes JSON escapes, so the first unescaped '"variantHash": "' and ', "replay": ' are the
+# record's own. A record in another shape is returned whole.
 _LOOKUP = """
+local function without_turns(raw)
+  local at = string.find(raw, ', "replay": {', 1, true)
+  if not at then return raw end
+  local cut = string.find(raw, ', "turnInput": ', at, true)
+  if not cut then return raw end
+  return string.sub(raw, 1, cut - 1) .. '}}'
+end
+local function variant_of(raw)
+  local marker = '"variantHash": "'
+  local at = string.find(raw, marker, 1, true)
+  if not at then return nil end
+  local from = at + string.len(marker)
+  local to = string.find(raw, '"', from, true)
+  if not to then return nil end
+  return string.sub(raw, from, to - 1)
+end
 if ARGV[1] == 'previous' then
   local raw = redis.call('GET', KEYS[1])
-  if raw then return {'', raw} end
+  if raw then return {'', without_turns(raw)} end
   return {}
 end
 local members = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
@@ -56,11 +81,8 @@ for _, member in ipairs(members) do
   local raw = redis.call('GET', ARGV[2] .. member)
   if not raw then
     redis.call('ZREM', KEYS[1], member)
-  else
-    local ok, record = pcall(cjson.decode, raw)
-    if ok and type(record) == 'table' and record['variantHash'] == ARGV[3] then
-      return {member, raw}
-    end
+  elseif variant_of(raw) == ARGV[3] then
+    return {member, without_turns(raw)}
   end
 end
 return {}
@@ -98,7 +120,8 @@ class Continuity:
     conversation_id: str  # the request's local conversation id (lc_…)
     variant_hash: str
     previous_response_id: str | None = None
-    # The previous response's record (managed), or the conversation's newest matching one.
+    # The previous response's record (managed), or the conversation's newest matching one;
+    # its replay node without the turns (parentResponseId, depth, totalBytes).
     record: dict | None = None
     # Rebuilt lazily (two Redis round trips), only when a recovery needs it.
     _history: list | None = field(default=None, repr=False)
@@ -147,6 +170,8 @@ async def look_up(
         variant_hash=variant,
         previous_response_id=previous_response_id,
     )
+    if previous_response_id is not None and len(previous_response_id) > MAX_RESPONSE_ID_LENGTH:
+        return continuity
     if previous_response_id is not None:
         # A record this process is still writing (the client was quicker than the writer).
         await wait_if_pending(previous_response_id)
@@ -266,7 +291,7 @@ def affinity_write(report: DispatchReport, continuity: Continuity | None) -> Aff
     if not isinstance(response, dict) or response.get("status", "completed") != "completed":
         return None
     response_id = response.get("id")
-    if not isinstance(response_id, str) or not response_id:
+    if not isinstance(response_id, str) or not 0 < len(response_id) <= MAX_RESPONSE_ID_LENGTH:
         return None
     request = report.request
     output = response.get("output") if isinstance(response.get("output"), list) else []

@@ -77,12 +77,13 @@ def build_node(
     depth = 1 if parent_response_id is None else int(parent_replay.get("depth", 0)) + 1
     if depth > MAX_DEPTH:
         return None
+    # The small fields first: the request path reads a record up to "turnInput" only.
     node = {
         "parentResponseId": parent_response_id,
-        "turnInput": sanitized(as_items(turn_input)),
-        "turnOutput": sanitized(turn_output),
         "depth": depth,
         "totalBytes": 0,
+        "turnInput": sanitized(as_items(turn_input)),
+        "turnOutput": sanitized(turn_output),
     }
     own_bytes = _size(node)
     if own_bytes > MAX_NODE_BYTES:

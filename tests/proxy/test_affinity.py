@@ -452,3 +452,12 @@ def test_the_owner_gets_the_stored_turn_state_and_a_replay_goes_without_it(
     _, continued, replayed = upstream.responses_requests()
     assert continued.header("x-codex-turn-state") == "ts-upstream"
     assert replayed.header("x-codex-turn-state") is None
+
+
+def test_an_overlong_previous_id_is_unknown_without_a_redis_key_of_its_size(
+    pool, proxy, upstream, client_key
+):
+    response = _turn(proxy, client_key, "hello", previous="resp_" + "x" * 5000)
+
+    assert response.status_code == 400  # the upstream's own answer, from one account
+    assert len(upstream.tokens_called()) == 1

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -33,6 +34,7 @@ from proxy.dispatch.replay import (
 )
 from proxy.ledger import affinity as ledger_affinity
 from proxy.ledger.affinity import AffinityWrite
+from proxy.runtime_state.affinity import affinity_record
 
 
 def _size(node: dict) -> int:
@@ -288,3 +290,43 @@ def test_a_redis_failure_while_looking_up_means_nothing_known(monkeypatch, caplo
 
     assert found.external and found.record is None
     assert "scheduling normally" in caplog.text and "resp_secretish" not in caplog.text
+
+
+def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redis(redis_client):
+    unique = uuid.uuid4().hex
+    conversation = f"lc_{unique}"
+    # A client's item may carry any key; the script must not take it for the record's own.
+    tricky = [{"type": "message", "variantHash": "wanted000000", "accountId": "acct_evil"}]
+    node = build_node(
+        parent_response_id=None, parent_replay=None, turn_input=tricky, turn_output=[]
+    )
+    now = datetime.now(UTC)
+    for response, account, variant, created in (
+        ("old", "acct_right", "wanted000000", now - timedelta(seconds=1)),
+        ("new", "acct_other", "other0000000", now),
+    ):
+        affinity_record(
+            response_id=f"resp_{response}_{unique}",
+            account_id=account,
+            conversation_id=conversation,
+            created_at=created,
+            fields={"turnState": "ts", "variantHash": variant, "replay": node},
+        )
+    summary = {"parentResponseId": None, "depth": 1, "totalBytes": node["totalBytes"]}
+
+    preferred = asyncio.run(
+        continuity.look_up(
+            previous_response_id=None, conversation_id=conversation, variant="wanted000000"
+        )
+    )
+    managed = asyncio.run(
+        continuity.look_up(
+            previous_response_id=f"resp_new_{unique}", conversation_id="lc_y", variant="v"
+        )
+    )
+
+    assert preferred.preferred_account_id == "acct_right"
+    assert preferred.record["replay"] == summary
+    assert managed.managed and managed.preferred_account_id == "acct_other"
+    assert managed.record["replay"] == summary and managed.stored_turn_state == "ts"
+    assert managed.record_conversation_id == conversation
