@@ -31,7 +31,7 @@ from redis.commands.core import AsyncScript
 from proxy import redis_keys
 from proxy.dispatch.conversation import stable_key
 from proxy.dispatch.failures import AttemptFailure, FailureKind, history_error_code
-from proxy.dispatch.replay import reconstruct, replay_body
+from proxy.dispatch.replay import MAX_DEPTH, reconstruct, replay_body
 from proxy.dispatch.types import DispatchReport, DispatchRequest, StreamEnd
 from proxy.dispatch.upstream_request import ClientIdentity
 from proxy.ledger.affinity import AffinityWrite, wait_if_pending
@@ -89,6 +89,32 @@ return {}
 """
 _LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())
 
+# KEYS[1]: the record of the newest response of a chain. ARGV: record key prefix, max depth.
+# Walks the parent links inside Redis (same layout as above: the node's parentResponseId is
+# its first field) and returns {response id, record JSON, …} from the child to the root (or
+# as far as the records go): only the chain, not the conversation's other responses.
+_CHAIN = """
+local marker = ', "replay": {"parentResponseId": "'
+local result = {}
+local key = KEYS[1]
+local id = string.sub(key, string.len(ARGV[1]) + 1)
+for _ = 1, tonumber(ARGV[2]) do
+  local raw = redis.call('GET', key)
+  if not raw then break end
+  result[#result + 1] = id
+  result[#result + 1] = raw
+  local at = string.find(raw, marker, 1, true)
+  if not at then break end
+  local from = at + string.len(marker)
+  local to = string.find(raw, '"', from, true)
+  if not to then break end
+  id = string.sub(raw, from, to - 1)
+  key = ARGV[1] .. id
+end
+return result
+"""
+_CHAIN_SCRIPT = AsyncScript(None, _CHAIN.encode())
+
 
 def instructions_hash(body: dict) -> str:
     instructions = body.get("instructions")
@@ -123,7 +149,7 @@ class Continuity:
     # The previous response's record (managed), or the conversation's newest matching one;
     # its replay node without the turns (parentResponseId, depth, totalBytes).
     record: dict | None = None
-    # Rebuilt lazily (two Redis round trips), only when a recovery needs it.
+    # Rebuilt lazily (one Redis script call), only when a recovery needs it.
     _history: list | None = field(default=None, repr=False)
     _history_read: bool = field(default=False, repr=False)
 
@@ -155,9 +181,7 @@ class Continuity:
         """The managed chain's full history (oldest first), or None when it cannot be rebuilt."""
         if not self._history_read:
             self._history_read = True
-            self._history = await _read_history(
-                self.previous_response_id, self.record_conversation_id
-            )
+            self._history = await _read_history(self.previous_response_id)
         return self._history
 
 
@@ -193,29 +217,25 @@ async def look_up(
     return continuity
 
 
-async def _read_history(response_id: str, conversation_id: str) -> list | None:
-    """ZRANGE the conversation, MGET its records, walk the parent links from ``response_id``."""
+async def _read_history(response_id: str) -> list | None:
+    """One script call: the records of the chain, child to root; then the history."""
     try:
         redis = await async_redis.get()
-        members = [
-            member.decode() if isinstance(member, bytes) else member
-            for member in await redis.zrange(
-                redis_keys.affinity_conversation(conversation_id), 0, -1
-            )
-        ]
-        if response_id not in members:
-            members.append(response_id)
-        values = await redis.mget([redis_keys.affinity_response(member) for member in members])
+        found = await _CHAIN_SCRIPT(
+            keys=[redis_keys.affinity_response(response_id)],
+            args=[redis_keys.affinity_response(""), MAX_DEPTH],
+            client=redis,
+        )
     except Exception as error:
         logger.warning("affinity history read failed (%s)", type(error).__name__)
         return None
     records = {}
-    for member, raw in zip(members, values, strict=True):
-        if raw is not None:
-            try:
-                records[member] = json.loads(raw)
-            except ValueError:
-                continue
+    for index in range(0, len(found), 2):
+        member = found[index].decode() if isinstance(found[index], bytes) else found[index]
+        try:
+            records[member] = json.loads(found[index + 1])
+        except ValueError:
+            return None
     return reconstruct(response_id, records)
 
 
