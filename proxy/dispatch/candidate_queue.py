@@ -11,14 +11,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
-from proxy.dispatch.scheduler import SchedulerSettings, Slot, WaitPolicy
+from proxy.dispatch.scheduler import Ranking, SchedulerSettings, Slot, WaitPolicy
 from proxy.selectors import still_eligible
+
+# Above any other base score plus the largest load term (1.0): the preferred account is a
+# group of its own at the top, whatever the strategy, and the same Lua call still finds it
+# full and moves on — no extra round trip.
+_PREFERENCE_BONUS = 10.0
+
+
+def _preferring(ranking: Ranking, account_id: str) -> Ranking:
+    """``ranking`` with ``account_id`` (when it is a candidate) first."""
+    accounts = ranking.accounts
+    position = next(
+        (index for index, account in enumerate(accounts) if account.id == account_id), None
+    )
+    if position is None:
+        return ranking
+    scores = list(ranking.base_scores)
+    top = max(scores) + _PREFERENCE_BONUS
+    return Ranking(
+        [accounts[position], *accounts[:position], *accounts[position + 1 :]],
+        [top, *scores[:position], *scores[position + 1 :]],
+        ranking.load_weight,
+        ranking.rotate_ties,
+    )
 
 
 class CandidateQueue:
@@ -28,12 +50,13 @@ class CandidateQueue:
         settings: SchedulerSettings,
         *,
         limit: int | None = None,
-        prefer: Callable[[list[AccountView]], list[AccountView]] | None = None,
+        prefer: str | None = None,
     ):
         self._eligible = eligible
         self._settings = settings
         self._limit = limit
-        self._prefer = prefer  # affinity hook: moves a preferred account to the front
+        # Affinity (spec §5.2): this account id goes first, still subject to its slots.
+        self._prefer = prefer
         self._wait = WaitPolicy()
         self._pending: list[AccountView] = []
         self._parked: list[AccountView] = []
@@ -61,14 +84,9 @@ class CandidateQueue:
 
     async def _first(self) -> Slot | None:
         ranking = scheduler.rank(self._eligible, self._settings.strategy)
-        order, slot = await scheduler.order_and_acquire(ranking, self._settings)
         if self._prefer is not None:
-            order = self._prefer(order)
-            if slot is not None and order and order[0].id != slot.account.id:
-                # The preferred account comes first; give back the slot taken elsewhere.
-                await scheduler.release(slot)
-                self._pending = order
-                return await self._walk()
+            ranking = _preferring(ranking, self._prefer)
+        order, slot = await scheduler.order_and_acquire(ranking, self._settings)
         if self._limit is not None:
             order = order[: self._limit]
         if slot is None:

@@ -58,6 +58,19 @@ ALL_BUSY = ClientError(
     "no_available_accounts",
     "All accounts are at their concurrency limit. Retry the request.",
 )
+PREVIOUS_RESPONSE_UNAVAILABLE = ClientError(
+    400,
+    "invalid_request_error",
+    "previous_response_unavailable",
+    "Previous response context is unavailable. Start a new conversation or resend the "
+    "complete input without previous_response_id.",
+)
+CONTINUATION_CONNECTION_BUSY = ClientError(
+    503,
+    "server_error",
+    "continuation_connection_busy",
+    "The previous response connection is busy. Retry the request.",
+)
 INVALID_UPSTREAM = ClientError(
     502, "server_error", "invalid_upstream_response", "Invalid upstream Codex response"
 )
@@ -163,6 +176,10 @@ def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
         )
     if kind == FailureKind.INVALID_SSE:
         return INVALID_UPSTREAM
+    if kind == FailureKind.CONTINUATION_UNAVAILABLE:
+        if failure.code == "connection_busy":
+            return CONTINUATION_CONNECTION_BUSY
+        return PREVIOUS_RESPONSE_UNAVAILABLE
     # An upstream error returned to the client: a JSON 4xx passes through verbatim.
     status = failure.upstream_status or 502
     if 400 <= status < 500 and json_or_none(failure.body) is not None:

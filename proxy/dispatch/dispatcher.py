@@ -14,6 +14,7 @@ stream — when the relay ends. Failures reach the view as ``ClientFailure``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import NoReturn
 
 from django.utils import timezone
@@ -21,14 +22,28 @@ from django.utils import timezone
 from proxy.accounts import AccountView
 from proxy.clients import codex
 from proxy.dispatch import scheduler
+from proxy.dispatch.account_effects import apply_account_effect, quota_still_blocked
 from proxy.dispatch.attempts import CompactStrategy, CompleteStrategy, Strategy, StreamStrategy
 from proxy.dispatch.candidate_queue import CandidateQueue
 from proxy.dispatch.client_errors import (
     ALL_BUSY,
+    CONTINUATION_CONNECTION_BUSY,
     NO_ACCOUNTS,
+    PREVIOUS_RESPONSE_UNAVAILABLE,
     ClientError,
     ClientFailure,
     client_error_for,
+)
+from proxy.dispatch.continuity import (
+    Continuity,
+    Next,
+    affinity_write,
+    after_owner_failure,
+    is_recoverable,
+    look_up,
+    owner_request,
+    replay_request,
+    variant_hash,
 )
 from proxy.dispatch.cookies import captured_cookies, cookie_header
 from proxy.dispatch.failures import AttemptFailure, FailureKind
@@ -49,11 +64,12 @@ from proxy.dispatch.types import (
     StreamEnd,
 )
 from proxy.dispatch.upstream_request import request_headers
+from proxy.ledger import affinity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import build_entry
-from proxy.quota import UsageFetchError, fetch_usage
 from proxy.services import account_state
-from proxy.services.account_quota import account_quota_apply
+
+logger = logging.getLogger(__name__)
 
 SAFE_UPSTREAM_HEADERS = (
     "openai-model",
@@ -80,6 +96,13 @@ class Dispatch:
         # (each may wait for a lease and the token endpoint; the client is waiting). Later
         # 401s demote their account for the scheduled refresher.
         self._token_refresh_spent = False
+        self._attempt_index = 0
+        # Affinity (spec §5): what Redis knew, the owner's fallbacks, and the request the
+        # attempts send (the owner's turn state, or the full replay).
+        self._continuity: Continuity | None = None
+        self._others: list[AccountView] = []
+        self._sent: DispatchRequest = request
+        self._replay_spent = False
 
     # ------------------------------------------------------------------------- entry points
 
@@ -159,61 +182,147 @@ class Dispatch:
             end=end or StreamEnd(),
         )
         ledger.submit(build_entry(self.report))
+        try:
+            write = affinity_write(self.report, self._continuity)
+            if write is not None:
+                affinity.submit(write)
+        except Exception:  # affinity is disposable; the answer is not
+            logger.warning("affinity record not queued", exc_info=True)
 
     # ------------------------------------------------------------------------- the walk
 
     async def _queue(self) -> CandidateQueue:
+        request = self.request
         eligible = await account_state.accounts_apply_time_transitions(
-            self.request.accounts, now=timezone.now()
+            request.accounts, now=timezone.now()
         )
         eligible = [
             account
             for account in eligible
-            if self.request.catalog.allows(self.request.model, account.plan_type)
+            if request.catalog.allows(request.model, account.plan_type)
         ]
-        # A previous_response_id is bound to the account that produced it: exactly one account
-        # is tried, the id untouched (spec §5.3 "external unknown"), never fanned out.
-        limit = 1 if self.request.previous_response_id else None
-        return CandidateQueue(eligible, self.request.scheduler_settings, limit=limit)
+        settings = request.scheduler_settings
+        if self._strategy.call is codex.Call.COMPACT:
+            # No chain to continue: a previous id is tried on one account, untouched.
+            return CandidateQueue(
+                eligible, settings, limit=1 if request.previous_response_id else None
+            )
+        continuity = self._continuity = await look_up(
+            previous_response_id=request.previous_response_id,
+            conversation_id=request.conversation_id,
+            variant=variant_hash(request.body, request.client_identity),
+        )
+        if continuity.external:
+            # Unknown previous id (spec §5.3): exactly one account, the id untouched, its answer
+            # as it is — never fanned out, never replayed.
+            return CandidateQueue(eligible, settings, limit=1)
+        if continuity.managed:
+            owner_id = continuity.preferred_account_id
+            self._others = [account for account in eligible if account.id != owner_id]
+            self._sent = owner_request(request, continuity)
+            return CandidateQueue([a for a in eligible if a.id == owner_id], settings)
+        return CandidateQueue(eligible, settings, prefer=continuity.preferred_account_id)
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
         queue = await self._queue()
-        attempt_index = 0
+        if self._continuity is not None and self._continuity.managed:
+            outcome = await self._walk_queue(queue, owner=True)
+            if not isinstance(outcome, AttemptFailure | None):
+                return outcome
+            queue = await self._recover(outcome, owner_timed_out=queue.timed_out)
+        return await self._walk_queue(queue, owner=False)
+
+    async def _walk_queue(
+        self, queue: CandidateQueue, *, owner: bool
+    ) -> Committed | CompactResult | AttemptFailure | None:
+        """Walk ``queue``. For the owner of a managed continuation its failure (None: it could
+        not be used) is returned for ``_recover``; otherwise the walk ends the request."""
         while True:
             slot = await queue.next_slot()
             if slot is None:
                 break
             try:
-                outcome = await self._attempt(slot, attempt_index)
-                # A 401: one refresh of this account and one retry on it (token_retry).
-                if (
-                    not self._token_refresh_spent
-                    and wants_token_refresh(outcome, slot.account)
-                    and (self._spend_token_refresh() or await refresh_for_retry(slot.account))
-                ):
-                    self._notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
-                    attempt_index += 1
-                    outcome = await self._attempt(slot, attempt_index)
-                    if wants_token_refresh(outcome, slot.account):
-                        await give_up_after_refresh(slot.account)
+                outcome = await self._attempt_with_refresh(slot)
+                if owner and isinstance(outcome, AttemptFailure):
+                    outcome = await self._retry_owner_with_replay(slot, outcome)
             except BaseException:
                 # Cancelled (the client left) or failed half-way: the slot must not wait for
                 # its TTL. Shielded so the release itself survives the cancellation.
                 await asyncio.shield(scheduler.release(slot))
                 raise
             if not isinstance(outcome, AttemptFailure):
-                self._notes.append(AttemptNote(attempt_index, slot.account.id))
+                self._note(slot)
                 return outcome
             await scheduler.release(slot)
-            self._notes.append(AttemptNote(attempt_index, slot.account.id, outcome))
-            attempt_index += 1
+            self._note(slot, outcome)
+            if outcome.rotates:
+                await apply_account_effect(slot.account, outcome)
+            if owner:
+                return outcome
             if not outcome.rotates:
                 self._give_up(outcome)
-            await self._apply_account_effect(slot, outcome)
+        if owner:
+            return None
         if not self._notes:
             self._fail(ALL_BUSY if queue.timed_out else NO_ACCOUNTS)
         self._give_up(self._notes[-1].failure)
+
+    def _note(self, slot: Slot, failure: AttemptFailure | None = None) -> None:
+        self._notes.append(AttemptNote(self._attempt_index, slot.account.id, failure))
+        self._attempt_index += 1
+
+    async def _attempt_with_refresh(self, slot: Slot) -> Committed | CompactResult | AttemptFailure:
+        outcome = await self._attempt(slot)
+        # A 401: one refresh of this account and one retry on it (token_retry).
+        if (
+            not self._token_refresh_spent
+            and wants_token_refresh(outcome, slot.account)
+            and (self._spend_token_refresh() or await refresh_for_retry(slot.account))
+        ):
+            self._note(slot, outcome)
+            outcome = await self._attempt(slot)
+            if wants_token_refresh(outcome, slot.account):
+                await give_up_after_refresh(slot.account)
+        return outcome
+
+    async def _owner_next(self, failure: AttemptFailure | None) -> Next:
+        has_replay = False
+        if failure is None or is_recoverable(failure):
+            has_replay = await self._continuity.history() is not None
+        return after_owner_failure(
+            failure, has_replay=has_replay, same_account_replay_spent=self._replay_spent
+        )
+
+    async def _retry_owner_with_replay(
+        self, slot: Slot, failure: AttemptFailure
+    ) -> Committed | CompactResult | AttemptFailure:
+        """A history error (or an unavailable continuation) on the owner: once, the full
+        replay on the same account and slot."""
+        if await self._owner_next(failure) is not Next.RETRY_SAME_WITH_REPLAY:
+            return failure
+        self._note(slot, failure)
+        self._replay_spent = True
+        self._sent = await replay_request(self.request, self._continuity)
+        return await self._attempt_with_refresh(slot)
+
+    async def _recover(
+        self, failure: AttemptFailure | None, *, owner_timed_out: bool
+    ) -> CandidateQueue:
+        """After the owner: the other accounts with the full replay, or the client's error."""
+        decision = await self._owner_next(failure)
+        if decision is Next.ROTATE_WITH_REPLAY:
+            self._sent = await replay_request(self.request, self._continuity)
+            return CandidateQueue(self._others, self.request.scheduler_settings)
+        if failure is None and owner_timed_out and decision is Next.UNAVAILABLE:
+            self._fail(ALL_BUSY)
+        if decision is Next.UNAVAILABLE:
+            self._final_failure = failure
+            self._fail(PREVIOUS_RESPONSE_UNAVAILABLE)
+        if decision is Next.BUSY:
+            self._final_failure = failure
+            self._fail(CONTINUATION_CONNECTION_BUSY)
+        self._give_up(failure)
 
     def _fail(self, error: ClientError) -> NoReturn:
         self._client_error = error
@@ -238,7 +347,7 @@ class Dispatch:
     # ------------------------------------------------------------------------- one attempt
 
     def _headers(self, account: AccountView, call: codex.Call, url: str) -> list[tuple[str, str]]:
-        request = self.request
+        request = self._sent
         return codex.build_headers(
             call,
             fingerprint=request.fingerprint,
@@ -252,15 +361,15 @@ class Dispatch:
             cookie=cookie_header(account.cookies, url=url, now=timezone.now()),
         )
 
-    async def _attempt(
-        self, slot: Slot, attempt_index: int
-    ) -> Committed | CompactResult | AttemptFailure:
+    async def _attempt(self, slot: Slot) -> Committed | CompactResult | AttemptFailure:
         """One account: pacing, the usage check of a just-lifted quota, the call itself."""
         account = slot.account
         strategy = self._strategy
         if strategy.paced:
             await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
-        if account.quota_verify_required and await self._quota_still_blocked(account):
+        if account.quota_verify_required and await quota_still_blocked(
+            account, self.request.fingerprint
+        ):
             return AttemptFailure(
                 FailureKind.RATE_LIMITED,
                 detail="rate-limited: Upstream usage quota still reports limit_reached",
@@ -270,9 +379,9 @@ class Dispatch:
         cookies_seen: list[str] = []
         try:
             return await strategy.run(
-                self.request,
+                self._sent,
                 slot,
-                attempt_index,
+                self._attempt_index,
                 self._headers(account, strategy.call, url),
                 cookies_seen,
             )
@@ -281,45 +390,3 @@ class Dispatch:
                 found = captured_cookies(cookies_seen, url=url, now=timezone.now())
                 if found:
                     self._cookies.append((account.id, tuple(found)))
-
-    async def _quota_still_blocked(self, account: AccountView) -> bool:
-        """For an account whose quota limit just lifted: ask the usage endpoint first (spec §3.5).
-
-        Returns True when the upstream still reports the limit (the account is skipped); an
-        unreadable usage endpoint lets the request go ahead.
-        """
-        url = codex.usage_urls()[0]
-        headers = codex.build_headers(
-            codex.Call.USAGE,
-            fingerprint=self.request.fingerprint,
-            credentials=codex.Credentials.of(account),
-            cookie=cookie_header(account.cookies, url=url, now=timezone.now()),
-        )
-        now = timezone.now()
-        try:
-            snapshot = await fetch_usage(headers, now=now)
-        except UsageFetchError:
-            return False
-        await account_quota_apply(account.id, snapshot, now=now)
-        return snapshot.limit_reached
-
-    async def _apply_account_effect(self, slot: Slot, failure: AttemptFailure) -> None:
-        account = slot.account
-        now = timezone.now()
-        kind = failure.kind
-        if kind == FailureKind.RATE_LIMITED and failure.answered:
-            await account_state.account_mark_rate_limited(
-                account.id, now=now, retry_after_seconds=failure.retry_after_seconds
-            )
-        elif kind == FailureKind.QUOTA_EXHAUSTED:
-            await account_state.account_mark_quota_exhausted(account.id, now=now)
-        elif kind == FailureKind.EXPIRED:
-            await account_state.account_mark_expired(
-                account.id, token=account.access_token, now=now
-            )
-        elif kind == FailureKind.BANNED:
-            await account_state.account_mark_banned(account.id, token=account.access_token, now=now)
-        elif kind == FailureKind.CLOUDFLARE_CHALLENGE:
-            await account_state.account_register_cloudflare_challenge(account.id, now=now)
-        elif kind == FailureKind.CLOUDFLARE_PATH_BLOCKED:
-            await account_state.account_register_cloudflare_path_block(account.id, now=now)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from proxy.clients.codex import (
     ERROR_BODY_READ_CAP,  # noqa: F401 - re-exported: how much of an error body is read
+    CodexContinuationUnavailable,
     CodexError,
     CodexHTTPError,
     CodexTransportError,
@@ -36,6 +37,9 @@ class FailureKind(enum.StrEnum):
     CLIENT_ERROR = "upstream"
     RESPONSE_FAILED = "response_failed"
     INVALID_SSE = "invalid_sse"
+    # A connection-local continuation the WebSocket pool cannot serve (``code`` = the reason);
+    # the continuity rules decide (spec §5.3), never a plain rotation.
+    CONTINUATION_UNAVAILABLE = "continuation_unavailable"
 
 
 ROTATING_KINDS = frozenset(
@@ -200,6 +204,13 @@ def failure_from_error(error: CodexError) -> AttemptFailure:
         failure = classify_http_failure(error.status, error.headers, error.body)
         failure.headers = error.headers
         return failure
+    if isinstance(error, CodexContinuationUnavailable):
+        return AttemptFailure(
+            FailureKind.CONTINUATION_UNAVAILABLE,
+            code=error.reason,
+            detail=error.reason,
+            answered=False,
+        )
     detail = error.detail if isinstance(error, CodexTransportError) else type(error).__name__
     return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=detail, answered=False)
 
@@ -246,3 +257,29 @@ def classify_failed_event(event: dict) -> AttemptFailure:
         seconds = retry_after_seconds({}, json.dumps({"error": error}).encode())
         return AttemptFailure(FailureKind.RATE_LIMITED, retry_after_seconds=seconds, **common)
     return AttemptFailure(FailureKind.RESPONSE_FAILED, **common)
+
+
+# The upstream's "this history cannot be continued here" codes (spec §5.3): a continuation on
+# its owner that fails with one of them is retried once on it with the full replay.
+HISTORY_ERROR_CODES = frozenset(
+    {
+        "previous_response_not_found",
+        "invalid_encrypted_content",
+        "missing_tool_output",
+        "no_tool_output",
+    }
+)
+
+
+def history_error_code(failure: AttemptFailure) -> str | None:
+    """The history error code of a failure (an SSE failure code or an HTTP 4xx JSON body's
+    ``error.code``), or None."""
+    code = (failure.code or "").lower()
+    if code in HISTORY_ERROR_CODES:
+        return code
+    if failure.kind != FailureKind.CLIENT_ERROR or not failure.body:
+        return None
+    payload = json_or_none(failure.body) or {}
+    error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+    code = str(error.get("code") or "").lower()
+    return code if code in HISTORY_ERROR_CODES else None

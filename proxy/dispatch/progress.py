@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from proxy.dispatch.failures import AttemptFailure, classify_failed_event
+from proxy.dispatch.failures import AttemptFailure, classify_failed_event, history_error_code
 from proxy.dispatch.sse import (
     OUTPUT_DELTA_EVENTS,
     OUTPUT_ITEM_EVENTS,
@@ -21,7 +21,7 @@ def observe(
 ) -> AttemptFailure | None:
     """Update ``progress`` from new frames (first token timed from ``request``'s start). Before
     output, a rotatable terminal failure is returned so the caller can move to the next
-    account."""
+    account (or, for a ``previous_response_id``, a history error to recover)."""
     for frame in frames:
         event = frame.event
         if frame.data == b"[DONE]":
@@ -49,7 +49,11 @@ def observe(
                 progress.response_id = response["id"]
             if event not in SUCCESS_TERMINAL_EVENTS and not progress.output_seen:
                 failure = classify_failed_event(terminal)
-                if failure.rotates:
+                # A continuation's history error is still held back too: the dispatch may
+                # recover it by replay (spec §5.3–§5.4).
+                if failure.rotates or (
+                    request.previous_response_id and history_error_code(failure) is not None
+                ):
                     failure.in_stream = True
                     return failure
     return None

@@ -39,6 +39,7 @@ from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
 from proxy import redis_keys
+from proxy.ledger import affinity
 from proxy.ledger.entries import LedgerEntry
 from proxy.loop_resources import PerLoop, async_redis
 from proxy.services.account_cookies import account_cookies_store
@@ -157,8 +158,10 @@ def submit(entry: LedgerEntry) -> None:
 
 
 async def await_pending_writes() -> None:
-    """Wait until everything submitted so far is written (tests, and graceful shutdown)."""
+    """Wait until everything submitted so far is written (tests, and graceful shutdown),
+    the affinity records included."""
     await _writers.get_or_create().flush()
+    await affinity.await_pending_writes()
 
 
 async def write_unit(unit: _Unit) -> _Unit | None:

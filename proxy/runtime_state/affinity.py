@@ -49,11 +49,17 @@ def affinity_record(
     functionCallIds, variantHash, continuationScope, replay). Index members older than the TTL
     are pruned on the way.
     """
+    fields = dict(fields or {})
+    replay = fields.pop("replay", None)
+    # The replay node (up to 2 MiB) comes last, so that the request path's lookup script can
+    # match the variant and return the record without it by position, without decoding it
+    # (proxy.dispatch.continuity); default json separators.
     record = {
-        **(fields or {}),
         "accountId": account_id,
         "conversationId": conversation_id,
+        **fields,
         "createdAt": created_at.isoformat(),
+        "replay": replay,
     }
     score = _epoch_ms(created_at)
     oldest_kept = score - ttl_seconds * 1000

@@ -8,6 +8,11 @@ Reply(...), ...)``); with nothing programmed, a normal streamed success. Every r
 recorded with its headers in arrival order, and the fake tracks how many requests per token are
 in flight at once and whether a client went away mid-stream.
 
+Like the real backend (with ``store``), an account only knows the response ids it produced:
+a ``previous_response_id`` another token produced, or none produced, is answered 400
+``previous_response_not_found`` (``known_response_ids`` per token; a programmed non-"ok"
+reply is answered as programmed).
+
 Used by the tests and by bench/ (``python -m tests.fakes.codex --port N``).
 """
 
@@ -253,6 +258,18 @@ def function_call_events(
     return number_events(events)
 
 
+def previous_response_not_found(response_id: str) -> dict:
+    """The backend's 400 body for a previous response id this account does not know."""
+    return {
+        "error": {
+            "message": f"Previous response with id '{response_id}' not found.",
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }
+    }
+
+
 def number_events(events: list[dict]) -> list[dict]:
     return [{**event, "sequence_number": index} for index, event in enumerate(events)]
 
@@ -288,6 +305,8 @@ class FakeCodexUpstream:
         self.default_deltas = self.DEFAULT_DELTAS
         # The answer to tokens with nothing programmed (None: a normal streamed success).
         self.default_reply: Reply | None = None
+        # token -> the response ids it completed (what a previous_response_id may name)
+        self.known_response_ids: dict[str, set[str]] = defaultdict(set)
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -313,6 +332,7 @@ class FakeCodexUpstream:
             self.compact_payload = None
             self.default_deltas = self.DEFAULT_DELTAS
             self.default_reply = None
+            self.known_response_ids.clear()
         self.server.clear()
 
     @property
@@ -365,6 +385,17 @@ class FakeCodexUpstream:
         application.router.add_post("/v1/chat/completions", self._chat_completions)
         return application
 
+    def _knows(self, token: str, response_id: str) -> bool:
+        with self._lock:
+            return response_id in self.known_response_ids[token]
+
+    def _remember(self, token: str, events: list[dict]) -> None:
+        for event in events:
+            response = event.get("response")
+            if event.get("type") == "response.completed" and isinstance(response, dict):
+                with self._lock:
+                    self.known_response_ids[token].add(response["id"])
+
     def _token(self, request: web.Request) -> str:
         return request.headers.get("Authorization", "").removeprefix("Bearer ")
 
@@ -394,7 +425,11 @@ class FakeCodexUpstream:
             return web.Response(
                 status=reply.status, text=body, headers=reply.headers, content_type=content_type
             )
-        model = reply.model or (await request.json()).get("model") or "gpt-5.4"
+        body = await request.json()
+        model = reply.model or body.get("model") or "gpt-5.4"
+        previous = body.get("previous_response_id")
+        if reply.kind == "ok" and previous and not self._knows(token, previous):
+            return web.json_response(previous_response_not_found(previous), status=400)
         events = reply.events or text_events(
             text=reply.text, deltas=reply.deltas, model=model, usage=reply.usage
         )
@@ -413,6 +448,8 @@ class FakeCodexUpstream:
         elif reply.kind in ("cut", "eof"):
             events = events[: reply.cut_after]
         if reply.content_encoding:
+            if reply.kind == "ok":
+                self._remember(token, events)
             body = b"".join(sse_frame(event) for event in events)
             return web.Response(
                 body=_compressed(body, reply.content_encoding),
@@ -445,6 +482,8 @@ class FakeCodexUpstream:
                 request.transport.close()
                 return response
             await response.write_eof()
+            if reply.kind == "ok":
+                self._remember(token, events)
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             with self._lock:
                 self.disconnects.append(token)

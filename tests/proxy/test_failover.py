@@ -167,10 +167,11 @@ def test_empty_404_wipes_cookies_and_the_third_in_an_hour_disables(
 ):
     account_a, _ = pool
     make_cookie(account=account_a)
-    for _ in range(3):
+    for turn in range(3):
         reset_rotation()
         upstream.program("tok-a", Reply(kind="status", status=404, body=""))
-        _served_by_b(upstream, _non_stream(proxy, client_key))
+        # A conversation each: affinity would keep one on tok-b (the account that served it).
+        _served_by_b(upstream, _non_stream(proxy, client_key, prompt_cache_key=f"conv-{turn}"))
         assert AccountCookie.objects.filter(account=account_a).count() == 0
 
     assert _account(account_a).status == "disabled"

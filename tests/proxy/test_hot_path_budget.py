@@ -1,6 +1,8 @@
-"""The request path's budget (issue 9): before the first byte PostgreSQL sees one statement
-(client key, settings, fingerprint and candidates together); Redis sees one call to order and
-acquire a slot and one to release it. The ledger is written later, in batches.
+"""The request path's budget (issue 9, issue 16): before the first byte PostgreSQL sees one
+statement (client key, settings, fingerprint and candidates together) and Redis two calls: the
+affinity lookup (one script) and the one that orders the candidates and acquires a slot. After
+the stream: one call to release the slot and the affinity record's one MULTI. The ledger is
+written later, in batches.
 
 Both are counted where the servers see them, whatever client API sent them (execute, cursors,
 pipelines, COPY, scripts): the request path's connections reach PostgreSQL through a relay that
@@ -197,8 +199,17 @@ class RedisCommandLog:
         except (redis.ConnectionError, OSError):
             pass
 
+    _MARK = "hot-path-budget:mark"
+
+    def mark(self) -> None:
+        """A point in the log (the feed is in order): ``stop`` splits the commands there."""
+        marker = redis.Redis.from_url(self._url)
+        marker.echo(self._MARK)
+        marker.close()
+
     def stop(self) -> list[str]:
-        """End the log; returns the names of the commands clients sent, in order."""
+        """End the log; returns the names of the commands clients sent, in order (a ``mark``
+        shows as ``|``)."""
         marker = redis.Redis.from_url(self._url)
         marker.echo(self._END)  # the feed is in order: once this shows, all before it has
         marker.close()
@@ -208,14 +219,19 @@ class RedisCommandLog:
         [marker_port] = {
             command["client_port"] for command in self._received if self._END in command["command"]
         }
+        mark_ports = {
+            command["client_port"] for command in self._received if self._MARK in command["command"]
+        }
         return [
-            command["command"].split(" ", 1)[0].upper()
+            "|" if self._MARK in command["command"] else command["command"].split(" ", 1)[0].upper()
             for command in self._received
-            if command["client_type"] != "lua" and command["client_port"] != marker_port
+            if command["client_type"] != "lua"
+            and command["client_port"] != marker_port
+            and (command["client_port"] not in mark_ports or self._MARK in command["command"])
         ]
 
 
-def test_one_postgres_statement_and_two_redis_calls_per_request(
+def test_one_postgres_statement_and_two_redis_calls_before_the_first_byte(
     counted_proxy, private_redis, upstream
 ):
     server, postgres = counted_proxy
@@ -247,7 +263,11 @@ def test_one_postgres_statement_and_two_redis_calls_per_request(
     redis_log = RedisCommandLog(private_redis.url)
     before_first_byte: list[str] = []
 
-    call(after_first_byte=lambda: before_first_byte.extend(postgres.statements))
+    def at_first_byte() -> None:
+        before_first_byte.extend(postgres.statements)
+        redis_log.mark()
+
+    call(after_first_byte=at_first_byte)
     server.drain()
     redis_commands = redis_log.stop()
 
@@ -257,4 +277,10 @@ def test_one_postgres_statement_and_two_redis_calls_per_request(
         if not statement.startswith("update client_api_keys")
     ]
     assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
-    assert redis_commands == ["EVALSHA", "EVALSHA"]
+    # Affinity lookup, order-and-acquire | release, then the affinity record (seed §4B.3: SET
+    # EXAT, and per index ZADD, EXPIRE, prune) in one MULTI, written after the stream.
+    assert redis_commands == ["EVALSHA", "EVALSHA", "|", "EVALSHA", "MULTI"] + [
+        "SET",
+        *(["ZADD", "EXPIRE", "ZREMRANGEBYSCORE"] * 2),
+        "EXEC",
+    ]

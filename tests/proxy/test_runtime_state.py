@@ -133,6 +133,7 @@ def test_affinity_record_sets_expiry_and_both_indexes(redis_client, unique):
         "accountId": f"acct_{unique}",
         "conversationId": f"conv_{unique}",
         "createdAt": created.isoformat(),
+        "replay": None,  # always present (seed §4B.3), last
     }
     # EXAT createdAt + 4 h (EXPIRETIME needs Redis 7; the TTL tells the same on 6.2).
     remaining = redis_client.ttl(key(f"affinity:v2:resp:resp_{unique}"))

@@ -1,0 +1,370 @@
+"""Which account a conversation belongs to, and how a ``previous_response_id`` is honoured
+(spec §5.2–§5.3, seed 004 §4B.3).
+
+Before the first attempt, ONE Redis round trip (a Lua script) reads the affinity the request
+needs: with a previous id, that response's record; without one, the newest record of the
+request's local conversation whose variant hash matches. The record's account is then
+preferred (moved to the front of the candidate order) or, for a managed previous id, it is the
+owner: the only account tried first.
+
+What happens after a failure on the owner is ``after_owner_failure``: one same-account retry
+with the full replay on a history error or an unavailable continuation, the replay to another
+account on a rotatable failure — both only when the chain can be rebuilt — else 400
+``previous_response_unavailable`` (or 503 ``continuation_connection_busy``). An unknown
+("external") previous id gets exactly one account, untouched, and the upstream's answer.
+
+Redis failures degrade to normal scheduling; they are logged without keys or values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+from redis.commands.core import AsyncScript
+
+from proxy import redis_keys
+from proxy.dispatch.conversation import stable_key
+from proxy.dispatch.failures import AttemptFailure, FailureKind, history_error_code
+from proxy.dispatch.replay import MAX_DEPTH, reconstruct, replay_body
+from proxy.dispatch.types import DispatchReport, DispatchRequest, StreamEnd
+from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.ledger.affinity import AffinityWrite, wait_if_pending
+from proxy.loop_resources import async_redis
+
+logger = logging.getLogger(__name__)
+
+# A response id longer than this is nobody's (it would only make a long Redis key): an unknown
+# previous id, and no record for such a response.
+MAX_RESPONSE_ID_LENGTH = 256
+# How many of a conversation's newest records the preference looks at for a matching variant.
+PREFERENCE_SCAN = 16
+
+# KEYS[1]: the record of the previous response, or the conversation index.
+# ARGV: mode ("previous" | "conversation"), record key prefix, variant hash, scan size.
+# Returns {response id, record JSON} or {} (dangling index members are removed on the way).
+# The record comes back without its replay turns (up to 2 MiB the request path never needs:
+# the node's parentResponseId/depth/totalBytes are kept). Records are written by
+# proxy.runtime_state.affinity with default json separators, the replay node last and its
+# turns last in it; every field before them is a string, number or list of strings, whose
+# quotes JSON escapes, so the first unescaped '"variantHash": "' and ', "replay": ' are the
+# record's own. A record in another shape is returned whole.
+_LOOKUP = """
+local function without_turns(raw)
+  local at = string.find(raw, ', "replay": {', 1, true)
+  if not at then return raw end
+  local cut = string.find(raw, ', "turnInput": ', at, true)
+  if not cut then return raw end
+  return string.sub(raw, 1, cut - 1) .. '}}'
+end
+local function variant_of(raw)
+  local marker = '"variantHash": "'
+  local at = string.find(raw, marker, 1, true)
+  if not at then return nil end
+  local from = at + string.len(marker)
+  local to = string.find(raw, '"', from, true)
+  if not to then return nil end
+  return string.sub(raw, from, to - 1)
+end
+if ARGV[1] == 'previous' then
+  local raw = redis.call('GET', KEYS[1])
+  if raw then return {'', without_turns(raw)} end
+  return {}
+end
+local members = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+for _, member in ipairs(members) do
+  local raw = redis.call('GET', ARGV[2] .. member)
+  if not raw then
+    redis.call('ZREM', KEYS[1], member)
+  elseif variant_of(raw) == ARGV[3] then
+    return {member, without_turns(raw)}
+  end
+end
+return {}
+"""
+_LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())
+
+# KEYS[1]: the record of the newest response of a chain. ARGV: record key prefix, max depth.
+# Walks the parent links inside Redis (same layout as above: the node's parentResponseId is
+# its first field) and returns {response id, record JSON, …} from the child to the root (or
+# as far as the records go): only the chain, not the conversation's other responses.
+_CHAIN = """
+local marker = ', "replay": {"parentResponseId": "'
+local result = {}
+local key = KEYS[1]
+local id = string.sub(key, string.len(ARGV[1]) + 1)
+for _ = 1, tonumber(ARGV[2]) do
+  local raw = redis.call('GET', key)
+  if not raw then break end
+  result[#result + 1] = id
+  result[#result + 1] = raw
+  local at = string.find(raw, marker, 1, true)
+  if not at then break end
+  local from = at + string.len(marker)
+  local to = string.find(raw, '"', from, true)
+  if not to then break end
+  id = string.sub(raw, from, to - 1)
+  key = ARGV[1] .. id
+end
+return result
+"""
+_CHAIN_SCRIPT = AsyncScript(None, _CHAIN.encode())
+
+
+def instructions_hash(body: dict) -> str:
+    instructions = body.get("instructions")
+    return hashlib.sha256(
+        (instructions if isinstance(instructions, str) else "").encode()
+    ).hexdigest()
+
+
+def variant_hash(body: dict, client: ClientIdentity) -> str:
+    """First 12 hex of SHA-256(instructions \\0 tools-json [\\0 variant identity]); the
+    variant identity is ``window:<window id>`` and/or ``anchor:<stable key>`` (the latter only
+    when the client sent a prompt_cache_key)."""
+    instructions = body.get("instructions")
+    parts = [
+        instructions if isinstance(instructions, str) else "",
+        json.dumps(body.get("tools") or [], ensure_ascii=False, separators=(",", ":")),
+    ]
+    if client.values.get("window-id"):
+        parts.append(f"window:{client.values['window-id']}")
+    if client.values.get("prompt-cache-key"):
+        parts.append(f"anchor:{stable_key(body)}")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Continuity:
+    """What affinity says about one request; built by ``look_up`` before the first attempt."""
+
+    conversation_id: str  # the request's local conversation id (lc_…)
+    variant_hash: str
+    previous_response_id: str | None = None
+    # The previous response's record (managed), or the conversation's newest matching one;
+    # its replay node without the turns (parentResponseId, depth, totalBytes).
+    record: dict | None = None
+    # Rebuilt lazily (one Redis script call), only when a recovery needs it.
+    _history: list | None = field(default=None, repr=False)
+    _history_read: bool = field(default=False, repr=False)
+
+    @property
+    def managed(self) -> bool:
+        return self.previous_response_id is not None and self.record is not None
+
+    @property
+    def external(self) -> bool:
+        return self.previous_response_id is not None and self.record is None
+
+    @property
+    def preferred_account_id(self) -> str | None:
+        return self.record.get("accountId") if self.record else None
+
+    @property
+    def record_conversation_id(self) -> str:
+        """The conversation a new record joins: the owner's for a continuation."""
+        if self.managed and self.record.get("conversationId"):
+            return self.record["conversationId"]
+        return self.conversation_id
+
+    @property
+    def stored_turn_state(self) -> str | None:
+        value = self.record.get("turnState") if self.managed else None
+        return value if isinstance(value, str) and value else None
+
+    async def history(self) -> list | None:
+        """The managed chain's full history (oldest first), or None when it cannot be rebuilt."""
+        if not self._history_read:
+            self._history_read = True
+            self._history = await _read_history(self.previous_response_id)
+        return self._history
+
+
+async def look_up(
+    *, previous_response_id: str | None, conversation_id: str, variant: str
+) -> Continuity:
+    """One Redis round trip; a Redis failure is logged and means "nothing known"."""
+    continuity = Continuity(
+        conversation_id=conversation_id,
+        variant_hash=variant,
+        previous_response_id=previous_response_id,
+    )
+    if previous_response_id is not None and len(previous_response_id) > MAX_RESPONSE_ID_LENGTH:
+        return continuity
+    if previous_response_id is not None:
+        # A record this process is still writing (the client was quicker than the writer).
+        await wait_if_pending(previous_response_id)
+        keys, mode = [redis_keys.affinity_response(previous_response_id)], "previous"
+    else:
+        keys, mode = [redis_keys.affinity_conversation(conversation_id)], "conversation"
+    try:
+        redis = await async_redis.get()
+        found = await _LOOKUP_SCRIPT(
+            keys=keys,
+            args=[mode, redis_keys.affinity_response(""), variant, PREFERENCE_SCAN],
+            client=redis,
+        )
+        if found:
+            record = json.loads(found[1])
+            continuity.record = record if isinstance(record, dict) else None
+    except Exception as error:
+        logger.warning("affinity lookup failed (%s); scheduling normally", type(error).__name__)
+    return continuity
+
+
+async def _read_history(response_id: str) -> list | None:
+    """One script call: the records of the chain, child to root; then the history."""
+    try:
+        redis = await async_redis.get()
+        found = await _CHAIN_SCRIPT(
+            keys=[redis_keys.affinity_response(response_id)],
+            args=[redis_keys.affinity_response(""), MAX_DEPTH],
+            client=redis,
+        )
+    except Exception as error:
+        logger.warning("affinity history read failed (%s)", type(error).__name__)
+        return None
+    records = {}
+    for index in range(0, len(found), 2):
+        member = found[index].decode() if isinstance(found[index], bytes) else found[index]
+        try:
+            records[member] = json.loads(found[index + 1])
+        except ValueError:
+            return None
+    return reconstruct(response_id, records)
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+class Next(enum.Enum):
+    """What a managed continuation does after its owner failed (or cannot be used)."""
+
+    RETRY_SAME_WITH_REPLAY = "retry_same_with_replay"
+    ROTATE_WITH_REPLAY = "rotate_with_replay"
+    GIVE_UP = "give_up"  # the failure's own client error (returned as-is)
+    UNAVAILABLE = "previous_response_unavailable"
+    BUSY = "continuation_connection_busy"
+
+
+def is_recoverable(failure: AttemptFailure) -> bool:
+    """Whether the failure is one a replay may recover (so the history is worth reading)."""
+    return (
+        failure.kind == FailureKind.CONTINUATION_UNAVAILABLE
+        or history_error_code(failure) is not None
+        or failure.rotates
+    )
+
+
+def after_owner_failure(
+    failure: AttemptFailure | None, *, has_replay: bool, same_account_replay_spent: bool
+) -> Next:
+    """Spec §5.3 for a managed previous id. ``failure`` None: the owner cannot be used at all
+    (no longer eligible, or no slot in time)."""
+    if failure is None:
+        return Next.ROTATE_WITH_REPLAY if has_replay else Next.UNAVAILABLE
+    if failure.kind == FailureKind.CONTINUATION_UNAVAILABLE:
+        if has_replay and not same_account_replay_spent:
+            return Next.RETRY_SAME_WITH_REPLAY
+        if failure.code == "connection_busy":
+            return Next.BUSY
+        return Next.UNAVAILABLE
+    if history_error_code(failure) is not None:
+        if has_replay and not same_account_replay_spent:
+            return Next.RETRY_SAME_WITH_REPLAY
+        return Next.UNAVAILABLE if not has_replay else Next.GIVE_UP
+    if failure.rotates and has_replay:
+        return Next.ROTATE_WITH_REPLAY
+    return Next.GIVE_UP
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+def _function_call_ids(output: list) -> list[str]:
+    return [
+        item["call_id"]
+        for item in output
+        if isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and isinstance(item.get("call_id"), str)
+    ]
+
+
+def affinity_write(report: DispatchReport, continuity: Continuity | None) -> AffinityWrite | None:
+    """The record a finished dispatch leaves (spec §5.1), or None when it did not complete a
+    response (failed, cut, cancelled, compact)."""
+    served = report.served
+    if continuity is None or served is None or report.end != StreamEnd():
+        return None
+    response = served.response_object
+    if response is None and served.progress is not None:
+        if served.progress.terminal_event != "response.completed":
+            return None
+        terminal = served.progress.terminal or {}
+        response = terminal.get("response")
+    if not isinstance(response, dict) or response.get("status", "completed") != "completed":
+        return None
+    response_id = response.get("id")
+    if not isinstance(response_id, str) or not 0 < len(response_id) <= MAX_RESPONSE_ID_LENGTH:
+        return None
+    request = report.request
+    output = response.get("output") if isinstance(response.get("output"), list) else []
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    input_tokens = usage.get("input_tokens")
+    return AffinityWrite(
+        response_id=response_id,
+        account_id=served.account.id,
+        conversation_id=continuity.record_conversation_id,
+        turn_state=served.upstream_headers.get("x-codex-turn-state")
+        or request.client_identity.context.get("x-codex-turn-state")
+        or continuity.stored_turn_state,
+        instructions_hash=instructions_hash(request.body),
+        input_tokens=input_tokens if isinstance(input_tokens, int) else None,
+        function_call_ids=_function_call_ids(output),
+        variant_hash=continuity.variant_hash,
+        continuation_scope="persisted" if request.body.get("store") is True else "connection_local",
+        created_at=timezone.now(),
+        turn_input=request.body.get("input"),
+        turn_output=output,
+        previous_response_id=continuity.previous_response_id if continuity.managed else None,
+        parent_replay=continuity.record.get("replay") if continuity.managed else None,
+        external_previous=continuity.external,
+    )
+
+
+# ----------------------------------------------------------------------------- what is sent
+
+
+def owner_request(request: DispatchRequest, continuity: Continuity) -> DispatchRequest:
+    """The request as the owner gets it: the stored turn state when the client sent none."""
+    identity = request.client_identity
+    stored = continuity.stored_turn_state
+    if stored is None or "x-codex-turn-state" in identity.context:
+        return request
+    with_state = ClientIdentity(
+        values=identity.values,
+        client_request_id=identity.client_request_id,
+        context={"x-codex-turn-state": stored, **identity.context},
+    )
+    return dataclasses.replace(request, client_identity=with_state)
+
+
+async def replay_request(request: DispatchRequest, continuity: Continuity) -> DispatchRequest:
+    """The full replay (spec §5.3): the rebuilt history plus this turn's input, sanitized; no
+    previous id, no turn state."""
+    history = await continuity.history()
+    identity = request.client_identity
+    without_state = ClientIdentity(
+        values=identity.values,
+        client_request_id=identity.client_request_id,
+        context={k: v for k, v in identity.context.items() if k != "x-codex-turn-state"},
+    )
+    return dataclasses.replace(
+        request, body=replay_body(request.body, history or []), client_identity=without_state
+    )

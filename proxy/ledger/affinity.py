@@ -1,0 +1,141 @@
+"""The affinity record of every completed response (seed 004 §4B.3, spec §5.1), written off the
+client's critical path.
+
+A finished dispatch hands one ``AffinityWrite`` to this loop's writer and returns; the writer
+builds the replay node (sanitizing and measuring the turn is CPU work, up to the 16 MiB body)
+and writes the record with its two indexes (one MULTI, ``proxy.runtime_state.affinity``) from a
+worker thread. A Redis failure is logged — without keys, ids or values — and the record is
+simply missing: affinity degrades to normal scheduling.
+
+The one thing the request path asks of the writer: whether a response id is still waiting to
+be written in this process (``wait_if_pending``), so a client that sends the next turn of a
+chain the moment it has the previous answer does not find it missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from proxy.dispatch.replay import build_node
+from proxy.loop_resources import PerLoop
+from proxy.runtime_state.affinity import affinity_record
+
+logger = logging.getLogger(__name__)
+# How long a continuation waits for its previous response's record still being written here.
+PENDING_WAIT_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class AffinityWrite:
+    """What one completed response leaves in Redis (the record's fields, before the node)."""
+
+    response_id: str
+    account_id: str
+    conversation_id: str
+    turn_state: str | None
+    instructions_hash: str
+    input_tokens: int | None
+    function_call_ids: list[str]
+    variant_hash: str
+    continuation_scope: str  # "persisted" (store:true) or "connection_local"
+    created_at: datetime
+    turn_input: Any
+    turn_output: list
+    # The previous response of a managed continuation and its node; an unknown (external)
+    # previous id gets no node at all.
+    previous_response_id: str | None = None
+    parent_replay: dict | None = None
+    external_previous: bool = False
+
+    def fields(self) -> dict[str, Any]:
+        replay = None
+        if not self.external_previous:
+            replay = build_node(
+                parent_response_id=self.previous_response_id,
+                parent_replay=self.parent_replay,
+                turn_input=self.turn_input,
+                turn_output=self.turn_output,
+            )
+        return {
+            "turnState": self.turn_state,
+            "instructionsHash": self.instructions_hash,
+            "inputTokens": self.input_tokens,
+            "functionCallIds": self.function_call_ids,
+            "variantHash": self.variant_hash,
+            "continuationScope": self.continuation_scope,
+            "replay": replay,
+        }
+
+
+def _write_in_thread(writes: list[AffinityWrite]) -> None:
+    for write in writes:
+        try:
+            affinity_record(
+                response_id=write.response_id,
+                account_id=write.account_id,
+                conversation_id=write.conversation_id,
+                created_at=write.created_at,
+                fields=write.fields(),
+            )
+        except Exception as error:
+            logger.warning("affinity record not written (%s)", type(error).__name__)
+
+
+@dataclass
+class AffinityWriter:
+    _pending: deque[AffinityWrite] = field(default_factory=deque)
+    _waiting_ids: set[str] = field(default_factory=set)
+    _task: asyncio.Task | None = None
+
+    def submit(self, write: AffinityWrite) -> None:
+        self._pending.append(write)
+        self._waiting_ids.add(write.response_id)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def is_pending(self, response_id: str) -> bool:
+        return response_id in self._waiting_ids
+
+    async def _run(self) -> None:
+        while self._pending:
+            writes = list(self._pending)
+            self._pending.clear()
+            try:
+                await sync_to_async(_write_in_thread, thread_sensitive=False)(writes)
+            except Exception:  # a bug, not Redis: never let it stop the writer
+                logger.exception("affinity writer failed unexpectedly")
+            finally:
+                self._waiting_ids.difference_update(write.response_id for write in writes)
+
+    async def flush(self) -> None:
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+
+_writers: PerLoop[AffinityWriter] = PerLoop(AffinityWriter)
+
+
+def submit(write: AffinityWrite) -> None:
+    """Queue ``write``; the caller goes on at once."""
+    _writers.get_or_create().submit(write)
+
+
+async def wait_if_pending(response_id: str) -> None:
+    """Wait (bounded) while this process still has ``response_id``'s record to write."""
+    writer = _writers.get_or_create()
+    if writer.is_pending(response_id):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(writer.flush(), PENDING_WAIT_SECONDS)
+
+
+async def await_pending_writes() -> None:
+    """Wait until every queued record is written (tests, graceful shutdown)."""
+    await _writers.get_or_create().flush()

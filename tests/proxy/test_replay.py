@@ -1,0 +1,332 @@
+"""Replay nodes at their limits (seed 004 §4B.3: 2 MiB node, 16 MiB chain, depth 128), the
+history they rebuild, and the spec §5.3 decision after an owner's failure — including the
+WebSocket pool's ``CodexContinuationUnavailable`` reasons (end to end once that half lands)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+import redis.asyncio
+
+from proxy.clients.codex import CodexContinuationUnavailable, CodexHTTPError
+from proxy.dispatch import continuity
+from proxy.dispatch.client_errors import client_error_for
+from proxy.dispatch.continuity import Next, after_owner_failure
+from proxy.dispatch.failures import (
+    AttemptFailure,
+    FailureKind,
+    failure_from_error,
+    history_error_code,
+)
+from proxy.dispatch.replay import (
+    MAX_CHAIN_BYTES,
+    MAX_DEPTH,
+    MAX_NODE_BYTES,
+    build_node,
+    reconstruct,
+    replay_body,
+)
+from proxy.ledger import affinity as ledger_affinity
+from proxy.ledger.affinity import AffinityWrite
+from proxy.runtime_state.affinity import affinity_record
+
+
+def _size(node: dict) -> int:
+    return len(json.dumps(node, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _node_of_size(size: int, **parent) -> dict | None:
+    """A first-turn node whose serialized size is exactly ``size`` (before totalBytes grows)."""
+    empty = build_node(parent_response_id=None, parent_replay=None, turn_input="", turn_output=[])
+    overhead = _size({**empty, "totalBytes": 0})
+    return build_node(
+        parent_response_id=parent.get("parent_response_id"),
+        parent_replay=parent.get("parent_replay"),
+        turn_input="x" * (size - overhead),
+        turn_output=[],
+    )
+
+
+def test_a_node_of_exactly_2_mib_is_kept_and_one_byte_more_is_not():
+    kept = _node_of_size(MAX_NODE_BYTES)
+    assert kept is not None and kept["totalBytes"] == MAX_NODE_BYTES
+    assert _node_of_size(MAX_NODE_BYTES + 1) is None
+
+
+def test_depth_128_is_the_last_node_of_a_chain():
+    parent = {"depth": MAX_DEPTH - 1, "totalBytes": 10}
+    node = build_node(
+        parent_response_id="resp_p", parent_replay=parent, turn_input="hi", turn_output=[]
+    )
+    assert node["depth"] == MAX_DEPTH
+    too_deep = build_node(
+        parent_response_id="resp_p",
+        parent_replay={"depth": MAX_DEPTH, "totalBytes": 10},
+        turn_input="hi",
+        turn_output=[],
+    )
+    assert too_deep is None
+
+
+def test_a_chain_stops_getting_nodes_past_16_mib():
+    turn = {"parent_response_id": "resp_p", "turn_input": "x" * 1000, "turn_output": []}
+    own = build_node(parent_replay={"depth": 1, "totalBytes": 0}, **turn)["totalBytes"]
+
+    at_limit = build_node(parent_replay={"depth": 1, "totalBytes": MAX_CHAIN_BYTES - own}, **turn)
+    over = build_node(parent_replay={"depth": 1, "totalBytes": MAX_CHAIN_BYTES - own + 1}, **turn)
+
+    assert at_limit["totalBytes"] == MAX_CHAIN_BYTES
+    assert over is None
+
+
+def test_a_parent_without_a_node_gives_its_children_none():
+    assert (
+        build_node(parent_response_id="resp_p", parent_replay=None, turn_input="a", turn_output=[])
+        is None
+    )
+
+
+def test_ids_and_encrypted_content_are_stripped_call_ids_kept():
+    node = build_node(
+        parent_response_id=None,
+        parent_replay=None,
+        turn_input=[
+            {"type": "function_call_output", "id": "x", "call_id": "call_1", "output": "ok"},
+        ],
+        turn_output=[
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "encrypted_content": "blob",
+                "summary": [{"type": "summary_text", "text": "t", "encrypted_content": "deep"}],
+            },
+            {"type": "function_call", "id": "fc_1", "call_id": "call_2", "arguments": "{}"},
+        ],
+    )
+    assert node["turnInput"] == [
+        {"type": "function_call_output", "call_id": "call_1", "output": "ok"}
+    ]
+    assert node["turnOutput"] == [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]},
+        {"type": "function_call", "call_id": "call_2", "arguments": "{}"},
+    ]
+
+
+def _records(count: int) -> dict[str, dict]:
+    records, parent, replay = {}, None, None
+    for index in range(count):
+        replay = build_node(
+            parent_response_id=parent,
+            parent_replay=replay,
+            turn_input=f"q{index}",
+            turn_output=[{"type": "message", "id": f"m{index}", "content": f"a{index}"}],
+        )
+        records[f"resp_{index}"] = {"replay": replay}
+        parent = f"resp_{index}"
+    return records
+
+
+def test_the_history_is_rebuilt_oldest_first_from_the_parent_links():
+    history = reconstruct("resp_2", _records(3))
+
+    assert history == [
+        item
+        for index in range(3)
+        for item in (
+            {"type": "message", "role": "user", "content": f"q{index}"},
+            {"type": "message", "content": f"a{index}"},
+        )
+    ]
+
+
+def test_a_missing_link_or_node_means_no_history():
+    records = _records(3)
+    del records["resp_0"]
+    assert reconstruct("resp_2", records) is None
+    records = _records(3)
+    records["resp_1"]["replay"] = None
+    assert reconstruct("resp_2", records) is None
+
+
+def test_the_replay_body_drops_the_previous_id_and_prepends_the_history():
+    body = {"model": "m", "previous_response_id": "resp_1", "input": [{"id": "i", "x": 1}]}
+
+    assert replay_body(body, [{"h": 1}]) == {"model": "m", "input": [{"h": 1}, {"x": 1}]}
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def _history_failure(code: str) -> AttemptFailure:
+    body = json.dumps({"error": {"code": code, "message": "no"}}).encode()
+    return failure_from_error(CodexHTTPError(400, {}, body))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "previous_response_not_found",
+        "invalid_encrypted_content",
+        "missing_tool_output",
+        "no_tool_output",
+    ],
+)
+def test_history_errors_are_recognised_in_http_bodies_and_sse_codes(code):
+    assert history_error_code(_history_failure(code)) == code
+    assert history_error_code(AttemptFailure(FailureKind.RESPONSE_FAILED, code=code)) == code
+    assert history_error_code(_history_failure("invalid_request")) is None
+
+
+def _continuation(reason: str) -> AttemptFailure:
+    return failure_from_error(CodexContinuationUnavailable(reason))
+
+
+REASONS = [
+    "pool_unavailable",
+    "fresh_connection_required",
+    "connection_busy",
+    "latest_response_mismatch",
+    "reused_connection_lost",
+]
+
+
+@pytest.mark.parametrize("reason", REASONS)
+def test_an_unavailable_continuation_is_replayed_on_the_same_account_when_a_replay_exists(reason):
+    failure = _continuation(reason)
+    assert failure.kind == FailureKind.CONTINUATION_UNAVAILABLE and not failure.rotates
+
+    assert (
+        after_owner_failure(failure, has_replay=True, same_account_replay_spent=False)
+        is Next.RETRY_SAME_WITH_REPLAY
+    )
+
+
+@pytest.mark.parametrize("reason", REASONS)
+def test_an_unavailable_continuation_without_replay_is_busy_or_unavailable(reason):
+    decision = after_owner_failure(
+        _continuation(reason), has_replay=False, same_account_replay_spent=False
+    )
+
+    assert decision is (Next.BUSY if reason == "connection_busy" else Next.UNAVAILABLE)
+    error = client_error_for(_continuation(reason), 1)
+    if reason == "connection_busy":
+        assert (error.status, error.code) == (503, "continuation_connection_busy")
+        assert error.message == "The previous response connection is busy. Retry the request."
+    else:
+        assert (error.status, error.code) == (400, "previous_response_unavailable")
+
+
+def test_the_owner_decisions_of_spec_5_3():
+    history = _history_failure("previous_response_not_found")
+    rate_limited = AttemptFailure(FailureKind.RATE_LIMITED, 429)
+    rejected = AttemptFailure(FailureKind.CLIENT_ERROR, 400, b'{"error":{"code":"bad"}}')
+
+    def decide(failure, has_replay, spent=False):
+        return after_owner_failure(failure, has_replay=has_replay, same_account_replay_spent=spent)
+
+    assert decide(history, True) is Next.RETRY_SAME_WITH_REPLAY
+    assert decide(history, True, spent=True) is Next.GIVE_UP  # one same-account replay only
+    assert decide(history, False) is Next.UNAVAILABLE
+    assert decide(rate_limited, True) is Next.ROTATE_WITH_REPLAY
+    assert decide(rate_limited, False) is Next.GIVE_UP  # returned as-is: no failover
+    assert decide(rejected, True) is Next.GIVE_UP
+    assert decide(None, True) is Next.ROTATE_WITH_REPLAY  # owner ineligible
+    assert decide(None, False) is Next.UNAVAILABLE
+
+
+# ----------------------------------------------------------------------------- Redis failures
+
+
+def _write() -> AffinityWrite:
+    return AffinityWrite(
+        response_id="resp_secretish",
+        account_id="acct_1",
+        conversation_id="lc_x",
+        turn_state=None,
+        instructions_hash="0" * 64,
+        input_tokens=1,
+        function_call_ids=[],
+        variant_hash="0" * 12,
+        continuation_scope="persisted",
+        created_at=datetime.now(UTC),
+        turn_input="hi",
+        turn_output=[],
+    )
+
+
+def test_a_redis_failure_while_writing_is_logged_without_ids_and_ignored(monkeypatch, caplog):
+    def unreachable(**_):
+        raise redis.ConnectionError("Error connecting for resp_secretish")
+
+    monkeypatch.setattr(ledger_affinity, "affinity_record", unreachable)
+
+    with caplog.at_level(logging.WARNING):
+        ledger_affinity._write_in_thread([_write()])
+
+    assert "affinity record not written (ConnectionError)" in caplog.text
+    assert "resp_secretish" not in caplog.text
+
+
+def test_a_redis_failure_while_looking_up_means_nothing_known(monkeypatch, caplog, settings):
+    class Unreachable:
+        async def get(self):
+            return redis.asyncio.Redis(port=1, socket_connect_timeout=1)
+
+    monkeypatch.setattr(continuity, "async_redis", Unreachable())
+
+    async def look() -> continuity.Continuity:
+        return await continuity.look_up(
+            previous_response_id="resp_secretish", conversation_id="lc_x", variant="v"
+        )
+
+    with caplog.at_level(logging.WARNING):
+        found = asyncio.run(look())
+
+    assert found.external and found.record is None
+    assert "scheduling normally" in caplog.text and "resp_secretish" not in caplog.text
+
+
+def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redis(redis_client):
+    unique = uuid.uuid4().hex
+    conversation = f"lc_{unique}"
+    # A client's item may carry any key; the script must not take it for the record's own.
+    tricky = [{"type": "message", "variantHash": "wanted000000", "accountId": "acct_evil"}]
+    node = build_node(
+        parent_response_id=None, parent_replay=None, turn_input=tricky, turn_output=[]
+    )
+    now = datetime.now(UTC)
+    for response, account, variant, created in (
+        ("old", "acct_right", "wanted000000", now - timedelta(seconds=1)),
+        ("new", "acct_other", "other0000000", now),
+    ):
+        affinity_record(
+            response_id=f"resp_{response}_{unique}",
+            account_id=account,
+            conversation_id=conversation,
+            created_at=created,
+            fields={"turnState": "ts", "variantHash": variant, "replay": node},
+        )
+    summary = {"parentResponseId": None, "depth": 1, "totalBytes": node["totalBytes"]}
+
+    preferred = asyncio.run(
+        continuity.look_up(
+            previous_response_id=None, conversation_id=conversation, variant="wanted000000"
+        )
+    )
+    managed = asyncio.run(
+        continuity.look_up(
+            previous_response_id=f"resp_new_{unique}", conversation_id="lc_y", variant="v"
+        )
+    )
+
+    assert preferred.preferred_account_id == "acct_right"
+    assert preferred.record["replay"] == summary
+    assert managed.managed and managed.preferred_account_id == "acct_other"
+    assert managed.record["replay"] == summary and managed.stored_turn_state == "ts"
+    assert managed.record_conversation_id == conversation
