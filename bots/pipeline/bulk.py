@@ -253,7 +253,6 @@ def continue_in_worker(
         return None
     ctx = worker_context(job.bot_id)
     if ctx is None:
-        logger.error("bulk deletion of bot %s stopped: no bot configuration", job.bot_id)
         bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
         abandon(NO_BOT_CONFIGURATION)
         return None
