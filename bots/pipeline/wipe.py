@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
-from bots.models import AuditAction, AuditOutcome, AuditSurface
-from bots.pipeline.audit import audit_from_telegram, telegram_actor
+from bots.models import AuditAction, AuditOutcome
+from bots.pipeline.audit import audit_from_telegram, telegram_audit_actor
 from bots.pipeline.bulk import (
     DELETED,
     FAILED,
@@ -168,16 +168,12 @@ def handle_wipe_callback(ctx: UpdateContext, callback: Mapping) -> None:
     elif decided is not None and not resuming:
         toast(ctx, callback_id, copy.toast_wipe_already_decided())
     else:
-        actor_id, actor_name = telegram_actor(callback["from"])
-        started_by = AuditActor(
-            surface=AuditSurface.TELEGRAM, actor_id=actor_id, actor_name=actor_name
-        )
         confirmed = _confirm(
             ctx,
             prompt_id=prompt_id,
             callback_id=callback_id,
             resuming=resuming,
-            started_by=started_by,
+            started_by=telegram_audit_actor(callback["from"]),
         )
         if confirmed is not None:
             _audit(ctx, callback, *confirmed)

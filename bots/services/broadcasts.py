@@ -266,12 +266,15 @@ def _end_sending(
     each with its outcome's audit row in the same transaction; how many changed."""
     sending = rows.filter(status=BroadcastStatus.SENDING)
     changed = 0
-    for row in sending.order_by("id"):
+    for bot_id, broadcast_id in sending.order_by("id").values_list("bot_id", "id"):
         with transaction.atomic():
             # The row lock of the conditional UPDATE keeps the counts still until the commit.
-            if sending.filter(id=row.id).update(status=BroadcastStatus.FAILED, updated_at=now) != 1:
+            rows_changed = sending.filter(id=broadcast_id).update(
+                status=BroadcastStatus.FAILED, updated_at=now
+            )
+            if rows_changed != 1:
                 continue
-            ended = Broadcast.objects.get(bot_id=row.bot_id, id=row.id)
+            ended = Broadcast.objects.get(bot_id=bot_id, id=broadcast_id)
             broadcast_end_record(ended, outcome=outcome, how=how, actor=actor, now=now)
             changed += 1
     return changed
