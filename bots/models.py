@@ -404,7 +404,8 @@ class AdminAuditEntry(models.Model):
     """``admin_audit_log``: one admin action, from Telegram or the console — who, when, which
     user, the outcome. A table of its own beside the seed's eight (they stay as the seed
     says); rows older than AUDIT_RETENTION_DAYS are trimmed daily. Telegram's redelivery of an
-    update writes no second row (unique per update and action)."""
+    update writes no second row (unique per update and action), nor does a job's end that is
+    recorded twice (unique per job, ``outcome_of``)."""
 
     id = models.BigAutoField(primary_key=True)
     bot_id = models.BigIntegerField()
@@ -417,6 +418,10 @@ class AdminAuditEntry(models.Model):
     outcome = models.TextField(choices=AuditOutcome.choices)
     detail = models.TextField(db_default="")
     source_update_id = models.BigIntegerField(null=True, blank=True)
+    # The job whose end this row records ("purge:<id>", "wipe:<id>", "broadcast:<id>"; "" for
+    # every other row): a job that ended outside the admin's click has one outcome row, even
+    # when its last step runs twice (a worker that died before it could say it had finished).
+    outcome_of = models.TextField(db_default="", blank=True)
 
     class Meta:
         db_table = "admin_audit_log"
@@ -430,6 +435,11 @@ class AdminAuditEntry(models.Model):
                 fields=["bot_id", "source_update_id", "action"],
                 condition=Q(source_update_id__isnull=False),
                 name="admin_audit_log_update_action_key",
+            ),
+            models.UniqueConstraint(
+                fields=["bot_id", "outcome_of"],
+                condition=~Q(outcome_of=""),
+                name="admin_audit_log_outcome_of_key",
             ),
         ]
         indexes = [

@@ -1,6 +1,8 @@
 """The broadcasts screen: what is in progress (state, counts, remaining, who started it), and
 stopping one — a draft is cancelled, a running send stops before its next recipient — through
-the state machine's own service (``bots.pipeline.broadcast.console``)."""
+the state machine's own service (``bots.pipeline.broadcast.console``). Each stop is one row of
+the audit trail: a running send's is written with its status change (cancelled, with the
+counts: that broadcast's outcome), a draft's or a refused one's here."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from bots.admin.common import (
     NOT_CONFIGURED,
     CurrentBotAdmin,
     audit_from_console,
+    console_actor,
     id_list,
     telegram_context,
 )
 from bots.models import AuditAction, AuditOutcome, Broadcast, BroadcastStatus
 from bots.pipeline.broadcast.console import stop_broadcast
 from bots.pipeline.broadcast.display import remaining
+from bots.services.broadcast_audit import broadcast_detail
 from bots.services.broadcast_progress import sends_in_flight
 
 
@@ -95,20 +99,30 @@ class BroadcastAdmin(CurrentBotAdmin):
         for bot_id, broadcast_id in queryset.values_list("bot_id", "id"):
             ctx = telegram_context(bot_id)
             stopped = stop_broadcast(
-                ctx, bot_id=bot_id, broadcast_id=broadcast_id, now=timezone.now()
-            )
-            audit_from_console(
-                request,
+                ctx,
                 bot_id=bot_id,
-                action=AuditAction.BROADCAST,
-                outcome=(
-                    AuditOutcome.CANCELLED
-                    if stopped.status in (BroadcastStatus.CANCELLED, BroadcastStatus.FAILED)
-                    else AuditOutcome.REFUSED
-                ),
-                detail=f"broadcast {broadcast_id}: stop"
-                + ("" if stopped.status == BroadcastStatus.CANCELLED else f" ({stopped.status})"),
+                broadcast_id=broadcast_id,
+                now=timezone.now(),
+                stopped_by=console_actor(request),
             )
+            # A running send's stop is its outcome's row, written with the status change.
+            if stopped.status != BroadcastStatus.FAILED:
+                audit_from_console(
+                    request,
+                    bot_id=bot_id,
+                    action=AuditAction.BROADCAST,
+                    outcome=(
+                        AuditOutcome.CANCELLED
+                        if stopped.status == BroadcastStatus.CANCELLED
+                        else AuditOutcome.REFUSED
+                    ),
+                    detail=broadcast_detail(
+                        broadcast_id,
+                        "stop"
+                        if stopped.status == BroadcastStatus.CANCELLED
+                        else "stop: not in progress any more",
+                    ),
+                )
             if stopped.status == BroadcastStatus.CANCELLED:
                 cancelled.append(broadcast_id)
                 if not stopped.shown:

@@ -35,7 +35,8 @@ def telegram_context(bot_id: int) -> BotContext | None:
 
 
 def console_actor(request: HttpRequest) -> AuditActor:
-    """The operator, for an outcome recorded later by a job (a purge continued in Celery)."""
+    """The operator, for an outcome recorded by a job (a purge continued in Celery) or with a
+    status change (a broadcast stopped while sending)."""
     return AuditActor(surface=AuditSurface.CONSOLE, actor_name=request.user.get_username())
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from bots.models import AuditAction, AuditOutcome, AuditSurface
 from bots.pipeline.context import UpdateContext
-from bots.services.audit import audit_record
+from bots.services.audit import AuditActor, audit_record
 
 
 def telegram_actor(admin: Mapping) -> tuple[int | None, str]:
@@ -18,6 +18,12 @@ def telegram_actor(admin: Mapping) -> tuple[int | None, str]:
         admin_id if isinstance(admin_id, int) and not isinstance(admin_id, bool) else None,
         name if isinstance(name, str) else "",
     )
+
+
+def telegram_audit_actor(admin: Mapping) -> AuditActor:
+    """The admin, for an outcome recorded later by a job or with a status change."""
+    actor_id, actor_name = telegram_actor(admin)
+    return AuditActor(surface=AuditSurface.TELEGRAM, actor_id=actor_id, actor_name=actor_name)
 
 
 def audit_from_telegram(

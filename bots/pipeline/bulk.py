@@ -57,6 +57,9 @@ MAX_RATE_LIMITED_WAITS = 5
 # seconds, at most MAX_TASK_RETRIES times in a row.
 TASK_RETRY_SECONDS = 10.0
 MAX_TASK_RETRIES = 5
+# Why a continuation stopped before its end (``continue_in_worker``'s ``abandon`` is told).
+LOCK_TAKEN = "another purge or wipe holds the lock"
+NO_BOT_CONFIGURATION = "the worker has no bot configuration"
 
 
 class Pacer:
@@ -231,6 +234,7 @@ def continue_in_worker(
     hand_off: Callable[[float], None],
     finish: Callable[[BotContext], str],
     interrupt: Callable[[BotContext], str],
+    abandon: Callable[[str], None],
 ) -> str | None:
     """One Celery chunk of a job: keep the lock, ``advance`` from the job's cursor for up to
     TASK_CHUNK_SECONDS, then ``finish`` (lock released) or ``hand_off`` the next chunk.
@@ -238,7 +242,9 @@ def continue_in_worker(
     A retryable failure queues the chunk again after TASK_RETRY_SECONDS, at most
     MAX_TASK_RETRIES times in a row; then ``interrupt`` reports and the lock is released. A job
     whose lock someone else holds now (it waited too long in the queue and another job started)
-    stops silently. Returns what ``finish`` or ``interrupt`` returned, None otherwise.
+    stops without a report, and so does one whose worker has no bot configuration: ``abandon``
+    is told why (``bots.pipeline.bulk_audit``). Returns what ``finish`` or ``interrupt``
+    returned, None otherwise.
     """
     if bulk_job_has_finished(bot_id=job.bot_id, token=job.lock_token):
         # A late copy of a chunk (redelivered after the job ended): re-taking the lapsed lock
@@ -248,13 +254,14 @@ def continue_in_worker(
     ctx = worker_context(job.bot_id)
     if ctx is None:
         bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
+        abandon(NO_BOT_CONFIGURATION)
         return None
     pacer = Pacer(ctx.config.deletes_per_second)
     try:
         LockKeeper(bot_id=job.bot_id, token=job.lock_token, pacer=pacer).keep()
         stopped = advance(ctx, pacer, Budget.task_chunk(pacer))
     except LockLost:
-        logger.warning("bulk deletion of bot %s stopped: another job holds the lock", job.bot_id)
+        _lock_taken(job, abandon)
         return None
     except TelegramRetryableError as error:
         if job.retries >= MAX_TASK_RETRIES:
@@ -265,13 +272,30 @@ def continue_in_worker(
                 bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
         job.retries += 1
         # A 429 that outlasted MAX_RATE_LIMITED_WAITS: the next chunk waits out its retry_after.
-        hand_off(max(TASK_RETRY_SECONDS, float(error.retry_after or 0)))
+        _hand_off(job, hand_off, max(TASK_RETRY_SECONDS, float(error.retry_after or 0)), abandon)
         return None
     job.retries = 0
     if stopped is not None:
-        hand_off(stopped.countdown)
+        _hand_off(job, hand_off, stopped.countdown, abandon)
         return None
     try:
         return finish(ctx)
     finally:
         bulk_lock_release(bot_id=job.bot_id, token=job.lock_token)
+
+
+def _hand_off(
+    job: BulkJob,
+    hand_off: Callable[[float], None],
+    countdown: float,
+    abandon: Callable[[str], None],
+) -> None:
+    try:
+        hand_off(countdown)
+    except LockLost:  # the lock changed hands before the next chunk could be queued
+        _lock_taken(job, abandon)
+
+
+def _lock_taken(job: BulkJob, abandon: Callable[[str], None]) -> None:
+    logger.warning("bulk deletion of bot %s stopped: another job holds the lock", job.bot_id)
+    abandon(LOCK_TAKEN)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bots.models import AuditAction, AuditOutcome, AuditSurface
-from bots.pipeline.audit import audit_from_telegram, telegram_actor
+from bots.models import AuditAction, AuditOutcome
+from bots.pipeline.audit import audit_from_telegram, telegram_audit_actor
 from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.context import UpdateContext
 from bots.pipeline.replies import reply_in_thread
@@ -43,8 +43,7 @@ class Issued:
 
     def actor(self) -> AuditActor:
         """The issuing admin, for an outcome recorded later by a job."""
-        actor_id, actor_name = telegram_actor(self.admin)
-        return AuditActor(surface=AuditSurface.TELEGRAM, actor_id=actor_id, actor_name=actor_name)
+        return telegram_audit_actor(self.admin)
 
     def reply(self, text: str) -> None:
         reply_in_thread(self.ctx, thread_id=self.thread_id, text=text)

@@ -14,9 +14,10 @@
 A purge that does not fit in the inline budget continues in ``purge_continue_task`` (the admins
 are told so) and the task posts the report when done. Its audit trail: the start's row says
 "started" (written by the caller), and the task adds the outcome's row when the purge ends —
-done, or failed when some message could not be deleted or the purge was interrupted — with the
-counts, in the name of the admin who started it. Not deleted: the topic, private-chat
-messages, untracked messages (commands, bot replies, notices).
+done, or failed when some message could not be deleted, the purge was interrupted, another job
+took its lock or the worker has no bot configuration — with the counts, in the name of the
+admin who started it, once per purge (``bots.pipeline.bulk_audit``). Not deleted: the topic,
+private-chat messages, untracked messages (commands, bot replies, notices).
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from django.utils import timezone
-
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_message_to_delete_missing
-from bots.models import AuditAction, AuditOutcome, AuditSurface, Topic
+from bots.models import AuditAction, AuditOutcome, Topic
 from bots.pipeline.bulk import (
     DELETED,
     FAILED,
@@ -42,6 +41,7 @@ from bots.pipeline.bulk import (
     queue_continuation,
     run_paced,
 )
+from bots.pipeline.bulk_audit import audit_job_outcome, carry_starter
 from bots.pipeline.card import post_card
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort
@@ -53,7 +53,7 @@ from bots.selectors import (
     user_get,
     verification_settings_get,
 )
-from bots.services.audit import AuditActor, audit_record
+from bots.services.audit import AuditActor
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.relayed_messages import relayed_messages_delete_for_thread
 from bots.services.topics import topic_clear_pinned_message
@@ -79,8 +79,7 @@ class PurgeJob:
     gone: int = 0
     failed: int = 0
     retries: int = 0  # retryable failures in a row (continuations only)
-    # Who started it (AuditActor, flattened: the job travels as JSON), for the outcome's row
-    # a continuation writes; "" when nobody is to be named (the row is then not written).
+    # Who started it, for the outcome's row a continuation writes (``bulk_audit``).
     audit_surface: str = ""
     audit_actor_id: int | None = None
     audit_actor_name: str = ""
@@ -178,11 +177,8 @@ def purge_topic(
             card_message_id=topic.pinned_msg_id,
             total=0,
         )
-        if started_by is not None:
-            job.audit_surface = started_by.surface
-            job.audit_actor_id = started_by.actor_id
-            job.audit_actor_name = started_by.actor_name
-            job.audit_user_id = topic.user_id
+        carry_starter(job, started_by)
+        job.audit_user_id = topic.user_id
         job.total = len(remaining_targets(job))
         pacer = Pacer(ctx.config.deletes_per_second)
         budget = Budget.inline(pacer, per_second=ctx.config.deletes_per_second)
@@ -227,27 +223,21 @@ def continue_purge(job: PurgeJob) -> str | None:
         hand_off=lambda countdown: hand_off(job, countdown=countdown),
         finish=finish,
         interrupt=interrupt,
+        # Nothing is cleared, nothing reported in the topic: the ledger still holds the rest.
+        abandon=lambda why: _audit_outcome(
+            job, AuditOutcome.FAILED, f"stopped in the worker ({why}): {purge_counts(job)}"
+        ),
     )
 
 
 def _audit_outcome(job: PurgeJob, outcome: AuditOutcome, detail: str) -> None:
-    """The outcome's row of a purge that ended in Celery (the start's row says "started").
-    Best effort: the purge is over whatever the database says now."""
-    if not job.audit_surface:
-        return
-    best_effort(
-        "purge audit",
-        lambda: audit_record(
-            bot_id=job.bot_id,
-            surface=AuditSurface(job.audit_surface),
-            action=AuditAction.PURGE,
-            outcome=outcome,
-            now=timezone.now(),
-            actor_id=job.audit_actor_id,
-            actor_name=job.audit_actor_name,
-            target_user_id=job.audit_user_id,
-            detail=detail,
-        ),
+    """The outcome's row of a purge that ended in Celery (the start's row says "started")."""
+    audit_job_outcome(
+        job,
+        action=AuditAction.PURGE,
+        outcome=outcome,
+        detail=detail,
+        target_user_id=job.audit_user_id,
     )
 
 

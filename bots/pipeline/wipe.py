@@ -15,6 +15,14 @@ topics, messages, delete_confirmations and broadcasts removed; otherwise nothing
 /wipealldata again converges. The outcome is posted in General (the prompt's own topic is gone
 by then, and Telegram shows only the first answer to a click). A wipe longer than the inline
 budget continues in ``wipe_continue_task``.
+
+Its audit trail, in the name of the admin who confirmed: a wipe that ends within the click is
+one row, done (with the counts of topics deleted, already gone, failed) or failed when some
+topic could not be deleted; one that continues in Celery is recorded "started", and the task
+adds the outcome's row when the wipe ends — done, or failed when some topic could not be
+deleted, the wipe was interrupted, another job took its lock or the worker has no bot
+configuration — once per wipe (``bots.pipeline.bulk_audit``). A running broadcast it stops
+gets its own outcome's row (``bots.services.broadcast_audit``).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from dataclasses import dataclass
 from bots import copy
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
 from bots.models import AuditAction, AuditOutcome
-from bots.pipeline.audit import audit_from_telegram
+from bots.pipeline.audit import audit_from_telegram, telegram_audit_actor
 from bots.pipeline.bulk import (
     DELETED,
     FAILED,
@@ -42,6 +50,7 @@ from bots.pipeline.bulk import (
     queue_continuation,
     run_paced,
 )
+from bots.pipeline.bulk_audit import audit_job_outcome, carry_starter
 from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.confirmations import (
     edit_prompt,
@@ -56,6 +65,7 @@ from bots.pipeline.failures import best_effort
 from bots.pipeline.issued import Issued
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import bound_thread_ids
+from bots.services.audit import AuditActor
 from bots.services.broadcasts import broadcasts_stop
 from bots.services.bulk_lock import bulk_lock_acquire, bulk_lock_release
 from bots.services.deletion_fence import deletion_fence_lower, deletion_fence_raise
@@ -100,6 +110,10 @@ class WipeJob:
     gone: int = 0
     failed: int = 0
     retries: int = 0
+    # Who confirmed it, for the outcome's row a continuation writes (``bulk_audit``).
+    audit_surface: str = ""
+    audit_actor_id: int | None = None
+    audit_actor_name: str = ""
 
     @property
     def handled(self) -> int:
@@ -108,6 +122,17 @@ class WipeJob:
     def record(self, thread_id: int, outcome: str) -> None:
         self.after_thread_id = thread_id
         setattr(self, outcome, getattr(self, outcome) + 1)
+
+
+def wipe_outcome(job: WipeJob) -> AuditOutcome:
+    """Done, or failed when some topic could not be deleted (then no row was deleted)."""
+    return AuditOutcome.FAILED if job.failed else AuditOutcome.DONE
+
+
+def wipe_counts(job: WipeJob) -> str:
+    """The audit row's detail: what became of the bound topics (and of the rows)."""
+    counts = f"topics deleted {job.deleted}, already gone {job.gone}, failed {job.failed}"
+    return f"{counts}; no row deleted" if job.failed else counts
 
 
 def _prompt_with(line: str) -> str:
@@ -143,13 +168,21 @@ def handle_wipe_callback(ctx: UpdateContext, callback: Mapping) -> None:
     elif decided is not None and not resuming:
         toast(ctx, callback_id, copy.toast_wipe_already_decided())
     else:
-        outcome = _confirm(ctx, prompt_id=prompt_id, callback_id=callback_id, resuming=resuming)
-        if outcome is not None:
-            _audit(ctx, callback, outcome)
+        confirmed = _confirm(
+            ctx,
+            prompt_id=prompt_id,
+            callback_id=callback_id,
+            resuming=resuming,
+            started_by=telegram_audit_actor(callback["from"]),
+        )
+        if confirmed is not None:
+            _audit(ctx, callback, *confirmed)
 
 
-def _audit(ctx: UpdateContext, callback: Mapping, outcome: AuditOutcome) -> None:
-    audit_from_telegram(ctx, admin=callback["from"], action=AuditAction.WIPE, outcome=outcome)
+def _audit(ctx: UpdateContext, callback: Mapping, outcome: AuditOutcome, detail: str = "") -> None:
+    audit_from_telegram(
+        ctx, admin=callback["from"], action=AuditAction.WIPE, outcome=outcome, detail=detail
+    )
 
 
 def _cancel(ctx: BotContext, *, prompt_id: int, callback_id: str) -> bool:
@@ -164,10 +197,11 @@ def _cancel(ctx: BotContext, *, prompt_id: int, callback_id: str) -> bool:
 
 
 def _confirm(
-    ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: bool
-) -> AuditOutcome | None:
-    """DONE when this click wiped everything, STARTED when the rest went to Celery, None when
-    it did not start the wipe."""
+    ctx: BotContext, *, prompt_id: int, callback_id: str, resuming: bool, started_by: AuditActor
+) -> tuple[AuditOutcome, str] | None:
+    """The audit row of the click: DONE or FAILED (``wipe_outcome``) with the counts when the
+    wipe ended here, STARTED when the rest went to Celery (which records the end in the name
+    of ``started_by``); None when it did not start the wipe."""
     token = bulk_lock_acquire(bot_id=ctx.bot_id, ttl_seconds=RUNNING_LOCK_SECONDS)
     if token is None:
         # A purge or another wipe runs (a resumed wipe's own continuation, say): nothing is
@@ -186,19 +220,20 @@ def _confirm(
         deletion_fence_raise(bot_id=ctx.bot_id, ttl_seconds=QUEUED_LOCK_SECONDS)
         toast_best_effort(ctx, callback_id, copy.toast_wiping())
         edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wiping()))
-        broadcasts_stop(bot_id=ctx.bot_id, now=ctx.now)
+        broadcasts_stop(bot_id=ctx.bot_id, now=ctx.now, stopped_by=started_by)
         job = WipeJob(
             bot_id=ctx.bot_id,
             lock_token=token,
             prompt_message_id=prompt_id,
             total=len(bound_thread_ids(bot_id=ctx.bot_id, after_thread_id=0)),
         )
+        carry_starter(job, started_by)
         pacer = Pacer(ctx.config.deletes_per_second)
         budget = Budget.inline(pacer, per_second=ctx.config.deletes_per_second)
         stopped = _advance(ctx, job, pacer=pacer, budget=budget)
         if stopped is None:
             finish_wipe(ctx, job)
-            return AuditOutcome.DONE
+            return wipe_outcome(job), wipe_counts(job)
         hand_off(job, countdown=stopped.countdown)
         handed_off = True
         text = copy.wipe_continues(done=job.handled, total=job.total)
@@ -206,7 +241,7 @@ def _confirm(
             "wipe progress",
             lambda: reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text),
         )
-        return AuditOutcome.STARTED
+        return AuditOutcome.STARTED, "continues in the worker"
     finally:
         if not handed_off:
             bulk_lock_release(bot_id=ctx.bot_id, token=token)
@@ -259,15 +294,35 @@ def continue_wipe(job: WipeJob) -> str | None:
     def interrupt(ctx: BotContext) -> str:
         _end(job)
         _report(ctx, job, copy.wipe_interrupted())  # no row was deleted
+        _audit_outcome(job, AuditOutcome.FAILED, f"interrupted in the worker: {_kept(job)}")
         return copy.wipe_interrupted()
+
+    def finish(ctx: BotContext) -> str:
+        text = finish_wipe(ctx, job)
+        _audit_outcome(job, wipe_outcome(job), f"finished in the worker: {wipe_counts(job)}")
+        return text
 
     return continue_in_worker(
         job,
         advance=lambda ctx, pacer, budget: _advance(ctx, job, pacer=pacer, budget=budget),
         hand_off=lambda countdown: hand_off(job, countdown=countdown),
-        finish=lambda ctx: finish_wipe(ctx, job),
+        finish=finish,
         interrupt=interrupt,
+        abandon=lambda why: _audit_outcome(
+            job, AuditOutcome.FAILED, f"stopped in the worker ({why}): {_kept(job)}"
+        ),
     )
+
+
+def _kept(job: WipeJob) -> str:
+    """The counts of a wipe that stopped before its end: no row was deleted."""
+    counts = wipe_counts(job)
+    return counts if job.failed else f"{counts}; no row deleted"
+
+
+def _audit_outcome(job: WipeJob, outcome: AuditOutcome, detail: str) -> None:
+    """The outcome's row of a wipe that ended in Celery (the confirm's row says "started")."""
+    audit_job_outcome(job, action=AuditAction.WIPE, outcome=outcome, detail=detail)
 
 
 def finish_wipe(ctx: BotContext, job: WipeJob) -> str:

@@ -13,8 +13,9 @@ DETAIL_MAX_LENGTH = 500
 
 @dataclass(frozen=True)
 class AuditActor:
-    """Who started an action whose outcome is recorded later, by a job (a purge continued in
-    Celery): the surface and the admin, as the row of the start names them."""
+    """Who started an action whose outcome is recorded later, by a job (a purge or wipe
+    continued in Celery, a broadcast's send loop): the surface and the admin, as the row of the
+    start names them."""
 
     surface: AuditSurface
     actor_id: int | None = None  # the admin's Telegram id (None from the console)
@@ -33,10 +34,11 @@ def audit_record(
     target_user_id: int | None = None,
     detail: str = "",
     source_update_id: int | None = None,
+    outcome_of: str = "",
 ) -> None:
     """Record one admin action — once per update and action: a redelivered update's row is
-    skipped (``INSERT … ON CONFLICT DO NOTHING`` on the update's unique key). Database errors
-    propagate."""
+    skipped (``INSERT … ON CONFLICT DO NOTHING`` on the update's unique key), and so is a
+    second row of the end of the job ``outcome_of`` names. Database errors propagate."""
     AdminAuditEntry.objects.bulk_create(
         [
             AdminAuditEntry(
@@ -50,9 +52,38 @@ def audit_record(
                 outcome=outcome,
                 detail=detail[:DETAIL_MAX_LENGTH],
                 source_update_id=source_update_id,
+                outcome_of=outcome_of,
             )
         ],
         ignore_conflicts=True,
+    )
+
+
+def audit_job_end(
+    *,
+    bot_id: int,
+    job: str,
+    actor: AuditActor,
+    action: AuditAction,
+    outcome: AuditOutcome,
+    now: datetime,
+    target_user_id: int | None = None,
+    detail: str = "",
+) -> None:
+    """Record how the job ``job`` ended ("purge:<id>", "broadcast:<id>", ...) in the name of
+    ``actor`` (who started it, or who stopped it) — once: a second call for the same job writes
+    nothing."""
+    audit_record(
+        bot_id=bot_id,
+        surface=actor.surface,
+        action=action,
+        outcome=outcome,
+        now=now,
+        actor_id=actor.actor_id,
+        actor_name=actor.actor_name,
+        target_user_id=target_user_id,
+        detail=detail,
+        outcome_of=job,
     )
 
 

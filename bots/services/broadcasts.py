@@ -17,6 +17,10 @@ frozen list. Before each send the loop *claims* the recipient — one UPDATE add
 ``sending`` and the count still stands at that index. An accepted send then moves it from the
 failures to the successes. A loop that dies between the two leaves it counted as a failure: it
 is never sent again (at most once), and a second loop can never claim the same index.
+
+**Every way out of ``sending`` records the broadcast's outcome in the audit trail** in the same
+transaction (``bots.services.broadcast_audit``): completed, stopped (console, /wipealldata),
+stale. Only one of them can win the row, so there is exactly one outcome row per broadcast.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
-from bots.models import Broadcast, BroadcastStatus
+from bots.models import AuditOutcome, Broadcast, BroadcastStatus
+from bots.services.audit import AuditActor
+from bots.services.broadcast_audit import broadcast_end_record
 
 DRAFT_STATES = (BroadcastStatus.PREPARING, BroadcastStatus.PENDING)
 TERMINAL_STATES = (
@@ -230,22 +236,57 @@ def broadcast_heartbeat(*, bot_id: int, broadcast_id: int, now: datetime) -> boo
 
 
 def broadcast_complete(*, bot_id: int, broadcast_id: int, now: datetime) -> bool:
-    """sending → completed once every recipient is counted."""
-    return (
-        Broadcast.objects.filter(
-            bot_id=bot_id,
-            id=broadcast_id,
-            status=BroadcastStatus.SENDING,
-            success_count=F("expected_count") - F("failure_count"),
-        ).update(status=BroadcastStatus.COMPLETED, updated_at=now)
-        == 1
-    )
+    """sending → completed once every recipient is counted, with the outcome's audit row (in
+    the name of the admin who confirmed it)."""
+    with transaction.atomic():
+        if (
+            Broadcast.objects.filter(
+                bot_id=bot_id,
+                id=broadcast_id,
+                status=BroadcastStatus.SENDING,
+                success_count=F("expected_count") - F("failure_count"),
+            ).update(status=BroadcastStatus.COMPLETED, updated_at=now)
+            != 1
+        ):
+            return False
+        row = Broadcast.objects.get(bot_id=bot_id, id=broadcast_id)
+        broadcast_end_record(row, outcome=AuditOutcome.DONE, how="completed", actor=None, now=now)
+    return True
 
 
-def broadcast_stop(*, bot_id: int, broadcast_id: int, now: datetime) -> str | None:
+def _end_sending(
+    rows: QuerySet[Broadcast],
+    *,
+    outcome: AuditOutcome,
+    how: str,
+    actor: AuditActor | None,
+    now: datetime,
+) -> int:
+    """sending → failed for each of ``rows`` (still sending, still matching ``rows``' filter),
+    each with its outcome's audit row in the same transaction; how many changed."""
+    sending = rows.filter(status=BroadcastStatus.SENDING)
+    changed = 0
+    for bot_id, broadcast_id in sending.order_by("id").values_list("bot_id", "id"):
+        with transaction.atomic():
+            # The row lock of the conditional UPDATE keeps the counts still until the commit.
+            rows_changed = sending.filter(id=broadcast_id).update(
+                status=BroadcastStatus.FAILED, updated_at=now
+            )
+            if rows_changed != 1:
+                continue
+            ended = Broadcast.objects.get(bot_id=bot_id, id=broadcast_id)
+            broadcast_end_record(ended, outcome=outcome, how=how, actor=actor, now=now)
+            changed += 1
+    return changed
+
+
+def broadcast_stop(
+    *, bot_id: int, broadcast_id: int, now: datetime, stopped_by: AuditActor
+) -> str | None:
     """An operator stops a broadcast: a draft becomes ``cancelled``, a running send ``failed``
-    (its loop stops before the next recipient). Returns the new status, None when the row was
-    not in progress any more."""
+    (its loop stops before the next recipient; its outcome's audit row, cancelled with the
+    counts, names ``stopped_by``). Returns the new status, None when the row was not in
+    progress any more."""
     if (
         Broadcast.objects.filter(bot_id=bot_id, id=broadcast_id, status__in=DRAFT_STATES).update(
             status=BroadcastStatus.CANCELLED, updated_at=now
@@ -253,39 +294,48 @@ def broadcast_stop(*, bot_id: int, broadcast_id: int, now: datetime) -> str | No
         == 1
     ):
         return BroadcastStatus.CANCELLED
-    if (
-        Broadcast.objects.filter(
-            bot_id=bot_id, id=broadcast_id, status=BroadcastStatus.SENDING
-        ).update(status=BroadcastStatus.FAILED, updated_at=now)
-        == 1
+    if _end_sending(
+        Broadcast.objects.filter(bot_id=bot_id, id=broadcast_id),
+        outcome=AuditOutcome.CANCELLED,
+        how="stopped from the console while sending",
+        actor=stopped_by,
+        now=now,
     ):
         return BroadcastStatus.FAILED
     return None
 
 
-def broadcasts_stop(*, bot_id: int, now: datetime) -> int:
+def broadcasts_stop(*, bot_id: int, now: datetime, stopped_by: AuditActor) -> int:
     """/wipealldata: cancel the drafts (preparing, pending) and fail the running send (its loop
-    stops before the next recipient); the number of rows changed."""
+    stops before the next recipient; its outcome's audit row, cancelled with the counts, names
+    ``stopped_by``); the number of rows changed."""
     drafts = Broadcast.objects.filter(bot_id=bot_id, status__in=DRAFT_STATES).update(
         status=BroadcastStatus.CANCELLED, updated_at=now
     )
-    sending = Broadcast.objects.filter(bot_id=bot_id, status=BroadcastStatus.SENDING).update(
-        status=BroadcastStatus.FAILED, updated_at=now
+    sending = _end_sending(
+        Broadcast.objects.filter(bot_id=bot_id),
+        outcome=AuditOutcome.CANCELLED,
+        how="stopped by /wipealldata while sending",
+        actor=stopped_by,
+        now=now,
     )
     return drafts + sending
 
 
 def broadcasts_expire_stale(*, bot_id: int, now: datetime) -> int:
     """Lazy cleanup's transitions: drafts past their expiry → expired; a sending row whose
-    heartbeat is SENDING_STALE_AFTER old → failed. The number of rows changed."""
+    heartbeat is SENDING_STALE_AFTER old → failed (its outcome's audit row: failed, interrupted,
+    with the counts, in the name of the admin who confirmed it). The number of rows changed."""
     drafts = Broadcast.objects.filter(
         bot_id=bot_id, status__in=DRAFT_STATES, expires_at__lte=now
     ).update(status=BroadcastStatus.EXPIRED, updated_at=now)
-    stale = Broadcast.objects.filter(
-        bot_id=bot_id,
-        status=BroadcastStatus.SENDING,
-        updated_at__lte=now - SENDING_STALE_AFTER,
-    ).update(status=BroadcastStatus.FAILED, updated_at=now)
+    stale = _end_sending(
+        Broadcast.objects.filter(bot_id=bot_id, updated_at__lte=now - SENDING_STALE_AFTER),
+        outcome=AuditOutcome.FAILED,
+        how=f"interrupted (no progress for {SENDING_STALE_AFTER.seconds // 60} minutes)",
+        actor=None,
+        now=now,
+    )
     return drafts + stale
 
 

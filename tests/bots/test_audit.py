@@ -156,7 +156,10 @@ def test_a_cancelled_wipe_and_a_confirmed_one_are_recorded(webhook, telegram, ad
         click_in_group(webhook, telegram, admin, prompt.message_id, keyboard_data(prompt)[button])
         outcomes.append(_rows()[-1])
 
-    assert outcomes == [_telegram("wipe", "cancelled"), _telegram("wipe", "done")]
+    assert outcomes == [
+        _telegram("wipe", "cancelled"),
+        _telegram("wipe", "done", detail="topics deleted 1, already gone 0, failed 0"),
+    ]
     assert [row[3:6] for row in _rows()] == [
         ("wipe", None, "requested"),
         ("wipe", None, "cancelled"),
@@ -425,20 +428,25 @@ def test_stopping_a_broadcast_in_the_console_is_recorded(operator, webhook, tele
     running = make_broadcast(
         telegram, initiator=admin, now=START, status="sending", recipients=[7001, 7002]
     )
-
-    operator.post(
-        reverse("admin:bots_broadcast_changelist"),
-        {"action": "stop_broadcasts", "_selected_action": [str(running.id)]},
+    draft = make_broadcast(
+        telegram, initiator=admin, now=START, status="pending", source_update_id=2
     )
 
-    assert _rows() == [
-        (
-            "console",
-            None,
-            operator.username,
-            "broadcast",
-            None,
-            "cancelled",
-            f"broadcast {running.id}: stop (failed)",
+    for stopped in (running, draft, running):  # the draft's row goes once its end is shown
+        operator.post(
+            reverse("admin:bots_broadcast_changelist"),
+            {"action": "stop_broadcasts", "_selected_action": [str(stopped.id)]},
         )
+
+    def console(outcome, detail):
+        return ("console", None, operator.username, "broadcast", None, outcome, detail)
+
+    assert _rows() == [
+        console(
+            "cancelled",
+            f"broadcast {running.id}: stopped from the console while sending: "
+            "sent 0, failed 0, not sent 2 of 2",
+        ),
+        console("cancelled", f"broadcast {draft.id}: stop"),
+        console("refused", f"broadcast {running.id}: stop: not in progress any more"),
     ]

@@ -33,6 +33,7 @@ from bots.pipeline.broadcast.jobs import start_sending
 from bots.pipeline.confirmations import toast, toast_best_effort
 from bots.pipeline.context import UpdateContext
 from bots.selectors import broadcast_eligible_user_ids, broadcast_get
+from bots.services.broadcast_audit import broadcast_detail
 from bots.services.broadcast_progress import sender_lease_held
 from bots.services.broadcasts import (
     BUSY,
@@ -106,7 +107,7 @@ def _audit(
         admin=admin,
         action=AuditAction.BROADCAST,
         outcome=outcome,
-        detail=f"broadcast {row.id}" + (f": {detail}" if detail else ""),
+        detail=broadcast_detail(row.id, detail),
     )
 
 

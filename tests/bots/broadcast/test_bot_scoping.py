@@ -9,10 +9,11 @@ from datetime import timedelta
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from bots.models import Broadcast
+from bots.models import AuditSurface, Broadcast
 from bots.pipeline.broadcast import jobs
 from bots.pipeline.broadcast.console import stop_broadcast
 from bots.pipeline.context import worker_context
+from bots.services.audit import AuditActor
 from tests.bots.broadcast.helpers import (
     UNCONSUMED_QUEUE,
     click,
@@ -53,7 +54,11 @@ def test_every_broadcast_statement_names_the_bot(
         run_loop(done.id)
         stopped = start_draft(webhook, telegram, admin)
         stop_broadcast(
-            worker_context(bot_id), bot_id=bot_id, broadcast_id=stopped.broadcast_id, now=clock.now
+            worker_context(bot_id),
+            bot_id=bot_id,
+            broadcast_id=stopped.broadcast_id,
+            now=clock.now,
+            stopped_by=AuditActor(surface=AuditSurface.CONSOLE, actor_name="operator"),
         )
         jobs.broadcasts_resume(queue=UNCONSUMED_QUEUE)
     take_queued_runs(redis_client)
