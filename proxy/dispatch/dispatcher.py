@@ -51,7 +51,9 @@ from proxy.dispatch.types import (
 from proxy.dispatch.upstream_request import request_headers
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import build_entry
+from proxy.policies import admission
 from proxy.quota import UsageFetchError, fetch_usage
+from proxy.request_outcome import finished_dispatch
 from proxy.services import account_state
 from proxy.services.account_quota import account_quota_apply
 
@@ -158,7 +160,9 @@ class Dispatch:
             served=served if self._client_error is None else None,
             end=end or StreamEnd(),
         )
-        ledger.submit(build_entry(self.report))
+        entry = build_entry(self.report)
+        ledger.submit(entry)
+        finished_dispatch(self.report, entry)
 
     # ------------------------------------------------------------------------- the walk
 
@@ -178,6 +182,8 @@ class Dispatch:
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
+        if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
+            self._fail(refused.error, retry_after=refused.retry_after_seconds)
         queue = await self._queue()
         attempt_index = 0
         while True:
@@ -215,10 +221,10 @@ class Dispatch:
             self._fail(ALL_BUSY if queue.timed_out else NO_ACCOUNTS)
         self._give_up(self._notes[-1].failure)
 
-    def _fail(self, error: ClientError) -> NoReturn:
+    def _fail(self, error: ClientError, *, retry_after: int | None = None) -> NoReturn:
         self._client_error = error
         as_event = self.request.failures_as_events and error.status >= 500
-        raise ClientFailure(error, as_event=as_event)
+        raise ClientFailure(error, as_event=as_event, retry_after=retry_after)
 
     def _give_up(self, failure: AttemptFailure) -> NoReturn:
         self._final_failure = failure

@@ -230,8 +230,9 @@ def _record_dispatch_failure(
     """The row of a request no account could serve (the client got ``report.client_error``)."""
     request = report.request
     failure = report.final_failure
-    failure_class = failure.kind.value if failure else "no_available_accounts"
     error = report.client_error
+    # Without an attempt failure the proxy itself refused: no account, or the key's policy.
+    failure_class = failure.kind.value if failure else error.code
     last = report.notes[-1] if report.notes else None
     entry.errors.append(
         ErrorFact(

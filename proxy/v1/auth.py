@@ -1,9 +1,9 @@
 """Client keys on ``/v1`` (spec §1.2): one unique-index lookup per request, no in-process table.
 
-For the responses routes the same statement reads the hot runtime settings, the fingerprint
-and the candidate accounts, so a request costs one PostgreSQL round trip before the first byte;
-the models routes read only the key and the aliases. ``last_used_at`` is touched in batches
-after a 1 s debounce.
+For the responses routes the same statement reads the hot runtime settings, the fingerprint,
+the key's policy (issue 25) and the candidate accounts, so a request costs one PostgreSQL
+round trip before the first byte; the models routes read only the key and the aliases.
+``last_used_at`` is touched in batches after a 1 s debounce.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ from proxy.loop_resources import (
     discard_dead_connections,
 )
 from proxy.models_catalog import clean_aliases
-from proxy.selectors import CANDIDATES_JSON_SQL
+from proxy.policies.rules import (
+    POLICY_COLUMN_COUNT,
+    POLICY_COLUMNS_SQL,
+    KeyPolicy,
+    policy_from_row,
+)
+from proxy.selectors import KEY_CANDIDATES_JSON_SQL
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +46,15 @@ select k.id, s.model_aliases_json, s.max_concurrent_per_account, s.request_inter
        s.rotation_strategy,
        f.originator, f.app_version, f.build_number, f.platform, f.arch, f.chromium_version,
        f.user_agent_template, f.default_headers_json, f.header_order_json,
-"""
-    + CANDIDATES_JSON_SQL
+       """
+    + POLICY_COLUMNS_SQL
+    + ","
+    + KEY_CANDIDATES_JSON_SQL
     + """
 from client_api_keys k
 left join runtime_settings s on s.id = 1
 left join fingerprints f on f.id = 'current'
+left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
 )
@@ -84,8 +93,11 @@ class AuthenticatedClient(KeyHolder):
 
     scheduler_settings: SchedulerSettings
     fingerprint: FingerprintHeaders
-    # The candidate accounts, read in the same statement (spec §3.2 input of the scheduler).
+    # The candidate accounts, read in the same statement (spec §3.2 input of the scheduler);
+    # a policy's account group already applied.
     accounts: list[AccountView]
+    # The key's policy row (issue 25), LEFT JOINed in the same statement; None = unlimited.
+    policy: KeyPolicy | None = None
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -156,12 +168,16 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
     if row is None:
         return None
     key_id, aliases, max_concurrent, interval, strategy = row[:5]
-    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:-1], strict=True))
+    fingerprint_end = 5 + len(_FINGERPRINT_COLUMNS)
+    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:fingerprint_end], strict=True))
+    policy_columns = row[fingerprint_end : fingerprint_end + POLICY_COLUMN_COUNT]
+    aliases = clean_aliases(aliases)
     if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
         fingerprint = settings.CODEX_FINGERPRINT
     return AuthenticatedClient(
         key_id=key_id,
-        aliases=clean_aliases(aliases),
+        aliases=aliases,
+        policy=policy_from_row(key_id, policy_columns, aliases),
         scheduler_settings=SchedulerSettings(
             strategy=strategy or "smart",
             max_concurrent_per_account=max_concurrent or 3,
