@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from proxy.dispatch.types import DispatchReport
 from proxy.ledger.entries import LedgerEntry
+from proxy.metrics.recording import record_dispatch
 from proxy.policies import admission
 
 
 def finished_dispatch(report: DispatchReport, entry: LedgerEntry) -> None:
     admission.settle_later(report.request, entry.usage)
+    record_dispatch(report)

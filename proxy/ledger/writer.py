@@ -41,6 +41,7 @@ from psycopg_pool import PoolTimeout
 from proxy import redis_keys
 from proxy.ledger.entries import LedgerEntry
 from proxy.loop_resources import PerLoop, async_redis
+from proxy.metrics.recording import record_ledger_batch
 from proxy.services.account_cookies import account_cookies_store
 from proxy.services.account_quota import account_quota_sync_passive
 from proxy.services.account_usage import account_usage_add_many
@@ -130,6 +131,9 @@ class LedgerWriter:
                         "telemetry database reachable again after %d failed attempts", failures
                     )
                     failures = 0
+                record_ledger_batch(
+                    len(entries), min(entry.finished_monotonic for entry in entries)
+                )
                 await _write_extras(entries)
                 continue
             failures += 1
