@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 
 import pytest
 import requests
@@ -237,3 +238,21 @@ def test_two_processes_add_up_in_one_multiprocess_directory(
     }
     assert _value(from_first, "cpr_requests_total", **labels) == 3
     assert _value(from_second, "cpr_requests_total", **labels) == 3
+
+
+def test_config_run_empties_the_metrics_directory_once(tmp_path, monkeypatch):
+    from config.run import prepare_metrics_directory
+
+    monkeypatch.setenv("CPR_VAR_DIR", str(tmp_path))
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    monkeypatch.delenv("CPR_METRICS_DIRECTORY_PREPARED", raising=False)
+    directory = tmp_path / "prometheus"
+    directory.mkdir()
+    (directory / "counter_123.db").write_bytes(b"stale")
+
+    prepare_metrics_directory("web")
+    (directory / "counter_456.db").write_bytes(b"live")  # a worker started meanwhile
+    prepare_metrics_directory("web")  # a child of `all`: inherits, does not empty
+
+    assert [path.name for path in directory.iterdir()] == ["counter_456.db"]
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(directory)
