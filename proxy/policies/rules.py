@@ -43,6 +43,13 @@ class KeyPolicy:
         return self.allowed_models is None or resolved_model in self.allowed_models
 
 
+def resolved_model_names(names: list | None, aliases: dict[str, str]) -> frozenset[str] | None:
+    """A policy's allowed models after alias resolution (None: every model)."""
+    if names is None:
+        return None
+    return frozenset(resolve_alias(str(name), aliases) for name in names)
+
+
 def policy_from_row(
     key_id: str, columns: tuple | None, aliases: dict[str, str]
 ) -> KeyPolicy | None:
@@ -58,9 +65,7 @@ def policy_from_row(
         max_concurrent_requests=concurrency,
         daily_budget_micro=usd_to_micro(daily),
         monthly_budget_micro=usd_to_micro(monthly),
-        allowed_models=None
-        if allowed is None
-        else frozenset(resolve_alias(str(name), aliases) for name in allowed),
+        allowed_models=resolved_model_names(allowed, aliases),
         account_group=group,
     )
 

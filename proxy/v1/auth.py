@@ -26,12 +26,13 @@ from proxy.loop_resources import (
     database_connection,
     discard_dead_connections,
 )
-from proxy.models_catalog import clean_aliases
+from proxy.models_catalog import clean_aliases, resolve_alias
 from proxy.policies.rules import (
     POLICY_COLUMN_COUNT,
     POLICY_COLUMNS_SQL,
     KeyPolicy,
     policy_from_row,
+    resolved_model_names,
 )
 from proxy.selectors import KEY_CANDIDATES_JSON_SQL
 
@@ -60,9 +61,10 @@ where k.key = %(key)s and k.enabled
 )
 # The models routes need only the key and the aliases (no candidates, no fingerprint).
 _KEY_AND_ALIASES_SQL = """
-select k.id, s.model_aliases_json
+select k.id, s.model_aliases_json, p.allowed_models
 from client_api_keys k
 left join runtime_settings s on s.id = 1
+left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
 _FINGERPRINT_COLUMNS = (
@@ -78,15 +80,23 @@ _FINGERPRINT_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeyHolder:
-    """A verified client key and the model aliases it sees (what the models routes need)."""
+    """A verified client key and the model aliases it sees (what the models routes need);
+    ``allowed_models``: its policy's list, alias-resolved (None = every model)."""
 
     key_id: str
     aliases: dict[str, str]
+    allowed_models: frozenset[str] | None = None
+
+    def may_use(self, model: str) -> bool:
+        """Whether the key's policy lets it use ``model`` (a name or an alias)."""
+        return self.allowed_models is None or resolve_alias(model, self.aliases) in (
+            self.allowed_models
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AuthenticatedClient(KeyHolder):
     """The verified key plus what the request path needs from runtime_settings and the
     fingerprint, read in the same round trip."""
@@ -157,8 +167,11 @@ async def authenticate_key(authorization: str | None) -> KeyHolder | None:
     row = await _key_row(authorization, _KEY_AND_ALIASES_SQL)
     if row is None:
         return None
-    key_id, aliases = row
-    return KeyHolder(key_id=key_id, aliases=clean_aliases(aliases))
+    key_id, aliases, allowed = row
+    aliases = clean_aliases(aliases)
+    return KeyHolder(
+        key_id=key_id, aliases=aliases, allowed_models=resolved_model_names(allowed, aliases)
+    )
 
 
 async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
@@ -172,12 +185,14 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
     fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:fingerprint_end], strict=True))
     policy_columns = row[fingerprint_end : fingerprint_end + POLICY_COLUMN_COUNT]
     aliases = clean_aliases(aliases)
+    policy = policy_from_row(key_id, policy_columns, aliases)
     if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
         fingerprint = settings.CODEX_FINGERPRINT
     return AuthenticatedClient(
         key_id=key_id,
         aliases=aliases,
-        policy=policy_from_row(key_id, policy_columns, aliases),
+        policy=policy,
+        allowed_models=policy.allowed_models if policy is not None else None,
         scheduler_settings=SchedulerSettings(
             strategy=strategy or "smart",
             max_concurrent_per_account=max_concurrent or 3,

@@ -321,3 +321,19 @@ def test_a_flushed_redis_starts_the_counters_afresh(private_proxy, private_redis
         redis.Redis.from_url(private_redis.url).zcard(_key(f"policy:in_flight:{client_key.id}"))
         == 0
     )
+
+
+def test_the_models_routes_show_only_the_allowed_models(proxy, upstream, client_key):
+    RuntimeSettings.objects.update(model_aliases_json={"quick": "gpt-5.4-mini"})
+    _policy(client_key, allowed_models=["gpt-5.4-mini"])
+    headers = {"Authorization": f"Bearer {client_key.key}"}
+
+    listed = requests.get(f"{proxy.url}/v1/models", headers=headers, timeout=10).json()
+    catalog = requests.get(f"{proxy.url}/v1/models/catalog", headers=headers, timeout=10).json()
+    hidden = requests.get(f"{proxy.url}/v1/models/gpt-5.4", headers=headers, timeout=10)
+    shown = requests.get(f"{proxy.url}/v1/models/quick", headers=headers, timeout=10)
+
+    assert [model["id"] for model in listed["data"]] == ["gpt-5.4-mini", "quick"]
+    assert [entry["id"] for entry in catalog] == ["gpt-5.4-mini"]
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "model_not_found"
+    assert shown.status_code == 200
