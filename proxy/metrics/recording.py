@@ -13,10 +13,13 @@ from proxy.metrics import instruments
 logger = logging.getLogger(__name__)
 
 
-def client_status(report: DispatchReport) -> int:
-    """The HTTP status the client got: the error's, else 200 (a committed stream is a 200
-    whatever happened after its first byte)."""
-    return report.client_error.status if report.client_error is not None else 200
+def client_status(report: DispatchReport) -> str:
+    """The HTTP status the client got: the error's; 200 for an answer (a committed stream is
+    a 200 whatever happened after its first byte); ``unknown`` when the dispatch ended by an
+    exception before any answer (the client left, or an unexpected failure the view logs)."""
+    if report.client_error is not None:
+        return str(report.client_error.status)
+    return "200" if report.served is not None else "unknown"
 
 
 def record_dispatch(report: DispatchReport) -> None:
@@ -30,7 +33,7 @@ def _record_dispatch(report: DispatchReport) -> None:
     request = report.request
     instruments.REQUESTS.labels(
         route=request.route,
-        status=str(client_status(report)),
+        status=client_status(report),
         model=request.model,
         key_id=request.client_api_key_id or "",
     ).inc()

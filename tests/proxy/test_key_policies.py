@@ -337,3 +337,17 @@ def test_the_models_routes_show_only_the_allowed_models(proxy, upstream, client_
     assert [entry["id"] for entry in catalog] == ["gpt-5.4-mini"]
     assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "model_not_found"
     assert shown.status_code == 200
+
+
+def test_a_failed_request_gives_its_concurrency_slot_back(proxy, upstream, client_key):
+    make_pool_account("tok-elsewhere")
+    # Admitted, then no account of the group: 503, and the slot is free for the next one.
+    _policy(client_key, max_concurrent_requests=1, account_group="empty")
+
+    statuses = []
+    for _ in range(3):
+        statuses.append(post_responses(proxy, client_key, {**BODY, "stream": False}).status_code)
+        proxy.drain()
+
+    assert statuses == [503, 503, 503]
+    assert _redis().zcard(_key(f"policy:in_flight:{client_key.id}")) == 0
