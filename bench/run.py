@@ -236,6 +236,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers of the project")
     parser.add_argument("--accounts", type=int, default=4)
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument(
+        "--key-policy",
+        action="store_true",
+        help="give the bench key a policy whose every limit is checked and never reached",
+    )
     parser.add_argument("--only", default="", help="comma-separated target names to run")
     arguments = parser.parse_args()
     concurrencies = [int(value) for value in arguments.concurrency.split(",")]
@@ -286,6 +291,7 @@ def main() -> None:
                     "populate",
                     "--accounts",
                     str(arguments.accounts),
+                    *(["--key-policy"] if arguments.key_policy else []),
                 ],
                 cwd=ROOT,
                 env=project_env,

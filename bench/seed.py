@@ -34,7 +34,7 @@ def prepare() -> dict:
     }
 
 
-def populate(accounts: int) -> dict:
+def populate(accounts: int, *, key_policy: bool = False) -> dict:
     import django
 
     from config.bootstrap import prepare
@@ -53,7 +53,7 @@ def populate(accounts: int) -> dict:
     with connection.cursor() as cursor:
         cursor.execute(
             "truncate usage_records, ops_error_logs, request_time_buckets, account_usage,"
-            " account_cookies, accounts, client_api_keys"
+            " account_cookies, accounts, client_api_keys cascade"
         )
     runtime_settings_ensure(now=now)
     fingerprint_ensure_current(now=now)
@@ -73,6 +73,24 @@ def populate(accounts: int) -> dict:
         )
     key = client_api_key_create(name="bench", now=now)
     assert ClientApiKey.objects.count() == 1
+    if key_policy:
+        # Every check of a policy runs (issue 25), none refuses: limits far above the load.
+        from decimal import Decimal
+
+        from proxy.services.key_policies import PolicyValues, key_policy_set
+
+        key_policy_set(
+            key=key,
+            values=PolicyValues(
+                requests_per_minute=10**9,
+                tokens_per_minute=10**9,
+                max_concurrent_requests=10**6,
+                daily_budget_usd=Decimal("99999999"),
+                monthly_budget_usd=Decimal("99999999"),
+                allowed_models=["gpt-5.4"],
+            ),
+            now=now,
+        )
     return {"key": key.key}
 
 
@@ -81,8 +99,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("step", choices=["prepare", "populate"])
     parser.add_argument("--accounts", type=int, default=4)
+    parser.add_argument("--key-policy", action="store_true")
     arguments = parser.parse_args()
-    result = prepare() if arguments.step == "prepare" else populate(arguments.accounts)
+    result = (
+        prepare()
+        if arguments.step == "prepare"
+        else populate(arguments.accounts, key_policy=arguments.key_policy)
+    )
     sys.stdout.write(json.dumps(result) + "\n")
 
 

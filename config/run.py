@@ -221,6 +221,32 @@ def run_all() -> int:
     return exit_code
 
 
+METRICS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+# Set by `all` for its children: the directory is theirs to share, already emptied.
+_METRICS_DIRECTORY_PREPARED = "CPR_METRICS_DIRECTORY_PREPARED"
+
+
+def prepare_metrics_directory(command: str) -> None:
+    """Give the processes of ``all`` (web, worker, beat) and of ``web`` alone one Prometheus
+    multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``, default ``var/prometheus``), emptied
+    at start so no dead process's counts carry over. Must run before prometheus_client is
+    imported: it reads the variable once. The children of ``all`` inherit it as it is."""
+    if command not in ("all", "web") or os.environ.get(_METRICS_DIRECTORY_PREPARED):
+        return
+    from pathlib import Path
+
+    from config.env import env_str
+
+    default_var_dir = Path(__file__).resolve().parent.parent / "var"
+    var_dir = Path(env_str("CPR_VAR_DIR", str(default_var_dir))).resolve()
+    directory = Path(env_str(METRICS_DIRECTORY_VARIABLE, str(var_dir / "prometheus")))
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    os.environ[METRICS_DIRECTORY_VARIABLE] = str(directory)
+    os.environ[_METRICS_DIRECTORY_PREPARED] = "1"
+
+
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "all"
     if command not in {"all", "prepare", "stop-embedded", *PROCESSES}:
@@ -228,6 +254,7 @@ def main(argv: list[str]) -> int:
         return 64
     if command == "stop-embedded":
         return stop_embedded()
+    prepare_metrics_directory(command)
     _setup_django()
     if command == "all":
         return run_all()

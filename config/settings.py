@@ -55,6 +55,9 @@ TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES")
 # Believe Cloudflare's CF-Connecting-IP from a trusted proxy: only when that proxy is Cloudflare
 # or forwards Cloudflare's header (docker-compose's Caddy strips it unless this is on).
 TRUST_CF_CONNECTING_IP = env_bool("TRUST_CF_CONNECTING_IP", False)
+# GET /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>";
+# without one only loopback and TRUSTED_PROXIES clients are answered.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --------------------------------------------------------------------------- stores
 

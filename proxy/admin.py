@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from proxy.admin_account_forms import AccountAddForm, AccountForm
+from proxy.admin_key_policy import KeyPolicyInline, save_policy_formset
 from proxy.admin_pages import AccountPagesMixin, ClientKeyPagesMixin
 from proxy.models import (
     Account,
@@ -21,6 +22,7 @@ from proxy.models import (
     AdminLoginEvent,
     AdminUser,
     ClientApiKey,
+    ClientApiKeyPolicy,
     Fingerprint,
     FingerprintUpdateHistory,
     RuntimeSettings,
@@ -116,6 +118,15 @@ class ClientApiKeyAdmin(ClientKeyPagesMixin, admin.ModelAdmin):
     search_fields = ("name", "label", "prefix", "=id")
     ordering = ("-created_at", "-id")
     readonly_fields = ("id", "key", "prefix", "created_at", "last_used_at")
+
+    def get_inlines(self, request, obj=None):
+        return [KeyPolicyInline] if obj is not None else []
+
+    def save_formset(self, request, form, formset, change) -> None:
+        if formset.model is ClientApiKeyPolicy:
+            save_policy_formset(formset, form.instance)
+            return
+        super().save_formset(request, form, formset, change)
 
     def get_fields(self, request, obj=None):
         if obj is None:

@@ -1,4 +1,6 @@
-"""What a web process does when it stops: finish the ledger, then close its connections."""
+"""What a web process does when it stops: finish the ledger and the key-policy settlements
+(a slot left behind would hold a key's concurrency until its TTL), then close its
+connections."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import logging
 
 from proxy.ledger import writer as ledger_writer
 from proxy.loop_resources import close_current_loop_resources
+from proxy.policies.admission import await_pending_settlements
 from proxy.v1.auth import flush_key_touches
 
 logger = logging.getLogger(__name__)
@@ -14,10 +17,11 @@ SHUTDOWN_GRACE_SECONDS = 5
 
 
 async def shutdown(*, grace_seconds: float = SHUTDOWN_GRACE_SECONDS) -> None:
-    """Wait (at most ``grace_seconds``) for scheduled ledger writes and key touches, then
-    close resources."""
+    """Wait (at most ``grace_seconds``) for scheduled ledger writes, key-policy settlements
+    and key touches, then close resources."""
     try:
         await asyncio.wait_for(ledger_writer.await_pending_writes(), grace_seconds)
+        await asyncio.wait_for(await_pending_settlements(), grace_seconds)
         await flush_key_touches()
     except TimeoutError:
         logger.warning("ledger writes still pending after %ss at shutdown", grace_seconds)

@@ -110,3 +110,33 @@ def ledger_rows_given_up() -> str:
     """How many finished requests the ledger writers have given up (their rows are lost):
     INCRBY by the writer that gave them up, EXPIRE 30 days on every increment."""
     return f"{_prefix()}telemetry:ledger_given_up"
+
+
+# Per-key policies (issue 25; seed §8 "运行态计数走 Redis"). Kept only for keys with a policy row.
+
+
+def key_policy_requests(key_id: str) -> str:
+    """ZSET admission id → admitted at (epoch ms): the key's requests of the last 60 s (the
+    sliding requests-per-minute window). Members older than 60 s are removed on each admission;
+    PEXPIRE 60 s on every add."""
+    return f"{_prefix()}policy:requests:{key_id}"
+
+
+def key_policy_tokens(key_id: str, window_start: int) -> str:
+    """Tokens of the key's requests that finished in the fixed 60 s window starting at
+    ``window_start`` (epoch s): INCRBY when a request settles, EXPIRE 120 s."""
+    return f"{_prefix()}policy:tokens:{key_id}:{window_start}"
+
+
+def key_policy_in_flight(key_id: str) -> str:
+    """ZSET admission id → start (epoch ms): the key's requests in flight. Removed when the
+    request's report is settled; members older than the slot TTL (a crashed worker's) are
+    removed on each admission; PEXPIRE = slot TTL on every add."""
+    return f"{_prefix()}policy:in_flight:{key_id}"
+
+
+def key_policy_spend(key_id: str, period: str) -> str:
+    """The key's spend in micro-USD for ``period`` (``day:YYYY-MM-DD`` / ``month:YYYY-MM``,
+    UTC): computed from usage_records when missing (SET NX, EX 60 s), then each settled
+    request's cost added while it lives."""
+    return f"{_prefix()}policy:spend:{key_id}:{period}"

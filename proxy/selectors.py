@@ -14,7 +14,7 @@ from proxy.loop_resources import database_connection
 
 # The same rows as one JSON value, so that the client-key lookup can bring the candidates along
 # in its single round trip (the request path's only PostgreSQL read before the first byte).
-CANDIDATES_JSON_SQL = """
+_CANDIDATES_JSON_TEMPLATE = """
 (select coalesce(json_agg(row_to_json(candidate) order by candidate.added_at, candidate.id),
                  '[]'::json)
  from (
@@ -38,9 +38,19 @@ CANDIDATES_JSON_SQL = """
      from account_cookies c
      where c.account_id = a.id and (c.expires_at is null or c.expires_at > %(now)s)
    ) cookies on true
-   where a.status in ('active', 'quota_exhausted')
+   where a.status in ('active', 'quota_exhausted'){group_filter}
  ) candidate)
 """
+CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(group_filter="")
+# The client-key lookup's version: a key whose policy names an account group (``p``, the
+# policy row LEFT JOINed on the key) sees only the accounts whose label carries the word
+# ``group:<name>`` (words split on spaces and commas).
+KEY_CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(
+    group_filter="""
+     and (p.account_group is null
+          or ('group:' || p.account_group)
+             = any(regexp_split_to_array(coalesce(a.label, ''), '[\\s,]+')))"""
+)
 _RECHECK_SQL = """
 select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldown_until,
        access_token, access_token_expires_at

@@ -1,8 +1,10 @@
 from django.urls import path, re_path
 
+from proxy.metrics import views as metrics_views
 from proxy.v1 import chat, models, responses, views
 
 urlpatterns = [
+    path("metrics", metrics_views.metrics, name="metrics"),
     path("v1/responses", responses.responses, name="v1-responses"),
     path("v1/responses/review", responses.responses_review, name="v1-responses-review"),
     path("v1/responses/compact", responses.responses_compact, name="v1-responses-compact"),

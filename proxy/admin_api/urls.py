@@ -4,7 +4,15 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from proxy.admin_api.envelope import unknown_admin_route
-from proxy.admin_api.views import account_actions, accounts, auth, dashboard, keys, usage
+from proxy.admin_api.views import (
+    account_actions,
+    accounts,
+    auth,
+    dashboard,
+    key_policies,
+    keys,
+    usage,
+)
 from proxy.admin_api.views import settings as settings_views
 
 admin_api_patterns = [
@@ -28,6 +36,7 @@ admin_api_patterns = [
     path("keys/update", keys.KeyUpdateView.as_view()),
     path("keys/delete", keys.KeyDeleteView.as_view()),
     path("keys/config", keys.KeyConfigView.as_view()),
+    path("keys/policy", key_policies.KeyPolicyView.as_view()),
     path("settings", settings_views.SettingsView.as_view()),
     path("settings/admin-api-key", settings_views.AdminApiKeyView.as_view()),
     path("settings/admin-api-key/regenerate", settings_views.AdminApiKeyRegenerateView.as_view()),

@@ -67,6 +67,8 @@ from proxy.dispatch.upstream_request import request_headers
 from proxy.ledger import affinity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import build_entry
+from proxy.policies import admission
+from proxy.request_outcome import finished_dispatch
 from proxy.services import account_state
 
 logger = logging.getLogger(__name__)
@@ -181,7 +183,9 @@ class Dispatch:
             served=served if self._client_error is None else None,
             end=end or StreamEnd(),
         )
-        ledger.submit(build_entry(self.report))
+        entry = build_entry(self.report)
+        ledger.submit(entry)
+        finished_dispatch(self.report, entry)
         try:
             write = affinity_write(self.report, self._continuity)
             if write is not None:
@@ -225,6 +229,8 @@ class Dispatch:
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
+        if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
+            self._fail(refused.error, retry_after=refused.retry_after_seconds)
         queue = await self._queue()
         if self._continuity is not None and self._continuity.managed:
             outcome = await self._walk_queue(queue, owner=True)
@@ -324,10 +330,10 @@ class Dispatch:
             self._fail(CONTINUATION_CONNECTION_BUSY)
         self._give_up(failure)
 
-    def _fail(self, error: ClientError) -> NoReturn:
+    def _fail(self, error: ClientError, *, retry_after: int | None = None) -> NoReturn:
         self._client_error = error
         as_event = self.request.failures_as_events and error.status >= 500
-        raise ClientFailure(error, as_event=as_event)
+        raise ClientFailure(error, as_event=as_event, retry_after=retry_after)
 
     def _give_up(self, failure: AttemptFailure) -> NoReturn:
         self._final_failure = failure

@@ -27,6 +27,7 @@ from proxy.dispatch.sse import (
     stream_disconnected_event,
 )
 from proxy.dispatch.types import Committed, DispatchRequest, StreamEnd
+from proxy.policies import admission
 
 
 class StreamRelay:
@@ -77,6 +78,7 @@ class StreamRelay:
                     await scheduler.heartbeat(
                         committed.slot, settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
                     )
+                    await admission.heartbeat(self.request)  # the key's in-flight slot
         except codex.CodexTransportError as error:
             stream_error = f"upstream read failed ({error.detail})"
         except SSEFrameTooLarge as error:

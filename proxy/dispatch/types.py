@@ -10,6 +10,7 @@ envelope; ``proxy.v1.errors.openai_errors`` maps it.
 from __future__ import annotations
 
 import functools
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +26,7 @@ from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.dispatch.sse import Frame, SSEScanner
 from proxy.dispatch.upstream_request import ClientIdentity
 from proxy.models_catalog import Catalog
+from proxy.policies.rules import KeyPolicy
 
 
 @dataclass
@@ -48,6 +50,11 @@ class DispatchRequest:
     subagent: str | None = None
     # /v1/responses streams answer 5xx-class failures as a 200 SSE failure event (spec §1.7).
     failures_as_events: bool = False
+    # The key's policy (None: unlimited), read with the key; ``admission_id`` names this
+    # request in the policy's Redis counters, ``key_admitted`` says it holds a slot there.
+    key_policy: KeyPolicy | None = None
+    admission_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    key_admitted: bool = False
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
 

@@ -6,6 +6,7 @@ later, in batches. Facts are telemetry's typed ``UsageFact`` / ``ErrorFact``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,8 @@ class LedgerEntry:
     # (account id, upstream headers) of a success whose rate-limit headers update the quota.
     quota_sync: tuple[str, dict[str, str]] | None = None
     models_etag: str | None = None
+    # When the request ended (the ledger's lag is measured from here).
+    finished_monotonic: float = field(default_factory=time.monotonic)
 
 
 def _request_summary(body: dict) -> dict[str, Any]:
@@ -230,8 +233,9 @@ def _record_dispatch_failure(
     """The row of a request no account could serve (the client got ``report.client_error``)."""
     request = report.request
     failure = report.final_failure
-    failure_class = failure.kind.value if failure else "no_available_accounts"
     error = report.client_error
+    # Without an attempt failure the proxy itself refused: no account, or the key's policy.
+    failure_class = failure.kind.value if failure else error.code
     last = report.notes[-1] if report.notes else None
     entry.errors.append(
         ErrorFact(

@@ -42,6 +42,7 @@ from proxy import redis_keys
 from proxy.ledger import affinity
 from proxy.ledger.entries import LedgerEntry
 from proxy.loop_resources import PerLoop, async_redis
+from proxy.metrics.recording import record_ledger_batch
 from proxy.services.account_cookies import account_cookies_store
 from proxy.services.account_quota import account_quota_sync_passive
 from proxy.services.account_usage import account_usage_add_many
@@ -131,6 +132,9 @@ class LedgerWriter:
                         "telemetry database reachable again after %d failed attempts", failures
                     )
                     failures = 0
+                record_ledger_batch(
+                    len(entries), min(entry.finished_monotonic for entry in entries)
+                )
                 await _write_extras(entries)
                 continue
             failures += 1

@@ -31,6 +31,7 @@ from django.db.models import Case, F, TextField, Value, When
 from django.utils import timezone
 
 from proxy.clients import oauth
+from proxy.metrics.recording import record_token_refresh
 from proxy.models import Account, AccountStatus, RuntimeSettings
 from proxy.runtime_state.refresh_leases import (
     refresh_lease_acquire,
@@ -239,9 +240,10 @@ def token_refresh_account(
     """
     owner = _new_owner()
     if not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
+        record_token_refresh(RefreshResult.LEASE_BUSY)
         return RefreshResult.LEASE_BUSY
     try:
-        return _refresh_under_lease(
+        result = _refresh_under_lease(
             account_id,
             owner,
             force=force,
@@ -252,6 +254,8 @@ def token_refresh_account(
         )
     finally:
         refresh_lease_release(account_id=account_id, owner=owner)
+    record_token_refresh(result)
+    return result
 
 
 def _stop_reason(row: _Row | None, *, spent: str | None, force: bool, now: datetime):

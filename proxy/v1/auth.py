@@ -1,9 +1,9 @@
 """Client keys on ``/v1`` (spec §1.2): one unique-index lookup per request, no in-process table.
 
-For the responses routes the same statement reads the hot runtime settings, the fingerprint
-and the candidate accounts, so a request costs one PostgreSQL round trip before the first byte;
-the models routes read only the key and the aliases. ``last_used_at`` is touched in batches
-after a 1 s debounce.
+For the responses routes the same statement reads the hot runtime settings, the fingerprint,
+the key's policy (issue 25) and the candidate accounts, so a request costs one PostgreSQL
+round trip before the first byte; the models routes read only the key and the aliases.
+``last_used_at`` is touched in batches after a 1 s debounce.
 """
 
 from __future__ import annotations
@@ -26,8 +26,15 @@ from proxy.loop_resources import (
     database_connection,
     discard_dead_connections,
 )
-from proxy.models_catalog import clean_aliases
-from proxy.selectors import CANDIDATES_JSON_SQL
+from proxy.models_catalog import clean_aliases, resolve_alias
+from proxy.policies.rules import (
+    POLICY_COLUMN_COUNT,
+    POLICY_COLUMNS_SQL,
+    KeyPolicy,
+    policy_from_row,
+    resolved_model_names,
+)
+from proxy.selectors import KEY_CANDIDATES_JSON_SQL
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +47,24 @@ select k.id, s.model_aliases_json, s.max_concurrent_per_account, s.request_inter
        s.rotation_strategy,
        f.originator, f.app_version, f.build_number, f.platform, f.arch, f.chromium_version,
        f.user_agent_template, f.default_headers_json, f.header_order_json,
-"""
-    + CANDIDATES_JSON_SQL
+       """
+    + POLICY_COLUMNS_SQL
+    + ","
+    + KEY_CANDIDATES_JSON_SQL
     + """
 from client_api_keys k
 left join runtime_settings s on s.id = 1
 left join fingerprints f on f.id = 'current'
+left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
 )
 # The models routes need only the key and the aliases (no candidates, no fingerprint).
 _KEY_AND_ALIASES_SQL = """
-select k.id, s.model_aliases_json
+select k.id, s.model_aliases_json, p.allowed_models
 from client_api_keys k
 left join runtime_settings s on s.id = 1
+left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
 _FINGERPRINT_COLUMNS = (
@@ -69,23 +80,34 @@ _FINGERPRINT_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeyHolder:
-    """A verified client key and the model aliases it sees (what the models routes need)."""
+    """A verified client key and the model aliases it sees (what the models routes need);
+    ``allowed_models``: its policy's list, alias-resolved (None = every model)."""
 
     key_id: str
     aliases: dict[str, str]
+    allowed_models: frozenset[str] | None = None
+
+    def may_use(self, model: str) -> bool:
+        """Whether the key's policy lets it use ``model`` (a name or an alias)."""
+        return self.allowed_models is None or resolve_alias(model, self.aliases) in (
+            self.allowed_models
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AuthenticatedClient(KeyHolder):
     """The verified key plus what the request path needs from runtime_settings and the
     fingerprint, read in the same round trip."""
 
     scheduler_settings: SchedulerSettings
     fingerprint: FingerprintHeaders
-    # The candidate accounts, read in the same statement (spec §3.2 input of the scheduler).
+    # The candidate accounts, read in the same statement (spec §3.2 input of the scheduler);
+    # a policy's account group already applied.
     accounts: list[AccountView]
+    # The key's policy row (issue 25), LEFT JOINed in the same statement; None = unlimited.
+    policy: KeyPolicy | None = None
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -145,8 +167,11 @@ async def authenticate_key(authorization: str | None) -> KeyHolder | None:
     row = await _key_row(authorization, _KEY_AND_ALIASES_SQL)
     if row is None:
         return None
-    key_id, aliases = row
-    return KeyHolder(key_id=key_id, aliases=clean_aliases(aliases))
+    key_id, aliases, allowed = row
+    aliases = clean_aliases(aliases)
+    return KeyHolder(
+        key_id=key_id, aliases=aliases, allowed_models=resolved_model_names(allowed, aliases)
+    )
 
 
 async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
@@ -156,12 +181,18 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
     if row is None:
         return None
     key_id, aliases, max_concurrent, interval, strategy = row[:5]
-    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:-1], strict=True))
+    fingerprint_end = 5 + len(_FINGERPRINT_COLUMNS)
+    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:fingerprint_end], strict=True))
+    policy_columns = row[fingerprint_end : fingerprint_end + POLICY_COLUMN_COUNT]
+    aliases = clean_aliases(aliases)
+    policy = policy_from_row(key_id, policy_columns, aliases)
     if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
         fingerprint = settings.CODEX_FINGERPRINT
     return AuthenticatedClient(
         key_id=key_id,
-        aliases=clean_aliases(aliases),
+        aliases=aliases,
+        policy=policy,
+        allowed_models=policy.allowed_models if policy is not None else None,
         scheduler_settings=SchedulerSettings(
             strategy=strategy or "smart",
             max_concurrent_per_account=max_concurrent or 3,

@@ -200,6 +200,7 @@ def build_dispatch_request(
         failures_as_events=failures_as_events,
         catalog=catalog,
         accounts=valid.client.accounts,
+        key_policy=valid.client.policy,
     )
 
 

@@ -44,10 +44,12 @@ def models_route(view):
 
 @models_route
 async def list_models(request: HttpRequest, *, request_id: str, client: KeyHolder) -> HttpResponse:
-    """Catalog ids (catalog order, no duplicates), then alias names."""
+    """Catalog ids (catalog order, no duplicates), then alias names; a key whose policy
+    allows only some models sees only those (and the aliases that resolve to them)."""
     catalog = await current_catalog()
     ids = [entry["id"] for entry in catalog.entries]
     ids += [alias for alias in client.aliases if alias not in ids]
+    ids = [model_id for model_id in ids if client.may_use(model_id)]
     return _json(
         {"object": "list", "data": [_model_object(model_id) for model_id in ids]}, request_id
     )
@@ -57,7 +59,8 @@ async def list_models(request: HttpRequest, *, request_id: str, client: KeyHolde
 async def model_catalog(
     request: HttpRequest, *, request_id: str, client: KeyHolder
 ) -> HttpResponse:
-    return _json((await current_catalog()).entries, request_id)
+    entries = (await current_catalog()).entries
+    return _json([entry for entry in entries if client.may_use(entry["id"])], request_id)
 
 
 @models_route
@@ -68,6 +71,8 @@ async def model_detail(
     catalog = await current_catalog()
     if model_id not in client.aliases and model_id not in catalog.ids:
         return error_response(MODEL_NOT_FOUND, request_id)
+    if not client.may_use(model_id):  # the key's policy hides it
+        return error_response(MODEL_NOT_FOUND, request_id)
     return _json(_model_object(model_id), request_id)
 
 
@@ -77,6 +82,6 @@ async def model_info(
 ) -> HttpResponse:
     """The catalog entry of the alias-resolved id."""
     entry = (await current_catalog()).entry(resolve_alias(model_id, client.aliases))
-    if entry is None:
+    if entry is None or not client.may_use(model_id):
         return error_response(MODEL_NOT_FOUND, request_id)
     return _json(entry, request_id)

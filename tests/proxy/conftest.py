@@ -20,6 +20,7 @@ from django.db import connection
 from django.utils import timezone
 
 from proxy.ledger import writer as ledger_writer
+from proxy.policies.admission import await_pending_settlements
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.runtime_settings import runtime_settings_ensure
@@ -46,8 +47,11 @@ class LiveServer(LiveASGIServer):
         super().__init__()
 
     def drain(self) -> None:
-        """Wait until the ledger writes the server scheduled have finished."""
+        """Wait until the ledger writes and key-policy settlements the server scheduled have
+        finished."""
         future = asyncio.run_coroutine_threadsafe(ledger_writer.await_pending_writes(), self.loop)
+        future.result(30)
+        future = asyncio.run_coroutine_threadsafe(await_pending_settlements(), self.loop)
         future.result(30)
 
 

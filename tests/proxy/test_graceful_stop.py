@@ -19,9 +19,11 @@ import redis
 import requests
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from config.embedded import database_url_for, free_port
 from proxy.models import RuntimeSettings
+from proxy.services.key_policies import PolicyValues, key_policy_set
 from telemetry.models import OpsErrorLog, UsageRecord
 from tests.conftest import PROJECT_ROOT, project_environment
 from tests.fakes.codex import Reply
@@ -133,6 +135,10 @@ def web_process(upstream, transactional_db, tmp_path):
 def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_key):
     process, base, port = web_process
     RuntimeSettings.objects.update(max_concurrent_per_account=100, request_interval_ms=0)
+    # A key policy too: its in-flight slots must be settled before the process exits.
+    key_policy_set(
+        key=client_key, values=PolicyValues(max_concurrent_requests=100), now=timezone.now()
+    )
     account = make_pool_account("tok-drain")
     upstream.program(
         "tok-drain",
@@ -190,6 +196,7 @@ def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_k
     # No slot is left held in Redis, and the upstream saw every stream closed.
     client = redis.Redis.from_url(settings.REDIS_URL)
     assert client.zcard(f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{account.id}") == 0
+    assert client.zcard(f"{settings.REDIS_KEY_PREFIX}policy:in_flight:{client_key.id}") == 0
     client.close()
     assert upstream.in_flight["tok-drain"] == 0
 

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from django.utils import timezone
 from config.embedded import free_port
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.fingerprints import fingerprint_ensure_current
+from proxy.services.key_policies import PolicyValues, key_policy_set
 from proxy.services.runtime_settings import runtime_settings_ensure
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import LiveServer, make_pool_account
@@ -231,11 +233,10 @@ class RedisCommandLog:
         ]
 
 
-def test_one_postgres_statement_and_two_redis_calls_before_the_first_byte(
-    counted_proxy, private_redis, upstream
-):
+def _counted_request(counted_proxy, private_redis, upstream, client_key):
+    """One warmed-up request's statements before its first byte (key touches left out) and
+    the Redis commands of the whole request (``|``: its first byte)."""
     server, postgres = counted_proxy
-    client_key = client_api_key_create(name="tests", now=timezone.now())
     make_pool_account("tok-a")
     make_pool_account("tok-b")
 
@@ -276,11 +277,53 @@ def test_one_postgres_statement_and_two_redis_calls_before_the_first_byte(
         for statement in before_first_byte
         if not statement.startswith("update client_api_keys")
     ]
+    return hot_path, redis_commands
+
+
+# The affinity record (seed §4B.3: SET EXAT, and per index ZADD, EXPIRE, prune) in one MULTI,
+# written after the stream.
+AFFINITY_RECORD = ["MULTI", "SET", *(["ZADD", "EXPIRE", "ZREMRANGEBYSCORE"] * 2), "EXEC"]
+
+
+def test_one_postgres_statement_and_two_redis_calls_before_the_first_byte(
+    counted_proxy, private_redis, upstream
+):
+    client_key = client_api_key_create(name="tests", now=timezone.now())
+
+    hot_path, redis_commands = _counted_request(counted_proxy, private_redis, upstream, client_key)
+
     assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
-    # Affinity lookup, order-and-acquire | release, then the affinity record (seed §4B.3: SET
-    # EXAT, and per index ZADD, EXPIRE, prune) in one MULTI, written after the stream.
-    assert redis_commands == ["EVALSHA", "EVALSHA", "|", "EVALSHA", "MULTI"] + [
-        "SET",
-        *(["ZADD", "EXPIRE", "ZREMRANGEBYSCORE"] * 2),
-        "EXEC",
-    ]
+    # Affinity lookup, order-and-acquire | release, then the affinity record.
+    assert redis_commands == ["EVALSHA", "EVALSHA", "|", "EVALSHA", *AFFINITY_RECORD]
+
+
+def test_a_key_policy_adds_one_redis_call_before_and_one_after(
+    counted_proxy, private_redis, upstream
+):
+    """Issue 25: the policy row comes with the key (same statement); admission is one Lua
+    call before scheduling, settlement one after the response; the spend of a budget is
+    cached, so a warm request reads no usage rows."""
+    client_key = client_api_key_create(name="tests", now=timezone.now())
+    key_policy_set(
+        key=client_key,
+        values=PolicyValues(
+            requests_per_minute=1000,
+            tokens_per_minute=10**8,
+            max_concurrent_requests=10,
+            daily_budget_usd=Decimal("1000"),
+            monthly_budget_usd=Decimal("10000"),
+            allowed_models=["gpt-5.4"],
+        ),
+        now=timezone.now(),
+    )
+
+    hot_path, redis_commands = _counted_request(counted_proxy, private_redis, upstream, client_key)
+
+    assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
+    # Admit, affinity lookup, order-and-acquire | then release, the settlement and the affinity
+    # record, the last two written off the request's path in either order.
+    first_byte = redis_commands.index("|")
+    assert redis_commands[:first_byte] == ["EVALSHA", "EVALSHA", "EVALSHA"]
+    assert sorted(redis_commands[first_byte + 1 :]) == sorted(
+        ["EVALSHA", "EVALSHA", *AFFINITY_RECORD]
+    )

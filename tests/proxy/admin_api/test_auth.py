@@ -24,7 +24,7 @@ def _protected_routes() -> list[tuple[str, str]]:
         view = getattr(pattern.callback, "view_class", None)
         if not isinstance(pattern, URLPattern) or view is None or issubclass(view, PublicAPIView):
             continue
-        for method in ("get", "post", "delete"):
+        for method in ("get", "post", "put", "delete"):
             if hasattr(view, method):
                 routes.append((method.upper(), f"/api/admin/{pattern.pattern}"))
     return routes
@@ -34,8 +34,9 @@ PROTECTED = _protected_routes()
 
 
 def test_every_route_but_login_and_status_is_protected():
-    # 35 operations behind authentication; log-in, its status and log-out are public.
-    assert len(PROTECTED) == 35
+    # 38 operations behind authentication; log-in, its status and log-out are public.
+    assert len(PROTECTED) == 38
+    assert ("PUT", "/api/admin/keys/policy") in PROTECTED
     assert ("GET", "/api/admin/accounts") in PROTECTED
     assert ("POST", "/api/admin/accounts/import") in PROTECTED
     assert ("DELETE", "/api/admin/settings/admin-api-key") in PROTECTED

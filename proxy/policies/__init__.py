@@ -1,0 +1,8 @@
+"""Per-key policies (issue 25 item 1): the limits of ``client_api_key_policies`` enforced on
+``/v1`` with counters in Redis shared by every process.
+
+``rules`` — the policy a request carries (read with the client key, one round trip) and the
+pure checks; ``counters`` — the Redis side (one Lua call to admit, one to settle, a read for
+the consoles); ``spend`` — the key's cost today / this month from ``usage_records``;
+``admission`` — what the dispatch calls before scheduling and after the report.
+"""

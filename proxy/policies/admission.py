@@ -1,0 +1,165 @@
+"""What the dispatch asks of a key's policy: before scheduling, may this request run
+(``refusal``); after its report, what it used (``settle_later``).
+
+A request whose key has no policy costs nothing here (no Redis, no PostgreSQL). With one: the
+allowed-models check needs no store; the counters are one Lua call (plus, once a minute per
+key with a budget, one spend query and one Redis write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from proxy.dispatch.client_errors import ClientError
+from proxy.dispatch.types import DispatchRequest
+from proxy.policies import counters
+from proxy.policies.counters import Periods
+from proxy.policies.rules import (
+    KeyPolicy,
+    day_label,
+    month_label,
+    next_day_start,
+    next_month_start,
+)
+from proxy.policies.spend import key_spend
+from telemetry.billing import request_cost
+from telemetry.services.facts import UsageFact
+
+logger = logging.getLogger(__name__)
+
+MODEL_NOT_ALLOWED = ClientError(
+    403,
+    "invalid_request_error",
+    "model_not_allowed",
+    "This API key is not allowed to use this model",
+)
+_REFUSALS = {
+    "requests": ClientError(
+        429,
+        "rate_limit_error",
+        "key_rate_limited",
+        "This API key is over its requests-per-minute limit",
+    ),
+    "tokens": ClientError(
+        429,
+        "rate_limit_error",
+        "key_tokens_limited",
+        "This API key is over its tokens-per-minute limit",
+    ),
+    "concurrency": ClientError(
+        429,
+        "rate_limit_error",
+        "key_concurrency_limited",
+        "This API key has as many requests in flight as its policy allows",
+    ),
+    "day_budget": ClientError(
+        429,
+        "insufficient_quota",
+        "key_budget_exceeded",
+        "This API key has reached its daily budget (resets at 00:00 UTC)",
+    ),
+    "month_budget": ClientError(
+        429,
+        "insufficient_quota",
+        "key_budget_exceeded",
+        "This API key has reached its monthly budget (resets on the 1st, 00:00 UTC)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    error: ClientError
+    retry_after_seconds: int | None = None
+
+
+def periods_of(now: datetime) -> Periods:
+    return Periods(
+        day=day_label(now),
+        month=month_label(now),
+        next_day_ms=int(next_day_start(now).timestamp() * 1000),
+        next_month_ms=int(next_month_start(now).timestamp() * 1000),
+    )
+
+
+async def refusal(request: DispatchRequest) -> Refusal | None:
+    """None when the key's policy lets ``request`` run (it then counts and holds an in-flight
+    slot until ``settle_later``), else why not. Called once per dispatch, before scheduling."""
+    policy = request.key_policy
+    if policy is None:
+        return None
+    if not policy.allows_model(request.model):
+        return Refusal(MODEL_NOT_ALLOWED)
+    now = timezone.now()
+    periods = periods_of(now)
+    at_ms = int(now.timestamp() * 1000)
+    verdict = await counters.admit(policy, request.admission_id, periods, at_ms=at_ms)
+    if verdict.verdict == "cold":
+        spend = await sync_to_async(key_spend, thread_sensitive=False)(policy.key_id, now=now)
+        await counters.seed_spend(
+            policy, periods, day_micro=spend.day_micro, month_micro=spend.month_micro
+        )
+        verdict = await counters.admit(policy, request.admission_id, periods, at_ms=at_ms)
+    if verdict.admitted:
+        request.key_admitted = True
+        return None
+    if verdict.verdict == "cold":  # the cache vanished again at once (a flush): let it run
+        logger.warning("key policy spend cache unavailable; request admitted without budget")
+        return None
+    return Refusal(_REFUSALS[verdict.verdict], verdict.retry_after_seconds)
+
+
+def _cost_micro(usage: UsageFact) -> int:
+    cost = request_cost(
+        model=usage.model,
+        service_tier=usage.service_tier,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
+    )
+    return round(cost.total * 1_000_000)
+
+
+_pending: set[asyncio.Task] = set()
+
+
+def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
+    """After the report: free the request's in-flight slot, count its tokens and cost (the
+    usage row the ledger writes, so the cache agrees with a later recomputation). Runs as a
+    task of the running loop: the report is frozen in a synchronous ``finally``."""
+    policy = request.key_policy
+    if policy is None or not request.key_admitted:
+        return
+    tokens = cost = 0
+    if usage is not None:
+        tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0)
+        cost = _cost_micro(usage)
+    task = asyncio.get_running_loop().create_task(
+        _settle(policy, request.admission_id, tokens=tokens, cost_micro=cost)
+    )
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+
+
+async def _settle(policy: KeyPolicy, admission_id: str, *, tokens: int, cost_micro: int) -> None:
+    await counters.settle(
+        policy, admission_id, periods_of(timezone.now()), tokens=tokens, cost_micro=cost_micro
+    )
+
+
+async def await_pending_settlements() -> None:
+    """Wait for the settlements scheduled so far (tests, graceful stop)."""
+    while _pending:
+        await asyncio.gather(*list(_pending), return_exceptions=True)
+
+
+async def heartbeat(request: DispatchRequest) -> None:
+    """Keep a long stream's in-flight slot alive (no-op without a policy)."""
+    if request.key_policy is not None and request.key_admitted:
+        await counters.heartbeat(request.key_policy, request.admission_id)

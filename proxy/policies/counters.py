@@ -1,0 +1,260 @@
+"""A key policy's counters in Redis, shared by every process (keys in ``proxy.redis_keys``).
+
+* requests per minute — a **sliding** 60 s window: a ZSET of admission times; the retry-after
+  is exact (when the oldest admission in the window turns 60 s old);
+* tokens per minute — a **fixed** 60 s window aligned to the minute (epoch): the tokens of
+  the requests that finished in it (their usage); the retry-after is the window's end;
+* concurrency — a ZSET of the requests in flight, scored by start (heartbeated by long
+  streams), members older than the slot TTL (a crashed worker's) dropped on admission; a
+  request refused for it is told to retry after 1 s (no one knows when a request ends);
+* spend today / this month (UTC) — micro-USD counters cached for 60 s: when missing the
+  admission says so and the caller computes them from ``usage_records`` (``spend``) and
+  seeds them (SET NX), then every settled request adds its cost.
+
+Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing);
+settlement is one more, after the response. After a FLUSHALL every counter starts from zero
+and the spend is recomputed from PostgreSQL: nothing breaks, nothing goes negative.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from redis.commands.core import AsyncScript
+
+from proxy import redis_keys
+from proxy.loop_resources import async_redis
+from proxy.policies.rules import WINDOW_SECONDS, KeyPolicy, tokens_window_start
+
+logger = logging.getLogger(__name__)
+
+WINDOW_MS = WINDOW_SECONDS * 1000
+TOKENS_KEY_TTL_SECONDS = 2 * WINDOW_SECONDS
+SPEND_TTL_SECONDS = 60
+CONCURRENCY_RETRY_AFTER_MS = 1000
+NO_LIMIT = -1
+
+# KEYS: requests, tokens (current window), in flight, spend day, spend month
+# ARGV: now_ms, window_ms, rpm, tpm, concurrency, day budget, month budget (-1 = none),
+#       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms
+# Returns {verdict, retry_after_ms}; verdict: ok | cold | day_budget | month_budget |
+# requests | tokens | concurrency.
+_ADMIT = """
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local rpm, tpm, concurrency = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local day_budget, month_budget = tonumber(ARGV[6]), tonumber(ARGV[7])
+local slot_ttl = tonumber(ARGV[9])
+if day_budget >= 0 or month_budget >= 0 then
+  local day = redis.call('GET', KEYS[4])
+  local month = redis.call('GET', KEYS[5])
+  if (day_budget >= 0 and not day) or (month_budget >= 0 and not month) then
+    return {'cold', 0}
+  end
+  if day_budget >= 0 and tonumber(day) >= day_budget then
+    return {'day_budget', tonumber(ARGV[11]) - now}
+  end
+  if month_budget >= 0 and tonumber(month) >= month_budget then
+    return {'month_budget', tonumber(ARGV[12]) - now}
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if rpm >= 0 and redis.call('ZCARD', KEYS[1]) >= rpm then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {'requests', tonumber(oldest[2]) + window - now}
+end
+if tpm >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= tpm then
+  return {'tokens', tonumber(ARGV[10]) - now}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl)
+if concurrency >= 0 and redis.call('ZCARD', KEYS[3]) >= concurrency then
+  return {'concurrency', 1000}
+end
+redis.call('ZADD', KEYS[1], now, ARGV[8])
+redis.call('PEXPIRE', KEYS[1], window)
+redis.call('ZADD', KEYS[3], now, ARGV[8])
+redis.call('PEXPIRE', KEYS[3], slot_ttl)
+return {'ok', 0}
+"""
+
+# KEYS: in flight, tokens (window of the end), spend day, spend month
+# ARGV: admission id, tokens, cost micro-USD, tokens key ttl s
+_SETTLE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+local tokens = tonumber(ARGV[2])
+if tokens > 0 then
+  redis.call('INCRBY', KEYS[2], tokens)
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+end
+local cost = tonumber(ARGV[3])
+if cost > 0 then
+  for i = 3, 4 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], cost) end
+  end
+end
+return 1
+"""
+
+_SCRIPTS = {
+    "admit": AsyncScript(None, _ADMIT.encode()),
+    "settle": AsyncScript(None, _SETTLE.encode()),
+}
+
+
+def _limit(value: int | None) -> int:
+    return NO_LIMIT if value is None else value
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def slot_ttl_ms() -> int:
+    return settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the admission said: ``verdict`` (``ok`` when admitted) and, for a refusal, the
+    seconds after which the same request would pass (rounded up, at least 1)."""
+
+    verdict: str
+    retry_after_seconds: int = 0
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict == "ok"
+
+
+@dataclass(frozen=True)
+class Periods:
+    """The spend periods of one moment (UTC) and their ends, in epoch ms."""
+
+    day: str
+    month: str
+    next_day_ms: int
+    next_month_ms: int
+
+
+async def admit(policy: KeyPolicy, admission_id: str, periods: Periods, *, at_ms: int) -> Verdict:
+    """One Lua call: the budgets, the sliding requests window, the tokens window and the
+    concurrency are checked; when all pass the request is counted and holds an in-flight slot
+    (``admission_id``). Verdict ``cold`` = a budget's spend is not cached: nothing was written."""
+    key_id = policy.key_id
+    window_start = tokens_window_start(at_ms)
+    keys = [
+        redis_keys.key_policy_requests(key_id),
+        redis_keys.key_policy_tokens(key_id, window_start),
+        redis_keys.key_policy_in_flight(key_id),
+        redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
+        redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
+    ]
+    args = [
+        at_ms,
+        WINDOW_MS,
+        _limit(policy.requests_per_minute),
+        _limit(policy.tokens_per_minute),
+        _limit(policy.max_concurrent_requests),
+        _limit(policy.daily_budget_micro),
+        _limit(policy.monthly_budget_micro),
+        admission_id,
+        slot_ttl_ms(),
+        (window_start + WINDOW_SECONDS) * 1000,
+        periods.next_day_ms,
+        periods.next_month_ms,
+    ]
+    redis = await async_redis.get()
+    verdict, retry_after_ms = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
+    verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+    seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if verdict not in ("ok", "cold") else 0
+    return Verdict(verdict, seconds)
+
+
+async def seed_spend(policy: KeyPolicy, periods: Periods, *, day_micro: int, month_micro: int):
+    """Cache the spend computed from PostgreSQL (SET NX: a value another process seeded, and
+    the costs added to it since, win)."""
+    redis = await async_redis.get()
+    async with redis.pipeline(transaction=False) as pipeline:
+        pipeline.set(
+            redis_keys.key_policy_spend(policy.key_id, f"day:{periods.day}"),
+            day_micro,
+            nx=True,
+            ex=SPEND_TTL_SECONDS,
+        )
+        pipeline.set(
+            redis_keys.key_policy_spend(policy.key_id, f"month:{periods.month}"),
+            month_micro,
+            nx=True,
+            ex=SPEND_TTL_SECONDS,
+        )
+        await pipeline.execute()
+
+
+async def settle(
+    policy: KeyPolicy, admission_id: str, periods: Periods, *, tokens: int, cost_micro: int
+) -> None:
+    """The request ended: its in-flight slot is freed, its tokens count in the current
+    window and its cost is added to the cached spend. Never raises (the answer is sent; a slot
+    left behind is reclaimed by its TTL)."""
+    key_id = policy.key_id
+    keys = [
+        redis_keys.key_policy_in_flight(key_id),
+        redis_keys.key_policy_tokens(key_id, tokens_window_start(now_ms())),
+        redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
+        redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
+    ]
+    try:
+        redis = await async_redis.get()
+        await _SCRIPTS["settle"](
+            keys=keys,
+            args=[admission_id, max(0, tokens), max(0, cost_micro), TOKENS_KEY_TTL_SECONDS],
+            client=redis,
+        )
+    except Exception:
+        logger.warning("key policy settlement failed; the slot TTL will reclaim it", exc_info=True)
+
+
+async def heartbeat(policy: KeyPolicy, admission_id: str) -> None:
+    """A long stream is alive: its in-flight member's score and the ZSET's TTL move on."""
+    try:
+        redis = await async_redis.get()
+        key = redis_keys.key_policy_in_flight(policy.key_id)
+        async with redis.pipeline(transaction=True) as pipeline:
+            pipeline.zadd(key, {admission_id: now_ms()}, xx=True)
+            pipeline.pexpire(key, slot_ttl_ms())
+            await pipeline.execute()
+    except Exception:
+        logger.warning("key policy heartbeat failed", exc_info=True)
+
+
+@dataclass(frozen=True)
+class LiveUsage:
+    """A key's counters as they stand (for the consoles); spend None = not cached now."""
+
+    requests_last_minute: int
+    tokens_this_minute: int
+    in_flight: int
+    day_spend_micro: int | None
+    month_spend_micro: int | None
+
+
+def live_usage(redis, key_id: str, periods: Periods, *, at_ms: int) -> LiveUsage:
+    """Read the counters with the synchronous client ``redis`` (one pipeline, no writes)."""
+    pipeline = redis.pipeline(transaction=False)
+    pipeline.zcount(redis_keys.key_policy_requests(key_id), f"({at_ms - WINDOW_MS}", "+inf")
+    pipeline.get(redis_keys.key_policy_tokens(key_id, tokens_window_start(at_ms)))
+    pipeline.zcount(redis_keys.key_policy_in_flight(key_id), f"({at_ms - slot_ttl_ms()}", "+inf")
+    pipeline.get(redis_keys.key_policy_spend(key_id, f"day:{periods.day}"))
+    pipeline.get(redis_keys.key_policy_spend(key_id, f"month:{periods.month}"))
+    requests, tokens, in_flight, day, month = pipeline.execute()
+    return LiveUsage(
+        requests_last_minute=int(requests),
+        tokens_this_minute=int(tokens or 0),
+        in_flight=int(in_flight),
+        day_spend_micro=None if day is None else int(day),
+        month_spend_micro=None if month is None else int(month),
+    )
