@@ -64,6 +64,10 @@ def _message_calls(telegram):
 # tell those from calls started after the block, so a couple are allowed; a limiter that ignored
 # the retry_after would put tens of calls (the group's 40 a second) inside it.
 STRAGGLERS_ALLOWED = 2
+# The block's last moments: the limiter reads Redis's clock, the fake its own, and a burst's
+# waiters all wake at the block's end — on a loaded machine a few land tens of milliseconds
+# "early" by the fake's clock (seen: 1.90–1.97 s into a 2 s block).
+BLOCK_END_TOLERANCE_SECONDS = 0.15
 
 
 def _assert_every_429_honoured(telegram) -> None:
@@ -75,7 +79,7 @@ def _assert_every_429_honoured(telegram) -> None:
         inside = [
             round(call.at - refusal.at, 3)
             for call in calls
-            if refusal.at < call.at < refusal.at + refusal.retry_after
+            if refusal.at < call.at < refusal.at + refusal.retry_after - BLOCK_END_TOLERANCE_SECONDS
             and (call.params["chat_id"] == chat if chat < 0 else True)
         ]
         assert len(inside) <= STRAGGLERS_ALLOWED, (
