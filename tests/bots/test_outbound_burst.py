@@ -64,9 +64,10 @@ def _message_calls(telegram):
 # tell those from calls started after the block, so a couple are allowed; a limiter that ignored
 # the retry_after would put tens of calls (the group's 40 a second) inside it.
 STRAGGLERS_ALLOWED = 2
-# The block's last moments: the limiter reads Redis's clock, the fake its own, and a burst's
-# waiters all wake at the block's end — on a loaded machine a few land tens of milliseconds
-# "early" by the fake's clock (seen: 1.90–1.97 s into a 2 s block).
+# The block's last moments are not counted: on a loaded machine (five test runs at once) three
+# calls once landed 1.90–1.97 s into a 2 s block, a cluster at its end rather than stragglers
+# at its start; the cause was not pinned down. A limiter that ignored the block would put tens
+# of calls at its start.
 BLOCK_END_TOLERANCE_SECONDS = 0.15
 
 
