@@ -28,6 +28,7 @@ from proxy.dispatch.failures import (
 from proxy.dispatch.progress import is_empty_completion, observe
 from proxy.dispatch.scheduler import Slot
 from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
+from proxy.dispatch.transport_choice import open_stream
 from proxy.dispatch.types import Committed, CompactResult, DispatchRequest, StreamProgress
 from proxy.dispatch.upstream_request import compact_body, scoped_body
 
@@ -59,7 +60,7 @@ class Strategy(Protocol):
 
 class _SSEStrategy:
     call = codex.Call.RESPONSES
-    transport = "http_sse"
+    transport = "http_sse"  # set per attempt: "websocket" or "http_sse" (transport_choice)
     paced = True
 
     def body(self, request: DispatchRequest, account_id: str) -> bytes:
@@ -71,14 +72,23 @@ class _SSEStrategy:
         slot: Slot,
         headers: list[tuple[str, str]],
         cookies_seen: list[str],
-    ) -> codex.CodexStream | AttemptFailure:
+    ) -> codex.CodexStream | codex.CodexWebSocketStream | AttemptFailure:
+        tried: list[str] = []
         try:
-            stream = await codex.open_responses(
-                body=self.body(request, slot.account.id), headers=headers
+            stream = await open_stream(
+                request,
+                account_id=slot.account.id,
+                body=self.body(request, slot.account.id),
+                headers=headers,
+                transports_tried=tried,
             )
         except codex.CodexError as error:
             cookies_seen += getattr(error, "set_cookies", ())
             return failure_from_error(error)
+        finally:
+            # The ledger's transport is the last one this request used.
+            if tried:
+                self.transport = tried[-1]
         cookies_seen += stream.set_cookies
         return stream
 

@@ -1,6 +1,8 @@
 """A fake ChatGPT Codex upstream: real HTTP, real SSE framing, programmable faults per token.
 
-Serves ``POST /codex/responses`` (Responses SSE), ``POST /codex/responses/compact`` (JSON),
+Serves ``POST /codex/responses`` (Responses SSE), the same path as a WebSocket
+(``tests/fakes/codex_websocket.py``: ``response.create`` frames, the same faults),
+``POST /codex/responses/compact`` (JSON),
 ``GET /codex/models`` and the usage endpoint, at the root and under ``/backend-api`` (the
 production base ends in ``/backend-api``, where usage lives at ``/wham/usage``). Each request
 is answered by the next ``Reply`` programmed for its access token (``fake.program(token,
@@ -63,6 +65,9 @@ class Reply:
     model: str | None = None
     # "ok" only: the whole SSE body sent compressed with this content coding (gzip, br, zstd).
     content_encoding: str | None = None
+    # WebSocket only: answer at the upgrade ("status": that HTTP status instead of 101,
+    # "drop": the connection closed) rather than to a response.create frame.
+    ws_handshake: bool = False
 
 
 def _compressed(body: bytes, coding: str) -> bytes:
@@ -288,6 +293,9 @@ class FakeCodexUpstream:
         self.default_deltas = self.DEFAULT_DELTAS
         # The answer to tokens with nothing programmed (None: a normal streamed success).
         self.default_reply: Reply | None = None
+        # WebSocket: sockets opened per token in all, and open now.
+        self.ws_connections: dict[str, int] = defaultdict(int)
+        self.ws_open: dict[str, int] = defaultdict(int)
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -313,6 +321,8 @@ class FakeCodexUpstream:
             self.compact_payload = None
             self.default_deltas = self.DEFAULT_DELTAS
             self.default_reply = None
+            self.ws_connections.clear()
+            self.ws_open.clear()
         self.server.clear()
 
     @property
@@ -325,6 +335,14 @@ class FakeCodexUpstream:
 
     def responses_requests(self):
         return self.server.requests_to("/codex/responses")
+
+    def websocket_requests(self):
+        """The ``response.create`` messages received over WebSockets, in arrival order."""
+        return [request for request in self.responses_requests() if request.method == "WS"]
+
+    def http_requests(self):
+        """The ``POST /codex/responses`` requests (HTTP SSE), in arrival order."""
+        return [request for request in self.responses_requests() if request.method == "POST"]
 
     def tokens_called(self) -> list[str]:
         return [
@@ -350,12 +368,21 @@ class FakeCodexUpstream:
                 return queue.popleft()
             return self.default_reply or Reply(deltas=self.default_deltas)
 
+    def _handshake_reply(self, token: str) -> Reply | None:
+        """The next programmed reply when it is meant for the WebSocket upgrade itself."""
+        with self._lock:
+            queue = self._programs.get(token)
+            if queue and queue[0].ws_handshake:
+                return queue.popleft()
+            return None
+
     def _application(self, server: LocalHTTPServer) -> web.Application:
         application = web.Application(client_max_size=64 * 1024 * 1024)
         # The Codex paths at the root and under /backend-api, the production layout, so that a
         # test can point the base at either (spec §2.1: the usage URLs depend on it).
         for base in ("", "/backend-api"):
             application.router.add_post(f"{base}/codex/responses", self._responses)
+            application.router.add_get(f"{base}/codex/responses", self._responses_websocket)
             application.router.add_post(f"{base}/codex/responses/compact", self._compact)
             application.router.add_get(f"{base}/codex/models", self._models)
             application.router.add_get(f"{base}/codex/usage", self._usage)
@@ -379,6 +406,11 @@ class FakeCodexUpstream:
         finally:
             with self._lock:
                 self.in_flight[token] -= 1
+
+    async def _responses_websocket(self, request: web.Request) -> web.StreamResponse:
+        from tests.fakes.codex_websocket import serve_websocket
+
+        return await serve_websocket(self, request)
 
     async def _answer(self, request: web.Request, token: str, reply: Reply) -> web.StreamResponse:
         if reply.first_byte_delay:
