@@ -121,10 +121,10 @@ class CodexWebSocketStream:
         if self._pending is not None:
             kind, raw = self._pending
             self._pending = None
-            yield _sse(kind, raw)
+            # Ended before the yield: a reader may stop at the terminal event it was given.
             if kind in TERMINAL_EVENTS:
                 self._end(kind, raw)
-                return
+            yield _sse(kind, raw)
         while not self._ended:
             try:
                 kind, raw = await _next_event(self._socket, self.headers, idle=True)
@@ -132,10 +132,9 @@ class CodexWebSocketStream:
                 # Like an HTTP body that ended: no error, no terminal event.
                 self._ended = True
                 return
-            yield _sse(kind, raw)
             if kind in TERMINAL_EVENTS:
                 self._end(kind, raw)
-                return
+            yield _sse(kind, raw)
 
     def _end(self, kind: str, raw: str) -> None:
         self._ended = True
