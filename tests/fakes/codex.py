@@ -296,6 +296,7 @@ class FakeCodexUpstream:
         # WebSocket: sockets opened per token in all, and open now.
         self.ws_connections: dict[str, int] = defaultdict(int)
         self.ws_open: dict[str, int] = defaultdict(int)
+        self.ws_live: dict[str, set] = defaultdict(set)  # token -> the open sockets' transports
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -323,6 +324,7 @@ class FakeCodexUpstream:
             self.default_reply = None
             self.ws_connections.clear()
             self.ws_open.clear()
+            self.ws_live.clear()
         self.server.clear()
 
     @property
@@ -339,6 +341,17 @@ class FakeCodexUpstream:
     def websocket_requests(self):
         """The ``response.create`` messages received over WebSockets, in arrival order."""
         return [request for request in self.responses_requests() if request.method == "WS"]
+
+    def kill_websockets(self, token: str) -> None:
+        """Drop every open WebSocket of ``token`` (no close frame: a connection that died)."""
+
+        async def kill() -> None:
+            with self._lock:
+                transports = list(self.ws_live[token])
+            for transport in transports:
+                transport.abort()
+
+        self.server.run_in_loop(kill())
 
     def http_requests(self):
         """The ``POST /codex/responses`` requests (HTTP SSE), in arrival order."""

@@ -80,6 +80,7 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
     with fake._lock:
         fake.ws_connections[token] += 1
         fake.ws_open[token] += 1
+        fake.ws_live[token].add(request.transport)
     headers = [
         (key.decode("latin-1"), value.decode("latin-1")) for key, value in request.raw_headers
     ]
@@ -139,6 +140,7 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
     finally:
         with fake._lock:
             fake.ws_open[token] -= 1
+            fake.ws_live[token].discard(request.transport)
     return socket
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from django.conf import settings
 
-from proxy.loop_resources import PerLoop
+from proxy.loop_resources import PerLoop, on_loop_close
 
 logger = logging.getLogger(__name__)
 
@@ -198,3 +198,12 @@ async def _close_quietly(websocket: aiohttp.ClientWebSocketResponse) -> None:
 
 
 websocket_pool: PerLoop[WebSocketPool] = PerLoop(WebSocketPool)
+
+
+async def _close_this_loops_pool() -> None:
+    pool = websocket_pool.pop()
+    if pool is not None:
+        await pool.close_all()
+
+
+on_loop_close(_close_this_loops_pool)
