@@ -5,7 +5,8 @@ The upgrade carries the client key (``Authorization: Bearer``); a missing or unk
 refused with HTTP 401 before the socket is accepted. Then each ``{"type":"response.create",
 …body…}`` text frame is one ``/v1/responses`` stream request — the same parsing, the same
 ``Dispatch`` (scheduler, slots, failover before the first output, ledger) — and each upstream
-event goes back as one JSON text frame. Requests run one after another on a socket; an error
+event goes back as one JSON text frame. Requests run one after another on a socket (a frame
+that arrives while an answer is still running waits for it); an error
 is a ``{"type":"error","status":N,"error":{…}}`` frame (OpenAI shape) and the socket stays
 open. A ``previous_response_id`` of the socket's latest response with ``store:false`` reaches the
 same pooled upstream socket (connection-local continuation, ``proxy.clients.codex.ws_pool``).
@@ -42,9 +43,6 @@ from proxy.v1.responses import _apply_subagent
 logger = logging.getLogger(__name__)
 
 ROUTE = "/v1/responses"
-BUSY = ClientError(
-    409, "invalid_request_error", "response_in_progress", "A response is already in progress"
-)
 FRAME_TOO_LARGE = ClientError(
     413, "invalid_request_error", "request_too_large", "Frame exceeds the 16 MiB limit"
 )
@@ -108,10 +106,17 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         if data is not None and len(data) > settings.V1_MAX_BODY_BYTES:
             await self.send(error_frame(FRAME_TOO_LARGE))
             return
-        if self._running is not None and not self._running.done():
-            await self.send(error_frame(BUSY))
-            return
-        self._running = asyncio.get_running_loop().create_task(self._answer(data))
+        # One request at a time: a frame sent while the previous answer is still finishing
+        # (its last event is out, its slot not yet released) waits for it.
+        self._running = asyncio.get_running_loop().create_task(
+            self._answer_after(self._running, data)
+        )
+
+    async def _answer_after(self, previous: asyncio.Task | None, data) -> None:
+        if previous is not None and not previous.done():
+            with contextlib.suppress(Exception):
+                await previous
+        await self._answer(data)
 
     async def disconnect(self, code) -> None:
         # The client left: the upstream read is cancelled, the slot freed (relay's finally).
