@@ -381,6 +381,14 @@ class FakeCodexUpstream:
                 return queue.popleft()
             return self.default_reply or Reply(deltas=self.default_deltas)
 
+    def _peek_reply(self, token: str) -> Reply:
+        """The reply the next request of ``token`` will get (left in place)."""
+        with self._lock:
+            queue = self._programs.get(token)
+            if queue:
+                return queue[0]
+            return self.default_reply or Reply(deltas=self.default_deltas)
+
     def _handshake_reply(self, token: str) -> Reply | None:
         """The next programmed reply when it is meant for the WebSocket upgrade itself."""
         with self._lock:

@@ -75,6 +75,10 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
             return web.json_response(body, status=handshake.status, headers=handshake.headers)
         return web.Response(status=handshake.status, text=body, headers=handshake.headers)
     socket = web.WebSocketResponse(max_msg_size=64 * 1024 * 1024, autoping=True)
+    # Cookies (Cloudflare's) come with the upgrade: those of the next reply are set on it.
+    for name, value in fake._peek_reply(token).headers.items():
+        if name.lower() == "set-cookie":
+            socket.headers.add("Set-Cookie", value)
     await socket.prepare(request)
     number = next(_connection_numbers)
     with fake._lock:

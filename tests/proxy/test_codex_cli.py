@@ -14,6 +14,7 @@ import subprocess
 import pytest
 from django.conf import settings
 
+from proxy.v1.websocket import ResponsesSocket
 from telemetry.models import UsageRecord
 from tests.proxy.conftest import make_pool_account
 
@@ -85,10 +86,19 @@ def _codex(codex_cli, tmp_path, environment, *arguments):
 
 @pytest.mark.parametrize("websockets", [True, False], ids=["client-websocket", "client-http"])
 def test_codex_exec_multi_turn_session_through_the_proxy(
-    codex_cli, proxy, upstream, client_key, tmp_path, websockets
+    codex_cli, proxy, upstream, client_key, tmp_path, websockets, monkeypatch
 ):
     make_pool_account("tok-cli")
     environment = _codex_environment(proxy, client_key, tmp_path, websockets=websockets)
+    # The proxy serves in this process: count the requests its client WebSocket answers.
+    socket_requests = []
+    answer = ResponsesSocket._answer
+
+    async def counted(self, data):
+        socket_requests.append(data)
+        await answer(self, data)
+
+    monkeypatch.setattr(ResponsesSocket, "_answer", counted)
 
     first = _codex(codex_cli, tmp_path, environment, "Say hello in one line")
     second = _codex(codex_cli, tmp_path, environment, "resume", "--last", "And once more")
@@ -99,6 +109,7 @@ def test_codex_exec_multi_turn_session_through_the_proxy(
     assert "Hello from the fake upstream." in second.stdout
     sent = upstream.responses_requests()
     assert len(sent) >= 2
+    assert len(socket_requests) == (len(sent) if websockets else 0)
     last = sent[-1].json()
     # The follow-up carries the session: the earlier turn in its input, or a continuation of it.
     assert "And once more" in str(last["input"])

@@ -109,8 +109,9 @@ class CodexWebSocketStream:
         self._socket: UpstreamSocket = lease.socket
         self._pending: tuple[str, str] | None = first
         self.headers = headers
-        self.set_cookies = self._socket.set_cookies
         self.reused = lease.reused
+        # The upgrade's cookies are reported by the socket's first response only.
+        self.set_cookies = () if self.reused else self._socket.set_cookies
         self._completed = False
         self._ended = False
 
