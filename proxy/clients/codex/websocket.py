@@ -295,6 +295,20 @@ async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_loca
         return stream_headers, first
 
 
+def _without_cookies(frame: dict, raw: str) -> bytes:
+    """The raw frame (passed to the client as the upstream body), without any cookie the
+    upstream wrapped in its ``headers``: those belong to the account."""
+    headers = frame.get("headers")
+    if not isinstance(headers, dict) or not any(
+        isinstance(name, str) and "cookie" in name.lower() for name in headers
+    ):
+        return raw.encode()
+    frame["headers"] = {
+        name: value for name, value in headers.items() if "cookie" not in str(name).lower()
+    }
+    return json.dumps(frame, ensure_ascii=False).encode()
+
+
 async def open_websocket_responses(
     *,
     body: bytes,
@@ -333,8 +347,15 @@ async def open_websocket_responses(
         # An error frame: the socket is not reused after it (§2.7).
         set_cookies = lease.socket.set_cookies if lease.socket else ()
         websocket_pool.get_or_create().drop(lease)
-        error_headers = {**stream_headers, **frame_headers(json.loads(raw))}
+        try:
+            frame = json.loads(raw)
+        except ValueError:
+            frame = {}
+        frame = frame if isinstance(frame, dict) else {}
+        error_headers = {**stream_headers, **frame_headers(frame)}
         if status >= 500 and try_number < SAME_ACCOUNT_5XX_RETRIES and not connection_local:
             continue
-        raise CodexHTTPError(status, error_headers, raw.encode(), set_cookies=set_cookies)
+        raise CodexHTTPError(
+            status, error_headers, _without_cookies(frame, raw), set_cookies=set_cookies
+        )
     raise AssertionError("unreachable")
