@@ -28,7 +28,7 @@ from proxy.dispatch.failures import (
 from proxy.dispatch.progress import is_empty_completion, observe
 from proxy.dispatch.scheduler import Slot
 from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
-from proxy.dispatch.transport_choice import open_stream
+from proxy.dispatch.transport_choice import falls_back_to_http, open_stream
 from proxy.dispatch.types import Committed, CompactResult, DispatchRequest, StreamProgress
 from proxy.dispatch.upstream_request import compact_body, scoped_body
 
@@ -66,12 +66,44 @@ class _SSEStrategy:
     def body(self, request: DispatchRequest, account_id: str) -> bytes:
         return _encoded(scoped_body(request.body, request.client_identity, account_id))
 
+    async def run(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+    ) -> Committed | CompactResult | AttemptFailure:
+        outcome = await self._run_once(request, slot, attempt_index, headers, cookies_seen)
+        if isinstance(outcome, AttemptFailure) and falls_back_to_http(
+            request, outcome, self.transport
+        ):
+            # The WebSocket broke before any output: once more over HTTP SSE, same account.
+            outcome = await self._run_once(
+                request, slot, attempt_index, headers, cookies_seen, http_only=True
+            )
+        return outcome
+
+    async def _run_once(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+        *,
+        http_only: bool = False,
+    ) -> Committed | CompactResult | AttemptFailure:
+        raise NotImplementedError
+
     async def _open(
         self,
         request: DispatchRequest,
         slot: Slot,
         headers: list[tuple[str, str]],
         cookies_seen: list[str],
+        *,
+        http_only: bool = False,
     ) -> codex.CodexStream | codex.CodexWebSocketStream | AttemptFailure:
         tried: list[str] = []
         try:
@@ -81,6 +113,7 @@ class _SSEStrategy:
                 body=self.body(request, slot.account.id),
                 headers=headers,
                 transports_tried=tried,
+                http_only=http_only,
             )
         except codex.CodexError as error:
             cookies_seen += getattr(error, "set_cookies", ())
@@ -94,15 +127,17 @@ class _SSEStrategy:
 
 
 class StreamStrategy(_SSEStrategy):
-    async def run(
+    async def _run_once(
         self,
         request: DispatchRequest,
         slot: Slot,
         attempt_index: int,
         headers: list[tuple[str, str]],
         cookies_seen: list[str],
+        *,
+        http_only: bool = False,
     ) -> Committed | CompactResult | AttemptFailure:
-        stream = await self._open(request, slot, headers, cookies_seen)
+        stream = await self._open(request, slot, headers, cookies_seen, http_only=http_only)
         if isinstance(stream, AttemptFailure):
             return stream
         scanner = SSEScanner()
@@ -158,15 +193,17 @@ class CompleteStrategy(_SSEStrategy):
     def __init__(self, *, keep_frames: bool = False) -> None:
         self.keep_frames = keep_frames
 
-    async def run(
+    async def _run_once(
         self,
         request: DispatchRequest,
         slot: Slot,
         attempt_index: int,
         headers: list[tuple[str, str]],
         cookies_seen: list[str],
+        *,
+        http_only: bool = False,
     ) -> Committed | CompactResult | AttemptFailure:
-        stream = await self._open(request, slot, headers, cookies_seen)
+        stream = await self._open(request, slot, headers, cookies_seen, http_only=http_only)
         if isinstance(stream, AttemptFailure):
             return stream
         scanner = SSEScanner()

@@ -2,8 +2,10 @@
 
 ``use_websocket:false`` (or ``CODEX_WS_ENABLED`` off) → HTTP SSE only; a ``previous_response_id``
 → the WebSocket is required (no fallback); otherwise the WebSocket is preferred and any of its
-failures other than an upstream error status or frame (``CodexHTTPError``) is asked once more
-over HTTP SSE, on the same account. ``store:false`` with a previous id is a connection-local
+failures before real output other than an upstream error status or frame (``CodexHTTPError``)
+is asked once more over HTTP SSE, on the same account: a socket that cannot be opened or stays
+silent (``open_stream``), or a stream that breaks after its first event (``falls_back_to_http``,
+used by the attempt strategies). ``store:false`` with a previous id is a connection-local
 continuation: only the pooled socket that produced that id may carry it.
 """
 
@@ -14,6 +16,7 @@ import enum
 from django.conf import settings
 
 from proxy.clients import codex
+from proxy.dispatch.failures import AttemptFailure, FailureKind
 from proxy.dispatch.types import DispatchRequest
 
 HTTP_SSE = "http_sse"
@@ -45,10 +48,11 @@ async def open_stream(
     body: bytes,
     headers: list[tuple[str, str]],
     transports_tried: list[str],
+    http_only: bool = False,
 ):
     """The upstream stream of one attempt (``CodexStream`` or ``CodexWebSocketStream``); each
     transport used is appended to ``transports_tried``. Raises the Codex client's errors."""
-    mode = transport_mode(request)
+    mode = TransportMode.HTTP_ONLY if http_only else transport_mode(request)
     if mode is not TransportMode.HTTP_ONLY:
         transports_tried.append(WEBSOCKET)
         try:
@@ -65,3 +69,16 @@ async def open_stream(
                 raise
     transports_tried.append(HTTP_SSE)
     return await codex.open_responses(body=body, headers=headers)
+
+
+def falls_back_to_http(request: DispatchRequest, failure: AttemptFailure, transport: str) -> bool:
+    """Whether a failed WebSocket attempt is asked once more over HTTP SSE: the stream broke
+    (closed, cut, silent) after the first event but before any output, and the request
+    prefers rather than requires the WebSocket. Failures opening the socket fell back already
+    (``open_stream``); an error frame is a failure of another kind."""
+    return (
+        transport == WEBSOCKET
+        and transport_mode(request) is TransportMode.WEBSOCKET_PREFERRED
+        and failure.kind is FailureKind.UPSTREAM_UNAVAILABLE
+        and failure.in_stream
+    )

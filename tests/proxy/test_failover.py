@@ -411,11 +411,13 @@ def test_no_rotation_once_bytes_reached_the_client(pool, proxy, upstream, client
 
 
 def test_a_stream_cut_before_any_output_moves_on(pool, proxy, upstream, client_key):
-    upstream.program("tok-a", Reply(kind="cut", cut_after=2))
+    # Cut over the WebSocket, then over the HTTP SSE fallback on the same account (spec §1.8).
+    upstream.program("tok-a", Reply(kind="cut", cut_after=2), Reply(kind="cut", cut_after=2))
 
     response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
-    assert upstream.tokens_called() == ["tok-a", "tok-b"]
+    assert upstream.tokens_called() == ["tok-a", "tok-a", "tok-b"]
+    assert [sent.method for sent in upstream.responses_requests()] == ["WS", "POST", "WS"]
     assert b"stream_disconnected" not in response.content
     assert b"response.completed" in response.content
 

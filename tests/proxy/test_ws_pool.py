@@ -324,3 +324,25 @@ def test_error_frames_are_typed_like_http_statuses(upstream):
             return error.status, json.loads(error.body)["type"]
 
     assert _run(scenario()) == (429, "error")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_socket_that_breaks_before_any_output_falls_back_to_http_sse(
+    proxy, upstream, client_key, stream
+):
+    make_pool_account("tok-a")
+    make_pool_account("tok-b")
+    # response.created and response.in_progress, then the connection drops.
+    upstream.program("tok-a", Reply(kind="cut", cut_after=2), Reply(text="over http"))
+    upstream.program("tok-b", Reply(kind="cut", cut_after=2), Reply(text="over http"))
+
+    response = post_responses(
+        proxy, client_key, {"model": "gpt-5.4", "input": [], "stream": stream}
+    )
+
+    assert response.status_code == 200
+    assert b"over http" in response.content
+    assert [sent.method for sent in upstream.responses_requests()] == ["WS", "POST"]
+    assert len(set(upstream.tokens_called())) == 1  # the same account
+    proxy.drain()
+    assert UsageRecord.objects.get().transport == "http_sse"
