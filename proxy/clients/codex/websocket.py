@@ -37,7 +37,7 @@ from proxy.clients.codex.errors import (
 )
 from proxy.clients.codex.transport import SAME_ACCOUNT_5XX_RETRIES, TRANSPORT_ERRORS, responses_url
 from proxy.clients.codex.ws_errors import error_frame_status, frame_headers, rate_limit_headers
-from proxy.clients.codex.ws_pool import Lease, UpstreamSocket, websocket_pool
+from proxy.clients.codex.ws_pool import Lease, UpstreamSocket, identity_of, websocket_pool
 from proxy.loop_resources import upstream_session
 
 Headers = list[tuple[str, str]]
@@ -230,11 +230,13 @@ async def _connect(headers: Headers, account_id: str, *, pooled: bool) -> Upstre
         account_id=account_id,
         headers={name.lower(): value for name, value in response.headers.items()},
         set_cookies=tuple(response.headers.getall("Set-Cookie", [])),
+        identity=identity_of(headers),
     )
 
 
 def _lease_for(
     *,
+    identity: str,
     key_prefix: tuple[str, str],
     conversation_id: str,
     previous_response_id: str | None,
@@ -243,7 +245,7 @@ def _lease_for(
 ) -> Lease:
     pool = websocket_pool.get_or_create()
     if not connection_local:
-        return pool.lease((*key_prefix, conversation_id), account_id)
+        return pool.lease((*key_prefix, conversation_id), account_id, identity)
     key = pool.socket_for_response(key_prefix, previous_response_id or "")
     if key is None:
         conversation_key = (*key_prefix, conversation_id)
@@ -325,6 +327,7 @@ async def open_websocket_responses(
     key_prefix = (settings.CODEX_UPSTREAM_BASE, account_id)
     for try_number in range(SAME_ACCOUNT_5XX_RETRIES + 1):
         lease = _lease_for(
+            identity=identity_of(headers),
             key_prefix=key_prefix,
             conversation_id=conversation_id,
             previous_response_id=previous_response_id,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -29,6 +30,17 @@ logger = logging.getLogger(__name__)
 PoolKey = tuple[str, str, str]
 
 
+# The opening headers a socket is bound to: who it speaks as, and as which device.
+IDENTITY_HEADERS = ("authorization", "chatgpt-account-id", "originator", "user-agent", "sec-ch-ua")
+
+
+def identity_of(headers: list[tuple[str, str]]) -> str:
+    """A digest of the identity headers of an opening (the token is never kept in clear)."""
+    values = dict((name.lower(), value) for name, value in headers)
+    joined = "\0".join(values.get(name, "") for name in IDENTITY_HEADERS)
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
 @dataclass(eq=False)
 class UpstreamSocket:
     """One open upstream WebSocket and what the pool knows of it."""
@@ -39,6 +51,8 @@ class UpstreamSocket:
     set_cookies: tuple[str, ...]
     opened_at: float = field(default_factory=time.monotonic)
     latest_response_id: str | None = None
+    # Which credentials and device identity the socket was opened with (``identity_of``).
+    identity: str = ""
     # Requests this socket has carried (a reused socket may have died while idle).
     uses: int = 0
 
@@ -77,14 +91,20 @@ class WebSocketPool:
 
     # -- what the requests do
 
-    def lease(self, key: PoolKey, account_id: str) -> Lease:
-        """The key's idle socket (alive, not expired) or a reservation to open one; a one-shot
-        lease when the key is busy or the account is at its cap."""
+    def lease(self, key: PoolKey, account_id: str, identity: str | None = None) -> Lease:
+        """The key's idle socket (alive, not expired, opened with ``identity`` when given) or a
+        reservation to open one; a one-shot lease when the key is busy or the account is at its
+        cap."""
         self._ensure_sweeper()
         if key in self._leased:
             return Lease(key, account_id, pooled=False)
         socket = self._idle.pop(key, None)
-        if socket is not None and (socket.dead or socket.expired(time.monotonic())):
+        if socket is not None and (
+            socket.dead
+            or socket.expired(time.monotonic())
+            # A refreshed token or an updated fingerprint: the opening's headers are stale.
+            or (identity is not None and socket.identity != identity)
+        ):
             self._close(socket)
             socket = None
         at_cap = self._pooled_count(account_id) >= settings.CODEX_WS_POOL_MAX_PER_ACCOUNT
