@@ -1,4 +1,5 @@
-"""ASGI entry point: channels' protocol router with HTTP handled by Django.
+"""ASGI entry point: channels' protocol router with HTTP handled by Django and the client
+WebSocket of ``/v1/responses`` by its channels consumer (``proxy/v1/websocket.py``).
 
 Static files (the Django admin's CSS/JS) are served by Django's own handler so that the one
 ``make run`` command gives a usable admin without a separate web server.
