@@ -28,15 +28,14 @@ from proxy.dispatch.failures import (
 from proxy.dispatch.progress import is_empty_completion, observe
 from proxy.dispatch.scheduler import Slot
 from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
-from proxy.dispatch.transport_choice import falls_back_to_http, open_stream
+from proxy.dispatch.transport_choice import encode_body, falls_back_to_http, open_stream
 from proxy.dispatch.types import Committed, CompactResult, DispatchRequest, StreamProgress
 from proxy.dispatch.upstream_request import compact_body, scoped_body
 
 COMMIT_PREFETCH_LIMIT = 64 * 1024
 
 
-def _encoded(body: dict) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+_encoded = encode_body
 
 
 class Strategy(Protocol):
@@ -64,7 +63,10 @@ class _SSEStrategy:
     paced = True
 
     def body(self, request: DispatchRequest, account_id: str) -> bytes:
-        return _encoded(scoped_body(request.body, request.client_identity, account_id))
+        return _encoded(self.fields(request, account_id))
+
+    def fields(self, request: DispatchRequest, account_id: str) -> dict:
+        return scoped_body(request.body, request.client_identity, account_id)
 
     async def run(
         self,
@@ -110,7 +112,7 @@ class _SSEStrategy:
             stream = await open_stream(
                 request,
                 account_id=slot.account.id,
-                body=self.body(request, slot.account.id),
+                fields=self.fields(request, slot.account.id),
                 headers=headers,
                 transports_tried=tried,
                 http_only=http_only,

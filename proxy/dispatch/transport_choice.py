@@ -12,6 +12,7 @@ continuation: only the pooled socket that produced that id may carry it.
 from __future__ import annotations
 
 import enum
+import json
 
 from django.conf import settings
 
@@ -45,19 +46,20 @@ async def open_stream(
     request: DispatchRequest,
     *,
     account_id: str,
-    body: bytes,
+    fields: dict,
     headers: list[tuple[str, str]],
     transports_tried: list[str],
     http_only: bool = False,
 ):
-    """The upstream stream of one attempt (``CodexStream`` or ``CodexWebSocketStream``); each
+    """The upstream stream of one attempt (``CodexStream`` or ``CodexWebSocketStream``) for the
+    body ``fields`` (encoded only for HTTP: a WebSocket frame is built from the fields); each
     transport used is appended to ``transports_tried``. Raises the Codex client's errors."""
     mode = TransportMode.HTTP_ONLY if http_only else transport_mode(request)
     if mode is not TransportMode.HTTP_ONLY:
         transports_tried.append(WEBSOCKET)
         try:
             return await codex.open_websocket_responses(
-                body=body,
+                body=fields,
                 headers=headers,
                 account_id=account_id,
                 conversation_id=request.conversation_id,
@@ -68,7 +70,12 @@ async def open_stream(
             if mode is TransportMode.WEBSOCKET_REQUIRED:
                 raise
     transports_tried.append(HTTP_SSE)
-    return await codex.open_responses(body=body, headers=headers)
+    return await codex.open_responses(body=encode_body(fields), headers=headers)
+
+
+def encode_body(fields: dict) -> bytes:
+    """A JSON body as the upstream gets it (key order kept, UTF-8, compact)."""
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def falls_back_to_http(request: DispatchRequest, failure: AttemptFailure, transport: str) -> bool:

@@ -68,17 +68,19 @@ def test_wrapped_headers_turn_state_and_rate_limits_become_header_pairs():
 
 
 def test_the_create_frame_keeps_the_body_in_order_and_stamps_the_start():
-    body = json.dumps({"model": "m", "input": [], "client_metadata": {"a": "b"}}).encode()
+    body = {"model": "m", "input": [], "client_metadata": {"a": "b"}}
 
     frame = json.loads(response_create_frame(body))
+
+    assert body == {"model": "m", "input": [], "client_metadata": {"a": "b"}}  # not changed
 
     assert list(frame) == ["type", "model", "input", "client_metadata"]
     assert frame["type"] == "response.create"
     assert frame["client_metadata"]["a"] == "b"
     assert frame["client_metadata"]["x-codex-ws-stream-request-start-ms"].isdigit()
-    created = json.loads(response_create_frame(b'{"model": "m"}'))
+    created = json.loads(response_create_frame({"model": "m"}))
     assert set(created["client_metadata"]) == {"x-codex-ws-stream-request-start-ms"}
-    untouched = json.loads(response_create_frame(b'{"model": "m", "client_metadata": "x"}'))
+    untouched = json.loads(response_create_frame({"model": "m", "client_metadata": "x"}))
     assert untouched["client_metadata"] == "x"
 
 

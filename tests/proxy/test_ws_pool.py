@@ -210,8 +210,8 @@ def _headers(token: str) -> list[tuple[str, str]]:
     )
 
 
-def _body(**extra) -> bytes:
-    return json.dumps({"model": "gpt-5.4", "input": [], "stream": True, **extra}).encode()
+def _body(**extra) -> dict:
+    return {"model": "gpt-5.4", "input": [], "stream": True, **extra}
 
 
 async def _read(stream) -> list[bytes]:

@@ -63,15 +63,17 @@ def opening_headers(headers: Headers) -> Headers:
     return [(name, value) for name, value in headers if name.lower() not in OPENING_OMITTED_HEADERS]
 
 
-def response_create_frame(body: bytes) -> str:
-    """The ``response.create`` frame of an HTTP body, with the request-start stamp."""
-    fields = json.loads(body)
+def response_create_frame(fields: dict) -> str:
+    """The ``response.create`` frame of the body ``fields`` (left unchanged), with the
+    request-start stamp in ``client_metadata`` (created when absent, a non-object left alone)."""
+    frame = {"type": "response.create", **fields}
     metadata = fields.get("client_metadata")
+    stamp = str(int(time.time() * 1000))
     if metadata is None:
-        metadata = fields["client_metadata"] = {}
-    if isinstance(metadata, dict):
-        metadata[START_MS_FIELD] = str(int(time.time() * 1000))
-    return json.dumps({"type": "response.create", **fields}, ensure_ascii=False)
+        frame["client_metadata"] = {START_MS_FIELD: stamp}
+    elif isinstance(metadata, dict):
+        frame["client_metadata"] = {**metadata, START_MS_FIELD: stamp}
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
 
 
 def _event_type(raw: str) -> tuple[str | None, dict | None]:
@@ -313,14 +315,15 @@ def _without_cookies(frame: dict, raw: str) -> bytes:
 
 async def open_websocket_responses(
     *,
-    body: bytes,
+    body: dict,
     headers: Headers,
     account_id: str,
     conversation_id: str,
     previous_response_id: str | None = None,
     connection_local: bool = False,
 ) -> CodexWebSocketStream:
-    """Send ``body`` as a ``response.create`` frame and return the stream once its first event
+    """Send ``body`` (the fields of the HTTP call's JSON body) as a ``response.create`` frame
+    and return the stream once its first event
     arrived. ``connection_local``: the request continues ``previous_response_id`` that only the
     socket which produced it knows (``store:false``). Raises CodexHTTPError,
     CodexTransportError, CodexContinuationUnavailable."""
