@@ -108,7 +108,6 @@ async def _one_on_socket(
 async def run_load(
     *, url: str, payload: dict, headers: dict, concurrency: int, duration: float
 ) -> LoadResult:
-    body = json.dumps(payload).encode()
     headers = {"Content-Type": "application/json", **headers}
     result = LoadResult()
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -118,10 +117,14 @@ async def run_load(
         cpu_started = time.process_time()
         started = time.perf_counter()
 
-        async def worker() -> None:
+        async def worker(number: int) -> None:
+            # Each client is its own conversation (as concurrent Codex sessions are): the
+            # proxy's upstream WebSocket pool keys its sockets by conversation.
+            own = {**payload, "prompt_cache_key": f"bench-conversation-{number}"}
+            body = json.dumps(own).encode()
             if url.startswith("ws"):
                 # A WebSocket client: one socket per worker, its requests one after another.
-                frame = json.dumps({"type": "response.create", **payload})
+                frame = json.dumps({"type": "response.create", **own})
                 async with session.ws_connect(url, headers=headers) as socket:
                     while time.perf_counter() < deadline:
                         await _one_on_socket(socket, frame, result)
@@ -129,7 +132,7 @@ async def run_load(
             while time.perf_counter() < deadline:
                 await _one(session, url, body, headers, result)
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(number) for number in range(concurrency)))
         result.elapsed_seconds = time.perf_counter() - started
         result.cpu_seconds = time.process_time() - cpu_started
     return result

@@ -297,6 +297,8 @@ class FakeCodexUpstream:
         self.ws_connections: dict[str, int] = defaultdict(int)
         self.ws_open: dict[str, int] = defaultdict(int)
         self.ws_live: dict[str, set] = defaultdict(set)  # token -> the open sockets' transports
+        # Whether the WebSocket side accepts permessage-deflate.
+        self.compress_websocket = False
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)

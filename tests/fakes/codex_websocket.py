@@ -74,7 +74,11 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
         if isinstance(body, dict | list):
             return web.json_response(body, status=handshake.status, headers=handshake.headers)
         return web.Response(status=handshake.status, text=body, headers=handshake.headers)
-    socket = web.WebSocketResponse(max_msg_size=64 * 1024 * 1024, autoping=True)
+    # permessage-deflate is declined, as the HTTP side sends its SSE uncompressed: the fake
+    # stands for the upstream's answers, not for its zlib (``compress_websocket`` turns it on).
+    socket = web.WebSocketResponse(
+        max_msg_size=64 * 1024 * 1024, autoping=True, compress=fake.compress_websocket
+    )
     # Cookies (Cloudflare's) come with the upgrade: those of the next reply are set on it.
     for name, value in fake._peek_reply(token).headers.items():
         if name.lower() == "set-cookie":

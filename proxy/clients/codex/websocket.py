@@ -129,15 +129,27 @@ class CodexWebSocketStream:
                 self._end(kind, raw)
             yield _sse(kind, raw)
         while not self._ended:
-            try:
-                kind, raw = await _next_event(self._socket, self.headers, idle=True)
-            except _ClosedCleanly:
+            parts: list[bytes] = []
+            stopped: Exception | None = None
+            # One event awaited, then those already received with it: one chunk, as an HTTP
+            # read returns the events that arrived together (fewer writes to the client).
+            while not self._ended and (not parts or _has_buffered_frames(self._socket)):
+                try:
+                    kind, raw = await _next_event(self._socket, self.headers, idle=True)
+                except (_ClosedCleanly, CodexTransportError) as error:
+                    stopped = error
+                    break
+                if kind in TERMINAL_EVENTS:
+                    self._end(kind, raw)
+                parts.append(_sse(kind, raw))
+            if parts:
+                yield b"".join(parts)
+            if isinstance(stopped, _ClosedCleanly):
                 # Like an HTTP body that ended: no error, no terminal event.
                 self._ended = True
                 return
-            if kind in TERMINAL_EVENTS:
-                self._end(kind, raw)
-            yield _sse(kind, raw)
+            if stopped is not None:
+                raise stopped
 
     def _end(self, kind: str, raw: str) -> None:
         self._ended = True
@@ -163,6 +175,13 @@ class CodexWebSocketStream:
 
     def close(self) -> None:
         websocket_pool.get_or_create().drop(self._lease)
+
+
+def _has_buffered_frames(socket: UpstreamSocket) -> bool:
+    """Whether aiohttp already holds a received frame for this socket (reading it will not
+    wait). aiohttp has no public peek; without one every event is its own chunk."""
+    buffer = getattr(getattr(socket.websocket, "_reader", None), "_buffer", None)
+    return bool(buffer)
 
 
 class _ClosedCleanly(Exception):

@@ -207,8 +207,8 @@ class WebSocketPool:
             self._sweeper.cancel()
         sockets = list(self._idle.values())
         self._idle.clear()
-        for socket in sockets:
-            await _close_quietly(socket.websocket)
+        # At once, not one after another: a stop must not wait 2 s per silent upstream.
+        await asyncio.gather(*(_close_quietly(socket.websocket) for socket in sockets))
 
 
 async def _close_quietly(websocket: aiohttp.ClientWebSocketResponse) -> None:
