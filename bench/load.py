@@ -1,8 +1,9 @@
 """An async load generator (aiohttp): N concurrent clients for D seconds against one URL.
 
-Each request is a streamed completion read to its end; latency, time to first byte and errors
-are recorded. The generator reports its own CPU time per request, so a reader can tell it was
-not the bottleneck.
+Each request is a streamed completion read to its end (a ``ws://`` URL: one client WebSocket
+per worker, ``response.create`` frames one after another, each read to its terminal event);
+latency, time to first byte and errors are recorded. The generator reports its own CPU time
+per request, so a reader can tell it was not the bottleneck.
 """
 
 from __future__ import annotations
@@ -69,10 +70,44 @@ async def _one(
     result.first_byte_ms.append(((first_byte or finished) - started) * 1000)
 
 
+TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "error")
+
+
+async def _one_on_socket(
+    socket: aiohttp.ClientWebSocketResponse, frame: str, result: LoadResult
+) -> None:
+    """One ``response.create`` on an open client WebSocket, read to its terminal event."""
+    started = time.perf_counter()
+    first_byte = None
+    ok = False
+    try:
+        await socket.send_str(frame)
+        async for message in socket:
+            if first_byte is None:
+                first_byte = time.perf_counter()
+            if message.type is not aiohttp.WSMsgType.TEXT:
+                break
+            kind = json.loads(message.data).get("type")
+            if kind in TERMINAL_TYPES:
+                ok = kind == "response.completed"
+                if not ok and len(result.error_samples) < MAX_ERROR_SAMPLES:
+                    result.error_samples.append(message.data[:60])
+                break
+    except (aiohttp.ClientError, TimeoutError) as error:
+        if len(result.error_samples) < MAX_ERROR_SAMPLES:
+            result.error_samples.append(type(error).__name__)
+    finished = time.perf_counter()
+    result.requests += 1
+    if not ok:
+        result.errors += 1
+        return
+    result.latencies_ms.append((finished - started) * 1000)
+    result.first_byte_ms.append(((first_byte or finished) - started) * 1000)
+
+
 async def run_load(
     *, url: str, payload: dict, headers: dict, concurrency: int, duration: float
 ) -> LoadResult:
-    body = json.dumps(payload).encode()
     headers = {"Content-Type": "application/json", **headers}
     result = LoadResult()
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -82,11 +117,22 @@ async def run_load(
         cpu_started = time.process_time()
         started = time.perf_counter()
 
-        async def worker() -> None:
+        async def worker(number: int) -> None:
+            # Each client is its own conversation (as concurrent Codex sessions are): the
+            # proxy's upstream WebSocket pool keys its sockets by conversation.
+            own = {**payload, "prompt_cache_key": f"bench-conversation-{number}"}
+            body = json.dumps(own).encode()
+            if url.startswith("ws"):
+                # A WebSocket client: one socket per worker, its requests one after another.
+                frame = json.dumps({"type": "response.create", **own})
+                async with session.ws_connect(url, headers=headers) as socket:
+                    while time.perf_counter() < deadline:
+                        await _one_on_socket(socket, frame, result)
+                return
             while time.perf_counter() < deadline:
                 await _one(session, url, body, headers, result)
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(number) for number in range(concurrency)))
         result.elapsed_seconds = time.perf_counter() - started
         result.cpu_seconds = time.process_time() - cpu_started
     return result

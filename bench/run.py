@@ -342,6 +342,13 @@ def main() -> None:
                 project_headers,
             ),
             Target(
+                "project-responses-ws",
+                f"ws://127.0.0.1:{project_port}/v1/responses",
+                RESPONSES_BODY,
+                "direct-responses",
+                project_headers,
+            ),
+            Target(
                 "project-chat",
                 f"http://127.0.0.1:{project_port}/v1/chat/completions",
                 CHAT_BODY,

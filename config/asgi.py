@@ -1,4 +1,5 @@
-"""ASGI entry point: channels' protocol router with HTTP handled by Django.
+"""ASGI entry point: channels' protocol router with HTTP handled by Django and the client
+WebSocket of ``/v1/responses`` by its channels consumer (``proxy/v1/websocket.py``).
 
 Static files (the Django admin's CSS/JS) are served by Django's own handler so that the one
 ``make run`` command gives a usable admin without a separate web server.
@@ -14,10 +15,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 prepare()  # a no-op under config.run, which prepared the environment this process inherited
 django_http_application = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402 - needs Django set up first
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - needs Django set up
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.http import HttpResponse  # noqa: E402
+from django.urls import path  # noqa: E402
 
 from config.drain import InFlightRequests  # noqa: E402
 from config.lifespan import make_lifespan  # noqa: E402
@@ -28,6 +30,7 @@ from config.v1_handler import (  # noqa: E402
     PathRouter,
     admin_too_large,
 )
+from proxy.v1.websocket import ResponsesSocket  # noqa: E402
 
 CONSOLE_IMPORT_FRAMING_BYTES = 64 * 1024
 CONSOLE_IMPORT_REFUSAL = (
@@ -83,6 +86,12 @@ http_application = InFlightRequests(
         ),
     )
 )
+# The client-facing WebSocket of /v1/responses (the Codex CLI's `supports_websockets`).
+websocket_application = URLRouter([path("v1/responses", ResponsesSocket.as_asgi())])
 application = ProtocolTypeRouter(
-    {"http": http_application, "lifespan": make_lifespan(http_application)}
+    {
+        "http": http_application,
+        "websocket": websocket_application,
+        "lifespan": make_lifespan(http_application),
+    }
 )

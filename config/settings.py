@@ -227,6 +227,18 @@ PROXY_QUOTA_REFRESH_INTERVAL_SECONDS = env_int(
 # upstream stream before it counts as dead (models may think for minutes between events).
 CODEX_CONNECT_TIMEOUT_SECONDS = env_int("CODEX_CONNECT_TIMEOUT_SECONDS", 15, minimum=1)
 CODEX_READ_TIMEOUT_SECONDS = env_int("CODEX_READ_TIMEOUT_SECONDS", 300, minimum=1)
+# The upstream WebSocket (spec §1.8, §2.7, §12). CODEX_WS_ENABLED=0 speaks only HTTP SSE (the
+# client's use_websocket is then ignored). Timeouts and the pool's intervals are in seconds.
+CODEX_WS_ENABLED = env_bool("CODEX_WS_ENABLED", True)
+CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS = env_int(
+    "CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS", 20, minimum=0
+)
+CODEX_WS_IDLE_TIMEOUT_SECONDS = env_int("CODEX_WS_IDLE_TIMEOUT_SECONDS", 300, minimum=1)
+CODEX_WS_POOL_MAX_PER_ACCOUNT = env_int("CODEX_WS_POOL_MAX_PER_ACCOUNT", 8, minimum=0)
+CODEX_WS_MAX_AGE_SECONDS = env_int("CODEX_WS_MAX_AGE_SECONDS", 3300, minimum=1)
+CODEX_WS_SWEEP_SECONDS = env_int("CODEX_WS_SWEEP_SECONDS", 25, minimum=1)
+CODEX_WS_PING_SECONDS = env_int("CODEX_WS_PING_SECONDS", 25, minimum=1)
+CODEX_WS_PONG_TIMEOUT_SECONDS = env_int("CODEX_WS_PONG_TIMEOUT_SECONDS", 5, minimum=1)
 # The upstream device identity seeded into fingerprints row "current" on first start (spec §2.2,
 # §8.2); afterwards the row is the truth.
 CODEX_FINGERPRINT = {

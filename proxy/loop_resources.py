@@ -197,8 +197,19 @@ async_redis: PerLoop[redis_asyncio.Redis] = PerLoop(_open_redis)
 upstream_session: PerLoop[aiohttp.ClientSession] = PerLoop(_open_upstream_session)
 
 
+# Closers of per-loop resources defined elsewhere (the upstream WebSocket pool), run first.
+_loop_closers: list[Callable[[], Awaitable[None]]] = []
+
+
+def on_loop_close(closer: Callable[[], Awaitable[None]]) -> None:
+    """Have ``close_current_loop_resources`` also run ``closer`` (a coroutine function)."""
+    _loop_closers.append(closer)
+
+
 async def close_current_loop_resources() -> None:
     """Close this loop's pool, Redis client and upstream session (graceful shutdown)."""
+    for closer in _loop_closers:
+        await closer()
     session = upstream_session.pop()
     if session is not None:
         await session.close()

@@ -28,14 +28,14 @@ from proxy.dispatch.failures import (
 from proxy.dispatch.progress import is_empty_completion, observe
 from proxy.dispatch.scheduler import Slot
 from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
+from proxy.dispatch.transport_choice import encode_body, falls_back_to_http, open_stream
 from proxy.dispatch.types import Committed, CompactResult, DispatchRequest, StreamProgress
 from proxy.dispatch.upstream_request import compact_body, scoped_body
 
 COMMIT_PREFETCH_LIMIT = 64 * 1024
 
 
-def _encoded(body: dict) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+_encoded = encode_body
 
 
 class Strategy(Protocol):
@@ -59,31 +59,15 @@ class Strategy(Protocol):
 
 class _SSEStrategy:
     call = codex.Call.RESPONSES
-    transport = "http_sse"
+    transport = "http_sse"  # set per attempt: "websocket" or "http_sse" (transport_choice)
     paced = True
 
     def body(self, request: DispatchRequest, account_id: str) -> bytes:
-        return _encoded(scoped_body(request.body, request.client_identity, account_id))
+        return _encoded(self.fields(request, account_id))
 
-    async def _open(
-        self,
-        request: DispatchRequest,
-        slot: Slot,
-        headers: list[tuple[str, str]],
-        cookies_seen: list[str],
-    ) -> codex.CodexStream | AttemptFailure:
-        try:
-            stream = await codex.open_responses(
-                body=self.body(request, slot.account.id), headers=headers
-            )
-        except codex.CodexError as error:
-            cookies_seen += getattr(error, "set_cookies", ())
-            return failure_from_error(error)
-        cookies_seen += stream.set_cookies
-        return stream
+    def fields(self, request: DispatchRequest, account_id: str) -> dict:
+        return scoped_body(request.body, request.client_identity, account_id)
 
-
-class StreamStrategy(_SSEStrategy):
     async def run(
         self,
         request: DispatchRequest,
@@ -92,7 +76,70 @@ class StreamStrategy(_SSEStrategy):
         headers: list[tuple[str, str]],
         cookies_seen: list[str],
     ) -> Committed | CompactResult | AttemptFailure:
-        stream = await self._open(request, slot, headers, cookies_seen)
+        outcome = await self._run_once(request, slot, attempt_index, headers, cookies_seen)
+        if isinstance(outcome, AttemptFailure) and falls_back_to_http(
+            request, outcome, self.transport
+        ):
+            # The WebSocket broke before any output: once more over HTTP SSE, same account.
+            outcome = await self._run_once(
+                request, slot, attempt_index, headers, cookies_seen, http_only=True
+            )
+        return outcome
+
+    async def _run_once(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+        *,
+        http_only: bool = False,
+    ) -> Committed | CompactResult | AttemptFailure:
+        raise NotImplementedError
+
+    async def _open(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+        *,
+        http_only: bool = False,
+    ) -> codex.CodexStream | codex.CodexWebSocketStream | AttemptFailure:
+        tried: list[str] = []
+        try:
+            stream = await open_stream(
+                request,
+                account_id=slot.account.id,
+                fields=self.fields(request, slot.account.id),
+                headers=headers,
+                transports_tried=tried,
+                http_only=http_only,
+            )
+        except codex.CodexError as error:
+            cookies_seen += getattr(error, "set_cookies", ())
+            return failure_from_error(error)
+        finally:
+            # The ledger's transport is the last one this request used.
+            if tried:
+                self.transport = tried[-1]
+        cookies_seen += stream.set_cookies
+        return stream
+
+
+class StreamStrategy(_SSEStrategy):
+    async def _run_once(
+        self,
+        request: DispatchRequest,
+        slot: Slot,
+        attempt_index: int,
+        headers: list[tuple[str, str]],
+        cookies_seen: list[str],
+        *,
+        http_only: bool = False,
+    ) -> Committed | CompactResult | AttemptFailure:
+        stream = await self._open(request, slot, headers, cookies_seen, http_only=http_only)
         if isinstance(stream, AttemptFailure):
             return stream
         scanner = SSEScanner()
@@ -148,15 +195,17 @@ class CompleteStrategy(_SSEStrategy):
     def __init__(self, *, keep_frames: bool = False) -> None:
         self.keep_frames = keep_frames
 
-    async def run(
+    async def _run_once(
         self,
         request: DispatchRequest,
         slot: Slot,
         attempt_index: int,
         headers: list[tuple[str, str]],
         cookies_seen: list[str],
+        *,
+        http_only: bool = False,
     ) -> Committed | CompactResult | AttemptFailure:
-        stream = await self._open(request, slot, headers, cookies_seen)
+        stream = await self._open(request, slot, headers, cookies_seen, http_only=http_only)
         if isinstance(stream, AttemptFailure):
             return stream
         scanner = SSEScanner()

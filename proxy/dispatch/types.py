@@ -18,7 +18,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from proxy.accounts import AccountView
-from proxy.clients.codex import CodexStream, FingerprintHeaders
+from proxy.clients.codex import CodexStream, CodexWebSocketStream, FingerprintHeaders
 from proxy.dispatch.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
 from proxy.dispatch.conversation import local_conversation_id
 from proxy.dispatch.failures import AttemptFailure
@@ -55,6 +55,8 @@ class DispatchRequest:
     key_policy: KeyPolicy | None = None
     admission_id: str = field(default_factory=lambda: secrets.token_hex(8))
     key_admitted: bool = False
+    # The client's use_websocket (removed from the body): False forces HTTP SSE (spec §1.8).
+    use_websocket: bool | None = None
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
 
@@ -99,7 +101,7 @@ class Committed:
 
     slot: Slot
     attempt_index: int
-    stream: CodexStream
+    stream: CodexStream | CodexWebSocketStream
     upstream_headers: dict[str, str]
     buffered: list[bytes]
     scanner: SSEScanner

@@ -181,6 +181,7 @@ def build_dispatch_request(
     catalog: Catalog,
     subagent: str | None = None,
     failures_as_events: bool = False,
+    use_websocket: bool | None = None,
 ) -> DispatchRequest:
     headers = {name.lower(): value for name, value in request.headers.items()}
     return DispatchRequest(
@@ -198,6 +199,7 @@ def build_dispatch_request(
         user_agent=request.headers.get("user-agent"),
         subagent=subagent,
         failures_as_events=failures_as_events,
+        use_websocket=use_websocket,
         catalog=catalog,
         accounts=valid.client.accounts,
         key_policy=valid.client.policy,

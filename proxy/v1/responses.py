@@ -44,7 +44,7 @@ async def _parse(
     requested_model = body["model"]
     catalog = await model_catalog_or_404(valid, requested_model)
     # The only mutations (spec §1.4). use_websocket is ours, not the upstream's.
-    body.pop("use_websocket", None)
+    use_websocket = body.pop("use_websocket", None)
     body["model"] = resolved(requested_model, valid)
     header_subagent = request.headers.get("x-openai-subagent")
     subagent = forced_subagent or (
@@ -66,6 +66,7 @@ async def _parse(
             subagent=subagent,
             # 5xx-class failures of a stream come back as a 200 SSE failure event (spec §1.7).
             failures_as_events=stream,
+            use_websocket=use_websocket if isinstance(use_websocket, bool) else None,
         )
     )
     return valid, dispatch

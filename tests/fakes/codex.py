@@ -1,6 +1,8 @@
 """A fake ChatGPT Codex upstream: real HTTP, real SSE framing, programmable faults per token.
 
-Serves ``POST /codex/responses`` (Responses SSE), ``POST /codex/responses/compact`` (JSON),
+Serves ``POST /codex/responses`` (Responses SSE), the same path as a WebSocket
+(``tests/fakes/codex_websocket.py``: ``response.create`` frames, the same faults),
+``POST /codex/responses/compact`` (JSON),
 ``GET /codex/models`` and the usage endpoint, at the root and under ``/backend-api`` (the
 production base ends in ``/backend-api``, where usage lives at ``/wham/usage``). Each request
 is answered by the next ``Reply`` programmed for its access token (``fake.program(token,
@@ -68,6 +70,9 @@ class Reply:
     model: str | None = None
     # "ok" only: the whole SSE body sent compressed with this content coding (gzip, br, zstd).
     content_encoding: str | None = None
+    # WebSocket only: answer at the upgrade ("status": that HTTP status instead of 101,
+    # "drop": the connection closed) rather than to a response.create frame.
+    ws_handshake: bool = False
 
 
 def _compressed(body: bytes, coding: str) -> bytes:
@@ -307,6 +312,12 @@ class FakeCodexUpstream:
         self.default_reply: Reply | None = None
         # token -> the response ids it completed (what a previous_response_id may name)
         self.known_response_ids: dict[str, set[str]] = defaultdict(set)
+        # WebSocket: sockets opened per token in all, and open now.
+        self.ws_connections: dict[str, int] = defaultdict(int)
+        self.ws_open: dict[str, int] = defaultdict(int)
+        self.ws_live: dict[str, set] = defaultdict(set)  # token -> the open sockets' transports
+        # Whether the WebSocket side accepts permessage-deflate.
+        self.compress_websocket = False
         self.server = LocalHTTPServer(self._application, port=port, record=record)
 
     # -- control (from the test thread)
@@ -333,6 +344,9 @@ class FakeCodexUpstream:
             self.default_deltas = self.DEFAULT_DELTAS
             self.default_reply = None
             self.known_response_ids.clear()
+            self.ws_connections.clear()
+            self.ws_open.clear()
+            self.ws_live.clear()
         self.server.clear()
 
     @property
@@ -345,6 +359,25 @@ class FakeCodexUpstream:
 
     def responses_requests(self):
         return self.server.requests_to("/codex/responses")
+
+    def websocket_requests(self):
+        """The ``response.create`` messages received over WebSockets, in arrival order."""
+        return [request for request in self.responses_requests() if request.method == "WS"]
+
+    def kill_websockets(self, token: str) -> None:
+        """Drop every open WebSocket of ``token`` (no close frame: a connection that died)."""
+
+        async def kill() -> None:
+            with self._lock:
+                transports = list(self.ws_live[token])
+            for transport in transports:
+                transport.abort()
+
+        self.server.run_in_loop(kill())
+
+    def http_requests(self):
+        """The ``POST /codex/responses`` requests (HTTP SSE), in arrival order."""
+        return [request for request in self.responses_requests() if request.method == "POST"]
 
     def tokens_called(self) -> list[str]:
         return [
@@ -370,12 +403,29 @@ class FakeCodexUpstream:
                 return queue.popleft()
             return self.default_reply or Reply(deltas=self.default_deltas)
 
+    def _peek_reply(self, token: str) -> Reply:
+        """The reply the next request of ``token`` will get (left in place)."""
+        with self._lock:
+            queue = self._programs.get(token)
+            if queue:
+                return queue[0]
+            return self.default_reply or Reply(deltas=self.default_deltas)
+
+    def _handshake_reply(self, token: str) -> Reply | None:
+        """The next programmed reply when it is meant for the WebSocket upgrade itself."""
+        with self._lock:
+            queue = self._programs.get(token)
+            if queue and queue[0].ws_handshake:
+                return queue.popleft()
+            return None
+
     def _application(self, server: LocalHTTPServer) -> web.Application:
         application = web.Application(client_max_size=64 * 1024 * 1024)
         # The Codex paths at the root and under /backend-api, the production layout, so that a
         # test can point the base at either (spec §2.1: the usage URLs depend on it).
         for base in ("", "/backend-api"):
             application.router.add_post(f"{base}/codex/responses", self._responses)
+            application.router.add_get(f"{base}/codex/responses", self._responses_websocket)
             application.router.add_post(f"{base}/codex/responses/compact", self._compact)
             application.router.add_get(f"{base}/codex/models", self._models)
             application.router.add_get(f"{base}/codex/usage", self._usage)
@@ -410,6 +460,11 @@ class FakeCodexUpstream:
         finally:
             with self._lock:
                 self.in_flight[token] -= 1
+
+    async def _responses_websocket(self, request: web.Request) -> web.StreamResponse:
+        from tests.fakes.codex_websocket import serve_websocket
+
+        return await serve_websocket(self, request)
 
     async def _answer(self, request: web.Request, token: str, reply: Reply) -> web.StreamResponse:
         if reply.first_byte_delay:

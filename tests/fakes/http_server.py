@@ -38,6 +38,10 @@ class RecordedRequest:
         return json.loads(self.body)
 
 
+def _is_websocket_upgrade(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
 class LocalHTTPServer:
     """Serve an aiohttp application on 127.0.0.1:<free port> from a daemon thread.
 
@@ -75,7 +79,8 @@ class LocalHTTPServer:
 
     @web.middleware
     async def _record(self, request: web.Request, handler):
-        if not self._record_requests:
+        if not self._record_requests or _is_websocket_upgrade(request):
+            # A WebSocket's messages are recorded by its handler (``record``), one per message.
             return await handler(request)
         body = await request.read()
         recorded = RecordedRequest(
@@ -92,6 +97,12 @@ class LocalHTTPServer:
         with self._lock:
             self.requests.append(recorded)
         return await handler(request)
+
+    def record(self, recorded: RecordedRequest) -> None:
+        """Record ``recorded`` (a message of a WebSocket, as its handler sees it)."""
+        if self._record_requests:
+            with self._lock:
+                self.requests.append(recorded)
 
     def start(self) -> LocalHTTPServer:
         ready = threading.Event()

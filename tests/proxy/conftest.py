@@ -54,6 +54,15 @@ class LiveServer(LiveASGIServer):
         future = asyncio.run_coroutine_threadsafe(await_pending_settlements(), self.loop)
         future.result(30)
 
+    def close_idle_websockets(self) -> None:
+        """Close the upstream WebSockets the server's pool keeps (each test starts without)."""
+        from proxy.clients.codex.ws_pool import websocket_pool
+
+        async def close() -> None:
+            await websocket_pool.get_or_create().close_all()
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop).result(30)
+
 
 @pytest.fixture(scope="session")
 def asgi_server(django_db_setup, django_db_blocker):
@@ -135,6 +144,7 @@ def proxy(asgi_server, upstream, transactional_db):
     reset_rotation()
     yield asgi_server
     asgi_server.drain()
+    asgi_server.close_idle_websockets()
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 from django.conf import settings
 
+from proxy.v1.websocket import ResponsesSocket
 from telemetry.models import UsageRecord
 from tests.proxy.conftest import make_pool_account
 
@@ -52,10 +53,10 @@ def codex_cli() -> str:
     return str(binary)
 
 
-def test_codex_exec_completes_through_the_proxy(codex_cli, proxy, upstream, client_key, tmp_path):
-    make_pool_account("tok-cli")
+def _codex_environment(proxy, client_key, tmp_path, *, websockets: bool = False) -> dict:
+    """A CODEX_HOME whose provider is the proxy (its WebSocket when ``websockets``)."""
     codex_home = tmp_path / "codex-home"
-    codex_home.mkdir()
+    codex_home.mkdir(exist_ok=True)
     (codex_home / "config.toml").write_text(
         f"""
 model = "gpt-5.4"
@@ -66,9 +67,63 @@ name = "Codex Proxy"
 base_url = "{proxy.url}/v1"
 env_key = "CPR_API_KEY"
 wire_api = "responses"
+supports_websockets = {"true" if websockets else "false"}
 """
     )
-    environment = {**os.environ, "CODEX_HOME": str(codex_home), "CPR_API_KEY": client_key.key}
+    return {**os.environ, "CODEX_HOME": str(codex_home), "CPR_API_KEY": client_key.key}
+
+
+def _codex(codex_cli, tmp_path, environment, *arguments):
+    return subprocess.run(
+        [codex_cli, "exec", "--skip-git-repo-check", *arguments],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+@pytest.mark.parametrize("websockets", [True, False], ids=["client-websocket", "client-http"])
+def test_codex_exec_multi_turn_session_through_the_proxy(
+    codex_cli, proxy, upstream, client_key, tmp_path, websockets, monkeypatch
+):
+    make_pool_account("tok-cli")
+    environment = _codex_environment(proxy, client_key, tmp_path, websockets=websockets)
+    # The proxy serves in this process: count the requests its client WebSocket answers.
+    socket_requests = []
+    answer = ResponsesSocket._answer
+
+    async def counted(self, data):
+        socket_requests.append(data)
+        await answer(self, data)
+
+    monkeypatch.setattr(ResponsesSocket, "_answer", counted)
+
+    first = _codex(codex_cli, tmp_path, environment, "Say hello in one line")
+    second = _codex(codex_cli, tmp_path, environment, "resume", "--last", "And once more")
+
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "Hello from the fake upstream." in first.stdout
+    assert "Hello from the fake upstream." in second.stdout
+    sent = upstream.responses_requests()
+    assert len(sent) >= 2
+    assert len(socket_requests) == (len(sent) if websockets else 0)
+    last = sent[-1].json()
+    # The follow-up carries the session: the earlier turn in its input, or a continuation of it.
+    assert "And once more" in str(last["input"])
+    assert "Say hello in one line" in str(last["input"]) or last.get("previous_response_id")
+    proxy.drain()
+    records = list(UsageRecord.objects.order_by("created_at"))
+    assert len(records) == len(sent)
+    assert {record.transport for record in records} == {"websocket"}
+    assert {record.client_api_key_id for record in records} == {client_key.id}
+
+
+def test_codex_exec_completes_through_the_proxy(codex_cli, proxy, upstream, client_key, tmp_path):
+    make_pool_account("tok-cli")
+    environment = _codex_environment(proxy, client_key, tmp_path)
 
     result = subprocess.run(
         [codex_cli, "exec", "--skip-git-repo-check", "Say hello in one line"],

@@ -123,7 +123,7 @@ def test_403_html_without_cloudflare_markers_is_returned_not_a_ban(
         "tok-a", Reply(kind="status", status=403, body="<html><body>Forbidden</body></html>")
     )
 
-    response = _non_stream(proxy, client_key)
+    response = _non_stream(proxy, client_key, use_websocket=False)
 
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "invalid_api_key"
@@ -171,7 +171,10 @@ def test_empty_404_wipes_cookies_and_the_third_in_an_hour_disables(
         reset_rotation()
         upstream.program("tok-a", Reply(kind="status", status=404, body=""))
         # A conversation each: affinity would keep one on tok-b (the account that served it).
-        _served_by_b(upstream, _non_stream(proxy, client_key, prompt_cache_key=f"conv-{turn}"))
+        _served_by_b(
+            upstream,
+            _non_stream(proxy, client_key, prompt_cache_key=f"conv-{turn}", use_websocket=False),
+        )
         assert AccountCookie.objects.filter(account=account_a).count() == 0
 
     assert _account(account_a).status == "disabled"
@@ -204,11 +207,24 @@ def test_other_4xx_json_is_returned_verbatim_without_rotation(pool, proxy, upstr
     }
     upstream.program("tok-a", Reply(kind="status", status=400, body=body))
 
-    response = _non_stream(proxy, client_key, input="a string")
+    response = _non_stream(proxy, client_key, input="a string", use_websocket=False)
 
     assert response.status_code == 400
     assert response.json() == body
     assert upstream.tokens_called() == ["tok-a"]
+
+
+def test_a_4xx_error_frame_is_returned_verbatim_without_rotation(pool, proxy, upstream, client_key):
+    """Over the WebSocket the upstream body is the raw error frame (spec §1.7)."""
+    error = {"message": "Input must be a list", "type": "invalid_request_error", "param": "input"}
+    upstream.program("tok-a", Reply(kind="status", status=400, body={"error": error}))
+
+    response = _non_stream(proxy, client_key, input="a string")
+
+    assert response.status_code == 400
+    assert response.json() == {"type": "error", "status": 400, "error": error, "headers": {}}
+    assert upstream.tokens_called() == ["tok-a"]
+    assert [sent.method for sent in upstream.responses_requests()] == ["WS"]
 
 
 def test_5xx_is_retried_twice_on_the_same_account(pool, proxy, upstream, client_key):
@@ -247,9 +263,14 @@ def test_exhausted_5xx_and_transport_errors_move_on_and_are_logged(
 
 
 def test_a_dropped_connection_moves_on(pool, proxy, upstream, client_key):
-    upstream.program("tok-a", Reply(kind="drop"))
+    # The WebSocket drop falls back to HTTP SSE on the same account (spec §1.8); that drops too.
+    upstream.program("tok-a", Reply(kind="drop"), Reply(kind="drop"))
 
     _served_by_b(upstream, _non_stream(proxy, client_key))
+    assert [
+        (sent.method, token)
+        for sent, token in zip(upstream.responses_requests(), upstream.tokens_called(), strict=True)
+    ] == [("WS", "tok-a"), ("POST", "tok-a"), ("WS", "tok-b")]
 
 
 @pytest.mark.parametrize(
@@ -324,7 +345,7 @@ def test_all_accounts_rate_limited_gives_429_naming_the_count(pool, proxy, upstr
     for token in ("tok-a", "tok-b"):
         upstream.program(token, Reply(kind="status", status=429, body="Too many requests"))
 
-    response = _non_stream(proxy, client_key)
+    response = _non_stream(proxy, client_key, use_websocket=False)
 
     assert response.status_code == 429
     error = response.json()["error"]
@@ -394,11 +415,13 @@ def test_no_rotation_once_bytes_reached_the_client(pool, proxy, upstream, client
 
 
 def test_a_stream_cut_before_any_output_moves_on(pool, proxy, upstream, client_key):
-    upstream.program("tok-a", Reply(kind="cut", cut_after=2))
+    # Cut over the WebSocket, then over the HTTP SSE fallback on the same account (spec §1.8).
+    upstream.program("tok-a", Reply(kind="cut", cut_after=2), Reply(kind="cut", cut_after=2))
 
     response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 
-    assert upstream.tokens_called() == ["tok-a", "tok-b"]
+    assert upstream.tokens_called() == ["tok-a", "tok-a", "tok-b"]
+    assert [sent.method for sent in upstream.responses_requests()] == ["WS", "POST", "WS"]
     assert b"stream_disconnected" not in response.content
     assert b"response.completed" in response.content
 

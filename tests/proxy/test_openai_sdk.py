@@ -29,6 +29,17 @@ def test_responses_create_streaming_events_parse_into_sdk_types(sdk, proxy):
     assert events[-1].response.usage.total_tokens == 17
 
 
+def test_sdk_streams_over_http_while_the_upstream_speaks_websocket(sdk, proxy, upstream):
+    events = list(sdk.responses.create(model="gpt-5.4", input="Say hello", stream=True))
+
+    deltas = [event.delta for event in events if isinstance(event, ResponseTextDeltaEvent)]
+    assert "".join(deltas) == "Hello from the fake upstream."
+    [sent] = upstream.responses_requests()
+    assert sent.method == "WS" and sent.extra["frame"]["type"] == "response.create"
+    proxy.drain()
+    assert UsageRecord.objects.get().transport == "websocket"
+
+
 def test_sdk_sees_the_proxy_error_envelope(proxy, upstream, client_key):
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk_not_a_key", max_retries=0)
 

@@ -124,7 +124,8 @@ def test_an_upstream_4xx_is_logged_as_the_upstream_refusing_not_as_a_dispatch_fa
 
 def test_a_stream_that_fails_before_any_output_is_logged_as_such(proxy, upstream, client_key):
     make_pool_account("tok-a")
-    upstream.program("tok-a", Reply(kind="eof", cut_after=1))  # response.created, then EOF
+    # response.created, then EOF: over the WebSocket and over its HTTP SSE fallback (§1.8).
+    upstream.program("tok-a", *[Reply(kind="eof", cut_after=1)] * 2)
 
     response = post_responses(proxy, client_key, {"model": "gpt-5.4", "input": []})
 

@@ -27,7 +27,8 @@ def test_headers_follow_the_fingerprint_order_on_the_wire(proxy, upstream, clien
     post_responses(
         proxy,
         client_key,
-        {"model": "gpt-5.4", "stream": False, "turnState": "ts-1"},
+        # HTTP SSE: the WebSocket opening drops content-type and accept (test_ws_pool.py).
+        {"model": "gpt-5.4", "stream": False, "turnState": "ts-1", "use_websocket": False},
         **{"session-id": "client-session"},
     )
 

@@ -66,7 +66,7 @@ def test_streaming_success_is_forwarded_verbatim_and_recorded(proxy, upstream, c
         record.cached_tokens,
         record.reasoning_tokens,
     ) == (12, 5, 4, 2)
-    assert record.transport == "http_sse" and record.attempt_index == 0
+    assert record.transport == "websocket" and record.attempt_index == 0
     assert record.response_id == events[-1]["response"]["id"]
     assert record.first_token_ms is not None and record.latency_ms >= record.first_token_ms
     assert record.message == "v1 responses stream completed"
@@ -230,7 +230,7 @@ def test_success_and_failure_rows_are_exact(proxy, upstream, client_key):
         "upstream_model": "gpt-5.4",
         "service_tier": "priority",
         "status_code": 200,
-        "transport": "http_sse",
+        "transport": "websocket",
         "attempt_index": 0,
         "response_id": None,
         "upstream_request_id": None,

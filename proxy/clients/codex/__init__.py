@@ -1,8 +1,10 @@
 """The ChatGPT backend as a client (spec §2): every call the project makes to it.
 
 ``build_headers`` is the one header builder (fingerprint order), ``open_responses`` /
-``compact`` / ``usage`` / ``models`` the calls; failures are ``CodexTransportError`` and
-``CodexHTTPError`` (with ``permanent``). Imports nothing from the request path (``dispatch/``).
+``compact`` / ``usage`` / ``models`` the calls, ``open_websocket_responses`` the responses call
+over the pooled upstream WebSocket (``websocket.py``, ``ws_pool.py``); failures are
+``CodexTransportError`` and ``CodexHTTPError`` (with ``permanent``). Imports nothing from the
+request path (``dispatch/``).
 """
 
 from proxy.clients.codex.errors import (
@@ -33,6 +35,11 @@ from proxy.clients.codex.transport import (
     usage,
     usage_urls,
 )
+from proxy.clients.codex.websocket import (
+    CodexWebSocketStream,
+    open_websocket_responses,
+    websocket_url,
+)
 
 __all__ = [
     "COMPACT_OMITTED_HEADERS",
@@ -45,6 +52,7 @@ __all__ = [
     "CodexHTTPError",
     "CodexStream",
     "CodexTransportError",
+    "CodexWebSocketStream",
     "Credentials",
     "FingerprintHeaders",
     "build_headers",
@@ -53,8 +61,10 @@ __all__ = [
     "models",
     "models_urls",
     "open_responses",
+    "open_websocket_responses",
     "render_fingerprint",
     "responses_url",
     "usage",
     "usage_urls",
+    "websocket_url",
 ]

@@ -1,0 +1,401 @@
+"""The responses call over the upstream WebSocket (spec §1.4 item 6, §1.8, §2.1, §2.3, §2.7).
+
+``open_websocket_responses`` sends one ``{"type":"response.create", …body…}`` text frame on a
+socket of the pool (``ws_pool``) and waits for the first event; it returns a
+``CodexWebSocketStream``, which the request path reads exactly like the HTTP ``CodexStream``:
+``chunks()`` gives each event re-framed as SSE (``event: <type>\\ndata: <raw json>\\n\\n``;
+the internal ``codex.rate_limits`` and ``response.metadata`` are swallowed, what they say kept
+in ``headers``), ``release()`` / ``close()`` end it (the socket goes back to the pool only after
+``response.completed``).
+
+Failures are the HTTP call's types: an error frame (or a refused upgrade) with a status is a
+``CodexHTTPError`` whose body is the raw frame (5xx asked again twice, on fresh sockets); a
+socket that could not be opened, broke off or stayed silent is a ``CodexTransportError`` (the
+dispatch falls back to HTTP SSE for those); a connection-local continuation that no socket can
+serve is ``CodexContinuationUnavailable``.
+
+Timeouts: ``CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS`` until the first event (a fresh socket
+that stays silent is tried once more on another), ``CODEX_WS_IDLE_TIMEOUT_SECONDS`` between
+later frames. A reused socket that dies before its first event is replaced by a fresh one
+(stale reuse), unless the request needed that very socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+from django.conf import settings
+
+from proxy.clients.codex.errors import (
+    CodexContinuationUnavailable,
+    CodexHTTPError,
+    CodexTransportError,
+)
+from proxy.clients.codex.transport import SAME_ACCOUNT_5XX_RETRIES, TRANSPORT_ERRORS, responses_url
+from proxy.clients.codex.ws_errors import error_frame_status, frame_headers, rate_limit_headers
+from proxy.clients.codex.ws_pool import Lease, UpstreamSocket, identity_of, websocket_pool
+from proxy.loop_resources import upstream_session
+
+Headers = list[tuple[str, str]]
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+# Not sent on the WebSocket opening (spec §2.3).
+OPENING_OMITTED_HEADERS = frozenset({"content-type", "accept"})
+INTERNAL_EVENTS = frozenset({"codex.rate_limits", "response.metadata"})
+TERMINAL_EVENTS = frozenset(
+    {"response.completed", "response.incomplete", "response.failed", "error"}
+)
+START_MS_FIELD = "x-codex-ws-stream-request-start-ms"
+
+
+def websocket_url() -> str:
+    url = responses_url()
+    if url.startswith("https://"):
+        return "wss://" + url.removeprefix("https://")
+    return "ws://" + url.removeprefix("http://")
+
+
+def opening_headers(headers: Headers) -> Headers:
+    """The HTTP call's headers for the WebSocket opening: without content-type and accept."""
+    return [(name, value) for name, value in headers if name.lower() not in OPENING_OMITTED_HEADERS]
+
+
+def response_create_frame(fields: dict) -> str:
+    """The ``response.create`` frame of the body ``fields`` (left unchanged), with the
+    request-start stamp in ``client_metadata`` (created when absent, a non-object left alone)."""
+    frame = {"type": "response.create", **fields}
+    metadata = fields.get("client_metadata")
+    stamp = str(int(time.time() * 1000))
+    if metadata is None:
+        frame["client_metadata"] = {START_MS_FIELD: stamp}
+    elif isinstance(metadata, dict):
+        frame["client_metadata"] = {**metadata, START_MS_FIELD: stamp}
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+def _event_type(raw: str) -> tuple[str | None, dict | None]:
+    """The frame's ``type`` (cheaply when it comes first) and, when it had to be parsed, the
+    parsed frame."""
+    if raw.startswith('{"type":"'):
+        end = raw.find('"', 9)
+        if end > 9:
+            return raw[9:end], None
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return None, None
+    if not isinstance(event, dict):
+        return None, None
+    kind = event.get("type")
+    return (kind if isinstance(kind, str) else None), event
+
+
+def _sse(kind: str, raw: str) -> bytes:
+    if "\n" in raw or "\r" in raw:
+        raw = json.dumps(json.loads(raw), ensure_ascii=False)
+    return f"event: {kind}\ndata: {raw}\n\n".encode()
+
+
+class CodexWebSocketStream:
+    """A response arriving over an upstream WebSocket; the ``CodexStream`` interface."""
+
+    status = 200
+    transport = "websocket"
+
+    def __init__(self, lease: Lease, first: tuple[str, str], headers: dict[str, str]) -> None:
+        assert lease.socket is not None
+        self._lease = lease
+        self._socket: UpstreamSocket = lease.socket
+        self._pending: tuple[str, str] | None = first
+        self.headers = headers
+        self.reused = lease.reused
+        # The upgrade's cookies are reported by the socket's first response only.
+        self.set_cookies = () if self.reused else self._socket.set_cookies
+        self._completed = False
+        self._ended = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Each event as one SSE frame, up to and including the terminal event. Raises
+        CodexTransportError when the socket breaks off, stays silent too long or sends a
+        binary frame."""
+        if self._pending is not None:
+            kind, raw = self._pending
+            self._pending = None
+            # Ended before the yield: a reader may stop at the terminal event it was given.
+            if kind in TERMINAL_EVENTS:
+                self._end(kind, raw)
+            yield _sse(kind, raw)
+        while not self._ended:
+            parts: list[bytes] = []
+            stopped: Exception | None = None
+            # One event awaited, then those already received with it: one chunk, as an HTTP
+            # read returns the events that arrived together (fewer writes to the client).
+            while not self._ended and (not parts or _has_buffered_frames(self._socket)):
+                try:
+                    kind, raw = await _next_event(self._socket, self.headers, idle=True)
+                except (_ClosedCleanly, CodexTransportError) as error:
+                    stopped = error
+                    break
+                if kind in TERMINAL_EVENTS:
+                    self._end(kind, raw)
+                parts.append(_sse(kind, raw))
+            if parts:
+                yield b"".join(parts)
+            if isinstance(stopped, _ClosedCleanly):
+                # Like an HTTP body that ended: no error, no terminal event.
+                self._ended = True
+                return
+            if stopped is not None:
+                raise stopped
+
+    def _end(self, kind: str, raw: str) -> None:
+        self._ended = True
+        if kind != "response.completed":
+            return
+        try:
+            response_id = json.loads(raw)["response"]["id"]
+        except (ValueError, KeyError, TypeError):
+            response_id = None
+        if not isinstance(response_id, str) or not response_id:
+            raise CodexTransportError("response.completed without response.id")
+        self._socket.latest_response_id = response_id
+        self._completed = True
+
+    def release(self) -> None:
+        """The stream was read: after ``response.completed`` the socket returns to the pool,
+        otherwise it is closed."""
+        pool = websocket_pool.get_or_create()
+        if self._completed:
+            pool.give_back(self._lease)
+        else:
+            pool.drop(self._lease)
+
+    def close(self) -> None:
+        websocket_pool.get_or_create().drop(self._lease)
+
+
+def _has_buffered_frames(socket: UpstreamSocket) -> bool:
+    """Whether aiohttp already holds a received frame for this socket (reading it will not
+    wait). aiohttp has no public peek; without one every event is its own chunk."""
+    buffer = getattr(getattr(socket.websocket, "_reader", None), "_buffer", None)
+    return bool(buffer)
+
+
+_ABNORMAL_CLOSURE = 1006  # RFC 6455: the connection ended without a close frame
+
+
+def _closed_with_a_close_frame(socket: UpstreamSocket, message: aiohttp.WSMessage) -> bool:
+    """The upstream sent a close frame — the clean end an HTTP EOF is — however aiohttp
+    reports it: CLOSE, or CLOSING/CLOSED once it has answered the frame itself (then the
+    socket's close code is the upstream's). A connection that just broke is CLOSED with
+    1006 (or no code)."""
+    if message.type is aiohttp.WSMsgType.CLOSE:
+        return True
+    if message.type not in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+        return False
+    return socket.websocket.close_code not in (None, _ABNORMAL_CLOSURE)
+
+
+class _ClosedCleanly(Exception):
+    """The upstream closed the socket with a close frame (after the first event)."""
+
+
+async def _next_event(socket: UpstreamSocket, headers: dict[str, str], *, idle: bool) -> tuple:
+    """The next event frame (type, raw JSON), internal events folded into ``headers``."""
+    # 0 disables the first-event timeout: the between-frames one applies then.
+    first_timeout = settings.CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS
+    timeout = settings.CODEX_WS_IDLE_TIMEOUT_SECONDS if idle or not first_timeout else first_timeout
+    while True:
+        try:
+            async with asyncio.timeout(timeout):
+                message = await socket.websocket.receive()
+        except TimeoutError:
+            raise CodexTransportError(
+                "websocket idle timeout" if idle else "websocket first-event timeout"
+            ) from None
+        except TRANSPORT_ERRORS as error:
+            raise CodexTransportError(type(error).__name__) from None
+        if message.type is aiohttp.WSMsgType.BINARY:
+            raise CodexTransportError("binary websocket frame")
+        if idle and _closed_with_a_close_frame(socket, message):
+            raise _ClosedCleanly
+        if message.type is not aiohttp.WSMsgType.TEXT:
+            raise CodexTransportError("websocket closed")
+        raw = message.data
+        kind, event = _event_type(raw)
+        if kind is None:
+            raise CodexTransportError("websocket frame without a type")
+        if kind in INTERNAL_EVENTS:
+            event = event if event is not None else json.loads(raw)
+            if kind == "codex.rate_limits":
+                headers.update(rate_limit_headers(event))
+            else:
+                headers.update(frame_headers(event))
+            continue
+        return kind, raw
+
+
+async def _connect(headers: Headers, account_id: str, *, pooled: bool) -> UpstreamSocket:
+    session = await upstream_session.get()
+    try:
+        websocket = await session.ws_connect(
+            websocket_url(),
+            headers=opening_headers(headers),
+            compress=15,
+            # Pooled sockets are pinged while they wait; one-shot sockets are not (§2.7).
+            heartbeat=settings.CODEX_WS_PING_SECONDS if pooled else None,
+            max_msg_size=MAX_FRAME_BYTES,
+            autoping=True,
+        )
+    except aiohttp.WSServerHandshakeError as error:
+        response_headers = {name.lower(): value for name, value in (error.headers or {}).items()}
+        if error.status >= 400:
+            raise CodexHTTPError(error.status, response_headers, b"") from None
+        raise CodexTransportError(f"websocket upgrade refused ({error.status})") from None
+    except TRANSPORT_ERRORS as error:
+        raise CodexTransportError(type(error).__name__) from None
+    if pooled and hasattr(websocket, "_pong_heartbeat"):
+        # aiohttp waits heartbeat/2 for the pong; the spec's budget is 5 s.
+        websocket._pong_heartbeat = settings.CODEX_WS_PONG_TIMEOUT_SECONDS
+    response = websocket._response
+    return UpstreamSocket(
+        websocket=websocket,
+        account_id=account_id,
+        headers={name.lower(): value for name, value in response.headers.items()},
+        set_cookies=tuple(response.headers.getall("Set-Cookie", [])),
+        identity=identity_of(headers),
+    )
+
+
+def _lease_for(
+    *,
+    identity: str,
+    key_prefix: tuple[str, str],
+    conversation_id: str,
+    previous_response_id: str | None,
+    connection_local: bool,
+    account_id: str,
+) -> Lease:
+    pool = websocket_pool.get_or_create()
+    if not connection_local:
+        return pool.lease((*key_prefix, conversation_id), account_id, identity)
+    key = pool.socket_for_response(key_prefix, previous_response_id or "")
+    if key is None:
+        conversation_key = (*key_prefix, conversation_id)
+        if pool.is_leased(conversation_key):
+            raise CodexContinuationUnavailable("connection_busy")
+        if pool.idle_socket(conversation_key) is not None:
+            raise CodexContinuationUnavailable("latest_response_mismatch")
+        raise CodexContinuationUnavailable("pool_unavailable")
+    if pool.is_leased(key):
+        raise CodexContinuationUnavailable("connection_busy")
+    lease = pool.lease(key, account_id)
+    if lease.socket is None:
+        # The socket was found dead or expired when it was taken out.
+        pool.drop(lease)
+        raise CodexContinuationUnavailable("reused_connection_lost")
+    return lease
+
+
+async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_local: bool):
+    """Send the frame on the lease's socket (opening one when it has none) and read the first
+    event; returns (socket headers, first event). Stale reuse and a silent fresh socket are
+    retried on a fresh socket."""
+    pool = websocket_pool.get_or_create()
+    fresh_silences = 0
+    while True:
+        fresh = lease.socket is None
+        if fresh:
+            lease.socket = await _connect(headers, lease.account_id, pooled=lease.pooled)
+            pool.opened += 1
+        socket = lease.socket
+        stream_headers = dict(socket.headers)
+        try:
+            await socket.websocket.send_str(frame_of())
+            first = await _next_event(socket, stream_headers, idle=False)
+        except (CodexTransportError, *TRANSPORT_ERRORS) as error:
+            detail = getattr(error, "detail", type(error).__name__)
+            if connection_local:
+                pool.drop(lease)
+                raise CodexContinuationUnavailable("reused_connection_lost") from None
+            if not fresh:
+                pool.forget_socket(lease)  # retry_after_stale_reuse
+                continue
+            if "first-event timeout" in detail and fresh_silences == 0:
+                fresh_silences += 1
+                pool.forget_socket(lease)
+                continue
+            pool.drop(lease)
+            raise CodexTransportError(detail) from None
+        return stream_headers, first
+
+
+def _without_cookies(frame: dict, raw: str) -> bytes:
+    """The raw frame (passed to the client as the upstream body), without any cookie the
+    upstream wrapped in its ``headers``: those belong to the account."""
+    headers = frame.get("headers")
+    if not isinstance(headers, dict) or not any(
+        isinstance(name, str) and "cookie" in name.lower() for name in headers
+    ):
+        return raw.encode()
+    frame["headers"] = {
+        name: value for name, value in headers.items() if "cookie" not in str(name).lower()
+    }
+    return json.dumps(frame, ensure_ascii=False).encode()
+
+
+async def open_websocket_responses(
+    *,
+    body: dict,
+    headers: Headers,
+    account_id: str,
+    conversation_id: str,
+    previous_response_id: str | None = None,
+    connection_local: bool = False,
+) -> CodexWebSocketStream:
+    """Send ``body`` (the fields of the HTTP call's JSON body) as a ``response.create`` frame
+    and return the stream once its first event
+    arrived. ``connection_local``: the request continues ``previous_response_id`` that only the
+    socket which produced it knows (``store:false``). Raises CodexHTTPError,
+    CodexTransportError, CodexContinuationUnavailable."""
+    key_prefix = (settings.CODEX_UPSTREAM_BASE, account_id)
+    for try_number in range(SAME_ACCOUNT_5XX_RETRIES + 1):
+        lease = _lease_for(
+            identity=identity_of(headers),
+            key_prefix=key_prefix,
+            conversation_id=conversation_id,
+            previous_response_id=previous_response_id,
+            connection_local=connection_local,
+            account_id=account_id,
+        )
+        try:
+            stream_headers, (kind, raw) = await _exchange(
+                lease,
+                lambda: response_create_frame(body),
+                headers,
+                connection_local=connection_local,
+            )
+        except BaseException:
+            websocket_pool.get_or_create().drop(lease)
+            raise
+        status = error_frame_status(kind, raw)
+        if status is None:
+            return CodexWebSocketStream(lease, (kind, raw), stream_headers)
+        # An error frame: the socket is not reused after it (§2.7).
+        set_cookies = lease.socket.set_cookies if lease.socket else ()
+        websocket_pool.get_or_create().drop(lease)
+        try:
+            frame = json.loads(raw)
+        except ValueError:
+            frame = {}
+        frame = frame if isinstance(frame, dict) else {}
+        error_headers = {**stream_headers, **frame_headers(frame)}
+        if status >= 500 and try_number < SAME_ACCOUNT_5XX_RETRIES and not connection_local:
+            continue
+        raise CodexHTTPError(
+            status, error_headers, _without_cookies(frame, raw), set_cookies=set_cookies
+        )
+    raise AssertionError("unreachable")

@@ -1,0 +1,229 @@
+"""The upstream WebSocket pool (spec §2.7), one per event loop.
+
+Key = (base URL, local account id, local conversation id or previous response id). One slot per
+key: a key whose socket is in use hands out a one-shot socket instead (closed after its
+response, never pinged); an account with ``CODEX_WS_POOL_MAX_PER_ACCOUNT`` pooled sockets gets
+one-shot sockets too. A pooled socket lives at most ``CODEX_WS_MAX_AGE_SECONDS`` (the upstream
+closes sockets after about an hour, §11.15); a sweep every ``CODEX_WS_SWEEP_SECONDS`` closes
+dead or expired idle sockets and forgets reservations older than the max age. Each socket
+remembers the id of the latest response it completed, for connection-local continuations
+(``store:false`` with a previous id known only to that socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+from django.conf import settings
+
+from proxy.loop_resources import PerLoop, on_loop_close
+
+logger = logging.getLogger(__name__)
+
+PoolKey = tuple[str, str, str]
+
+
+# The opening headers a socket is bound to: who it speaks as, and as which device.
+IDENTITY_HEADERS = ("authorization", "chatgpt-account-id", "originator", "user-agent", "sec-ch-ua")
+
+
+def identity_of(headers: list[tuple[str, str]]) -> str:
+    """A digest of the identity headers of an opening (the token is never kept in clear)."""
+    values = dict((name.lower(), value) for name, value in headers)
+    joined = "\0".join(values.get(name, "") for name in IDENTITY_HEADERS)
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+@dataclass(eq=False)
+class UpstreamSocket:
+    """One open upstream WebSocket and what the pool knows of it."""
+
+    websocket: aiohttp.ClientWebSocketResponse
+    account_id: str
+    headers: dict[str, str]
+    set_cookies: tuple[str, ...]
+    opened_at: float = field(default_factory=time.monotonic)
+    latest_response_id: str | None = None
+    # Which credentials and device identity the socket was opened with (``identity_of``).
+    identity: str = ""
+    # Requests this socket has carried (a reused socket may have died while idle).
+    uses: int = 0
+
+    @property
+    def dead(self) -> bool:
+        return self.websocket.closed or self.websocket.exception() is not None
+
+    def expired(self, now: float) -> bool:
+        return now - self.opened_at >= settings.CODEX_WS_MAX_AGE_SECONDS
+
+
+@dataclass(eq=False)
+class Lease:
+    """A request's hold on a key: ``pooled`` (it owns the key's slot) or one-shot."""
+
+    key: PoolKey
+    account_id: str
+    pooled: bool
+    socket: UpstreamSocket | None = None
+    reserved_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def reused(self) -> bool:
+        return self.socket is not None and self.socket.uses > 0
+
+
+class WebSocketPool:
+    def __init__(self) -> None:
+        self._idle: dict[PoolKey, UpstreamSocket] = {}
+        self._leased: dict[PoolKey, Lease] = {}
+        self._sweeper: asyncio.Task | None = None
+        self._closing: set[asyncio.Task] = set()
+        # Counters the tests and the docs speak of.
+        self.opened = 0
+        self.reused = 0
+
+    # -- what the requests do
+
+    def lease(self, key: PoolKey, account_id: str, identity: str | None = None) -> Lease:
+        """The key's idle socket (alive, not expired, opened with ``identity`` when given) or a
+        reservation to open one; a one-shot lease when the key is busy or the account is at its
+        cap."""
+        self._ensure_sweeper()
+        if key in self._leased:
+            return Lease(key, account_id, pooled=False)
+        socket = self._idle.pop(key, None)
+        if socket is not None and (
+            socket.dead
+            or socket.expired(time.monotonic())
+            # A refreshed token or an updated fingerprint: the opening's headers are stale.
+            or (identity is not None and socket.identity != identity)
+        ):
+            self._close(socket)
+            socket = None
+        at_cap = self._pooled_count(account_id) >= settings.CODEX_WS_POOL_MAX_PER_ACCOUNT
+        if socket is None and at_cap:
+            return Lease(key, account_id, pooled=False)
+        lease = Lease(key, account_id, pooled=True, socket=socket)
+        if socket is not None:
+            self.reused += 1
+        self._leased[key] = lease
+        return lease
+
+    def socket_for_response(self, key_prefix: tuple[str, str], response_id: str) -> PoolKey | None:
+        """The key of the pooled socket (idle or leased) of this base URL and account whose
+        latest response is ``response_id``."""
+        for key, socket in self._idle.items():
+            if key[:2] == key_prefix and socket.latest_response_id == response_id:
+                return key
+        for key, lease in self._leased.items():
+            if (
+                key[:2] == key_prefix
+                and lease.socket is not None
+                and lease.socket.latest_response_id == response_id
+            ):
+                return key
+        return None
+
+    def is_leased(self, key: PoolKey) -> bool:
+        return key in self._leased
+
+    def idle_socket(self, key: PoolKey) -> UpstreamSocket | None:
+        return self._idle.get(key)
+
+    def give_back(self, lease: Lease) -> None:
+        """The lease's socket completed its response: pooled → idle again; one-shot → closed."""
+        socket = lease.socket
+        if lease.pooled:
+            self._leased.pop(lease.key, None)
+        if socket is None:
+            return
+        socket.uses += 1
+        if lease.pooled and not socket.dead and not socket.expired(time.monotonic()):
+            self._idle[lease.key] = socket
+        else:
+            self._close(socket)
+
+    def drop(self, lease: Lease) -> None:
+        """The lease ended badly (failed, cancelled, broken): its socket is closed, its slot
+        freed."""
+        if lease.pooled and self._leased.get(lease.key) is lease:
+            del self._leased[lease.key]
+        if lease.socket is not None:
+            self._close(lease.socket)
+            lease.socket = None
+
+    def forget_socket(self, lease: Lease) -> None:
+        """Close the lease's socket but keep its slot (a fresh socket takes its place)."""
+        if lease.socket is not None:
+            self._close(lease.socket)
+            lease.socket = None
+
+    # -- upkeep
+
+    def _pooled_count(self, account_id: str) -> int:
+        counts = Counter(key[1] for key in self._idle)
+        counts.update(lease.account_id for lease in self._leased.values())
+        return counts[account_id]
+
+    def idle_count(self) -> int:
+        return len(self._idle)
+
+    def _close(self, socket: UpstreamSocket) -> None:
+        if socket.websocket.closed:
+            return
+        task = asyncio.get_running_loop().create_task(_close_quietly(socket.websocket))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(settings.CODEX_WS_SWEEP_SECONDS)
+            self.sweep()
+
+    def sweep(self) -> None:
+        """Close dead or expired idle sockets; forget reservations older than the max age."""
+        now = time.monotonic()
+        for key, socket in list(self._idle.items()):
+            if socket.dead or socket.expired(now):
+                del self._idle[key]
+                self._close(socket)
+        for key, lease in list(self._leased.items()):
+            if now - lease.reserved_at >= settings.CODEX_WS_MAX_AGE_SECONDS:
+                del self._leased[key]
+
+    async def close_all(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        sockets = list(self._idle.values())
+        self._idle.clear()
+        # At once, not one after another: a stop must not wait 2 s per silent upstream.
+        await asyncio.gather(*(_close_quietly(socket.websocket) for socket in sockets))
+
+
+async def _close_quietly(websocket: aiohttp.ClientWebSocketResponse) -> None:
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(2):
+            await websocket.close()
+
+
+websocket_pool: PerLoop[WebSocketPool] = PerLoop(WebSocketPool)
+
+
+async def _close_this_loops_pool() -> None:
+    pool = websocket_pool.pop()
+    if pool is not None:
+        await pool.close_all()
+
+
+on_loop_close(_close_this_loops_pool)
