@@ -30,6 +30,7 @@ from config.v1_handler import (  # noqa: E402
     PathRouter,
     admin_too_large,
 )
+from config.websocket_gate import WebSocketGate  # noqa: E402
 from proxy.v1.websocket import ResponsesSocket  # noqa: E402
 
 CONSOLE_IMPORT_FRAMING_BYTES = 64 * 1024
@@ -87,7 +88,8 @@ http_application = InFlightRequests(
     )
 )
 # The client-facing WebSocket of /v1/responses (the Codex CLI's `supports_websockets`).
-websocket_application = URLRouter([path("v1/responses", ResponsesSocket.as_asgi())])
+# Behind the same trusted-proxy resolution and Host check as HTTP /v1 (config/websocket_gate.py).
+websocket_application = WebSocketGate(URLRouter([path("v1/responses", ResponsesSocket.as_asgi())]))
 application = ProtocolTypeRouter(
     {
         "http": http_application,

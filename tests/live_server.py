@@ -37,6 +37,9 @@ class LiveASGIServer:
                 port=self.port,
                 lifespan="on",
                 log_level="warning",
+                # As config.run serves: forwarding headers are the project's to judge
+                # (TRUSTED_PROXIES), not uvicorn's (it trusts 127.0.0.1 by default).
+                proxy_headers=False,
                 **options,
             )
         )

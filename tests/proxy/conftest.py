@@ -88,6 +88,7 @@ class UvicornProcess:
                 str(self.port),
                 "--log-level",
                 "warning",
+                "--no-proxy-headers",  # as config.run serves
             ],
             cwd=PROJECT_ROOT,
             env={

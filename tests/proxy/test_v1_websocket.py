@@ -5,6 +5,7 @@ socket, connection-local continuation, errors as error frames, the client leavin
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import time
 
@@ -203,3 +204,41 @@ def test_the_client_leaving_mid_stream_frees_the_slot(proxy, upstream, client_ke
     assert client.zcard(slots) == 0
     assert "tok-a" in upstream.disconnects  # the upstream read was cancelled
     client.close()
+
+
+def test_a_host_not_allowed_is_refused_with_400_before_the_upgrade(proxy, upstream, client_key):
+    make_pool_account("tok-a")
+    headers = {"Authorization": f"Bearer {client_key.key}", "Host": "evil.example"}
+
+    async def scenario(session):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(_url(proxy), headers=headers)
+        return refused.value.status
+
+    assert _session_run(scenario) == 400
+    assert upstream.responses_requests() == []
+
+
+def test_the_ledger_has_the_client_behind_a_trusted_proxy_and_only_then(
+    proxy, upstream, client_key, settings
+):
+    make_pool_account("tok-a")
+    forwarded = {
+        "Authorization": f"Bearer {client_key.key}",
+        "X-Forwarded-For": "203.0.113.7",
+    }
+
+    async def one_request(session):
+        async with session.ws_connect(_url(proxy), headers=forwarded) as socket:
+            await socket.send_str(_create(input=["hi"]))
+            return await _events_of_one_response(socket)
+
+    settings.TRUSTED_PROXIES = []
+    assert _session_run(one_request)[-1]["type"] == "response.completed"
+    settings.TRUSTED_PROXIES = [ipaddress.ip_network("127.0.0.1/32")]
+    assert _session_run(one_request)[-1]["type"] == "response.completed"
+    proxy.drain()
+
+    records = UsageRecord.objects.order_by("created_at")
+    client_ips = [record.metadata_json["clientIp"] for record in records]
+    assert client_ips == ["127.0.0.1", "203.0.113.7"]
