@@ -34,9 +34,10 @@ PROTECTED = _protected_routes()
 
 
 def test_every_route_but_login_and_status_is_protected():
-    # 38 operations behind authentication; log-in, its status and log-out are public.
-    assert len(PROTECTED) == 38
+    # 39 operations behind authentication; log-in, its status and log-out are public.
+    assert len(PROTECTED) == 39
     assert ("PUT", "/api/admin/keys/policy") in PROTECTED
+    assert ("GET", "/api/admin/dashboard/runway") in PROTECTED
     assert ("GET", "/api/admin/accounts") in PROTECTED
     assert ("POST", "/api/admin/accounts/import") in PROTECTED
     assert ("DELETE", "/api/admin/settings/admin-api-key") in PROTECTED
