@@ -284,6 +284,11 @@ CODEX_FINGERPRINT = {
 # A concurrency slot not refreshed for this long belongs to a crashed worker and is reclaimed;
 # live streams refresh theirs every quarter of it.
 SCHEDULER_SLOT_TTL_SECONDS = env_int("SCHEDULER_SLOT_TTL_SECONDS", 300, minimum=1)
+# Idempotency-Key on non-stream /v1 calls (proxy/v1/idempotency.py): how long a stored answer
+# is replayed, how long a running call's claim holds, and the largest answer stored.
+IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=1)
+IDEMPOTENCY_PENDING_SECONDS = env_int("IDEMPOTENCY_PENDING_SECONDS", 600, minimum=1)
+IDEMPOTENCY_MAX_STORED_BYTES = env_int("IDEMPOTENCY_MAX_STORED_BYTES", 4 * 1024 * 1024, minimum=1)
 # How long a request waits for a free slot when every eligible account is at its limit.
 SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, minimum=0)
 # usage_records are written only when true; ops_error_logs always (spec §7.1).

@@ -140,3 +140,10 @@ def key_policy_spend(key_id: str, period: str) -> str:
     UTC): computed from usage_records when missing (SET NX, EX 60 s), then each settled
     request's cost added while it lives."""
     return f"{_prefix()}policy:spend:{key_id}:{period}"
+
+
+def idempotency(key_id: str, idempotency_key_hash: str) -> str:
+    """One ``Idempotency-Key`` of a client key (its SHA-256, never the value): JSON
+    ``{state: pending|done, fingerprint, status?, body?, headers?}``; EX
+    IDEMPOTENCY_PENDING_SECONDS while pending, IDEMPOTENCY_TTL_SECONDS once done."""
+    return f"{_prefix()}idempotency:{key_id}:{idempotency_key_hash}"

@@ -34,6 +34,7 @@ from proxy.v1.common import (
     with_upstream_headers,
 )
 from proxy.v1.errors import openai_errors
+from proxy.v1.idempotency import idempotent
 
 ROUTE = "/v1/chat/completions"
 STREAM_CUT_MESSAGE = "Upstream stream closed before response.completed"
@@ -86,11 +87,22 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return event_stream_response(
             _chunks(relay, translator), valid.request_id, relay.upstream_headers
         )
-    # The answer is built from the streamed events (text deltas first, spec §1.9).
-    committed = await dispatch.complete(keep_frames=True)
-    _replay(translator, committed)
-    response = JsonResponse(translator.completion(), json_dumps_params={"ensure_ascii": False})
-    return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
+
+    async def complete() -> HttpResponse:
+        # The answer is built from the streamed events (text deltas first, spec §1.9).
+        committed = await dispatch.complete(keep_frames=True)
+        _replay(translator, committed)
+        response = JsonResponse(translator.completion(), json_dumps_params={"ensure_ascii": False})
+        return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
+
+    return await idempotent(
+        request,
+        route=ROUTE,
+        key_id=valid.client.key_id,
+        request_id=valid.request_id,
+        body=valid.body,
+        produce=complete,
+    )
 
 
 async def _chunks(relay: StreamRelay, translator: ChatStreamTranslator):

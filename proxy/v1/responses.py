@@ -24,6 +24,7 @@ from proxy.v1.common import (
     with_upstream_headers,
 )
 from proxy.v1.errors import openai_errors
+from proxy.v1.idempotency import idempotent
 
 
 def _apply_subagent(body: dict, subagent: str | None) -> None:
@@ -77,9 +78,22 @@ async def _serve(request: HttpRequest, *, route: str, forced_subagent: str | Non
     if dispatch.request.stream:
         relay = await dispatch.stream()
         return event_stream_response(relay.relay(), valid.request_id, relay.upstream_headers)
-    committed = await dispatch.complete()
-    response = JsonResponse(committed.response_object, json_dumps_params={"ensure_ascii": False})
-    return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
+
+    async def complete() -> HttpResponse:
+        committed = await dispatch.complete()
+        response = JsonResponse(
+            committed.response_object, json_dumps_params={"ensure_ascii": False}
+        )
+        return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
+
+    return await idempotent(
+        request,
+        route=route,
+        key_id=valid.client.key_id,
+        request_id=valid.request_id,
+        body=valid.body,
+        produce=complete,
+    )
 
 
 @csrf_exempt
