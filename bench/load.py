@@ -26,6 +26,8 @@ class LoadResult:
     cpu_seconds: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
     first_byte_ms: list[float] = field(default_factory=list)
+    # The project's own x-cpr-overhead-ms of each answer (targets that send it).
+    overhead_ms: list[float] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
 
     def merge(self, other: LoadResult) -> None:
@@ -36,6 +38,7 @@ class LoadResult:
         self.cpu_seconds += other.cpu_seconds
         self.latencies_ms += other.latencies_ms
         self.first_byte_ms += other.first_byte_ms
+        self.overhead_ms += other.overhead_ms
         self.error_samples += other.error_samples[: MAX_ERROR_SAMPLES - len(self.error_samples)]
 
 
@@ -48,6 +51,9 @@ async def _one(
     finished_event = False
     try:
         async with session.post(url, data=body, headers=headers) as response:
+            overhead = response.headers.get("x-cpr-overhead-ms")
+            if overhead is not None:
+                result.overhead_ms.append(float(overhead))
             async for chunk in response.content.iter_any():
                 if first_byte is None:
                     first_byte = time.perf_counter()

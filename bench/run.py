@@ -189,6 +189,9 @@ def summarize(result: LoadResult) -> dict:
         "p99_ms": percentile(result.latencies_ms, 0.99),
         "ttfb_p50_ms": percentile(result.first_byte_ms, 0.50),
         "ttfb_p99_ms": percentile(result.first_byte_ms, 0.99),
+        # What the project says it added before the first byte (x-cpr-overhead-ms).
+        "overhead_p50_ms": percentile(result.overhead_ms, 0.5),
+        "overhead_p99_ms": percentile(result.overhead_ms, 0.99),
         "generator_cpu_ms_per_request": 1000 * result.cpu_seconds / result.requests
         if result.requests
         else None,
@@ -199,7 +202,7 @@ def summarize(result: LoadResult) -> dict:
 def print_table(summaries: dict, targets: list[Target], concurrencies: list[int]) -> None:
     header = (
         f"{'target':<20}{'conc':>5}{'req/s':>9}{'ratio':>7}{'p50':>8}{'p95':>8}{'p99':>8}"
-        f"{'ttfb50':>8}{'ttfb99':>8}{'Δttfb50':>9}{'err':>5}{'gen cpu':>9}"
+        f"{'ttfb50':>8}{'ttfb99':>8}{'Δttfb50':>9}{'ovh50':>7}{'err':>5}{'gen cpu':>9}"
     )
     print("\n" + header)
     print("-" * len(header))
@@ -218,10 +221,12 @@ def print_table(summaries: dict, targets: list[Target], concurrencies: list[int]
             latencies = "".join(number(summary[name]) for name in ("p50_ms", "p95_ms", "p99_ms"))
             first_bytes = number(summary["ttfb_p50_ms"]) + number(summary["ttfb_p99_ms"])
             generator_cpu = number(summary["generator_cpu_ms_per_request"], 9, 2)
+            overhead = number(summary.get("overhead_p50_ms"), 7, 2)
             rate = number(summary["req_per_s"], 9, 0)
             print(
                 f"{target.name:<20}{concurrency:>5}{rate}{ratio:>7.2f}"
-                f"{latencies}{first_bytes}{number(delta, 9)}{summary['errors']:>5}{generator_cpu}"
+                f"{latencies}{first_bytes}{number(delta, 9)}{overhead}"
+                f"{summary['errors']:>5}{generator_cpu}"
             )
         print()
 

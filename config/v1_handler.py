@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -42,7 +43,8 @@ from config.middleware import resolve_forwarded_request
 from proxy.admin_api.authentication import admin_credentials_refusal
 from proxy.admin_api.envelope import BodyCode, error_body
 from proxy.dispatch.sse import SERVER_SHUTDOWN
-from proxy.v1.common import authenticate_before_body
+from proxy.dispatch.types import RequestTiming
+from proxy.v1.common import authenticate_before_body, request_timing, stamp_overhead
 from proxy.v1.errors import INVALID_HOST, body_too_large, error_response, request_id_from
 
 logger = logging.getLogger(__name__)
@@ -59,34 +61,40 @@ class APIHandler(ASGIHandler):
     async def __call__(self, scope, receive, send) -> None:
         limit = settings.V1_MAX_BODY_BYTES
         body_file = io.BytesIO()
+        timing = RequestTiming()  # x-cpr-overhead-ms counts from here
         try:
             request = self.request_class(scope, body_file)
         except UnicodeDecodeError:
             await self.send_response(HttpResponseBadRequest(), send)
             return
+        request.cpr_timing = timing
         resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
         try:
             request.get_host()
         except DisallowedHost:
             request_id = request_id_from(_header(scope, b"x-request-id"))
-            await self.send_response(error_response(INVALID_HOST, request_id), send)
+            await self.send_response(
+                stamp_overhead(error_response(INVALID_HOST, request_id), timing), send
+            )
             return
         if _declared_length(scope) > limit:
-            await self._refuse_too_large(scope, send, limit)
+            await self._refuse_too_large(scope, send, limit, timing)
             return
         refusal = await authenticate_before_body(request)
         if refusal is not None:
             # The body was never read; the server closes the connection after the answer.
-            await self.send_response(refusal, send)
+            await self.send_response(stamp_overhead(refusal, timing), send)
             return
         while True:
+            waiting = time.monotonic()
             message = await receive()
+            timing.client_wait += time.monotonic() - waiting
             if message["type"] == "http.disconnect":
                 return  # the client left before the request was complete
             body_file.write(message.get("body", b""))
             if body_file.tell() > limit:
                 # A chunked body (no Content-Length) is refused as soon as it passes the limit.
-                await self._refuse_too_large(scope, send, limit)
+                await self._refuse_too_large(scope, send, limit, timing)
                 return
             if not message.get("more_body", False):
                 break
@@ -113,12 +121,13 @@ class APIHandler(ASGIHandler):
 
     async def _respond(self, request, send) -> None:
         response = await self.get_response_async(request)
-        await self.send_response(response, send)
+        await self.send_response(stamp_overhead(response, request_timing(request)), send)
 
-    async def _refuse_too_large(self, scope, send, limit: int) -> None:
+    async def _refuse_too_large(self, scope, send, limit: int, timing: RequestTiming) -> None:
         """413 in the /v1 error envelope (spec §1.1), echoing the client's request id."""
         request_id = request_id_from(_header(scope, b"x-request-id"))
-        await self.send_response(error_response(body_too_large(limit), request_id), send)
+        response = error_response(body_too_large(limit), request_id)
+        await self.send_response(stamp_overhead(response, timing), send)
 
     @staticmethod
     async def _client_left(receive) -> None:

@@ -16,6 +16,8 @@ upstream did.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from proxy.clients import codex
@@ -29,10 +31,30 @@ from proxy.dispatch.progress import is_empty_completion, observe
 from proxy.dispatch.scheduler import Slot
 from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
 from proxy.dispatch.transport_choice import encode_body, falls_back_to_http, open_stream
-from proxy.dispatch.types import Committed, CompactResult, DispatchRequest, StreamProgress
+from proxy.dispatch.types import (
+    Committed,
+    CompactResult,
+    DispatchRequest,
+    RequestTiming,
+    StreamProgress,
+)
 from proxy.dispatch.upstream_request import compact_body, scoped_body
 
 COMMIT_PREFETCH_LIMIT = 64 * 1024
+
+
+async def upstream_timed(chunks: AsyncIterator[bytes], timing: RequestTiming):
+    """``chunks``, the time spent waiting for each added to ``timing.upstream_wait``."""
+    iterator = aiter(chunks)
+    while True:
+        waiting = time.monotonic()
+        try:
+            chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        finally:
+            timing.upstream_wait += time.monotonic() - waiting
+        yield chunk
 
 
 _encoded = encode_body
@@ -108,6 +130,7 @@ class _SSEStrategy:
         http_only: bool = False,
     ) -> codex.CodexStream | codex.CodexWebSocketStream | AttemptFailure:
         tried: list[str] = []
+        opening = time.monotonic()
         try:
             stream = await open_stream(
                 request,
@@ -121,6 +144,7 @@ class _SSEStrategy:
             cookies_seen += getattr(error, "set_cookies", ())
             return failure_from_error(error)
         finally:
+            request.timing.upstream_wait += time.monotonic() - opening
             # The ledger's transport is the last one this request used.
             if tried:
                 self.transport = tried[-1]
@@ -148,7 +172,7 @@ class StreamStrategy(_SSEStrategy):
         buffered_frames: list[Frame] = []
         held = 0
         try:
-            async for chunk in stream.chunks():
+            async for chunk in upstream_timed(stream.chunks(), request.timing):
                 buffered.append(chunk)
                 held += len(chunk)
                 frames = scanner.feed(chunk)
@@ -212,7 +236,7 @@ class CompleteStrategy(_SSEStrategy):
         progress = StreamProgress()
         kept: list[Frame] = []
         try:
-            async for chunk in stream.chunks():
+            async for chunk in upstream_timed(stream.chunks(), request.timing):
                 frames = scanner.feed(chunk)
                 if self.keep_frames:
                     kept += frames
@@ -282,7 +306,13 @@ class CompactStrategy:
         cookies_seen: list[str],
     ) -> Committed | CompactResult | AttemptFailure:
         try:
-            answer = await codex.compact(body=self.body(request, slot.account.id), headers=headers)
+            calling = time.monotonic()
+            try:
+                answer = await codex.compact(
+                    body=self.body(request, slot.account.id), headers=headers
+                )
+            finally:
+                request.timing.upstream_wait += time.monotonic() - calling
         except codex.CodexError as error:
             cookies_seen += getattr(error, "set_cookies", ())
             return failure_from_error(error)

@@ -30,6 +30,23 @@ from proxy.policies.rules import KeyPolicy
 
 
 @dataclass
+class RequestTiming:
+    """Where a ``/v1`` request's time before its first byte went (``x-cpr-overhead-ms``): the
+    handler stamps its arrival and the wait for the client's body; the attempts add the time
+    spent waiting for the upstream calls that answer it (failed attempts included)."""
+
+    arrived: float = field(default_factory=time.monotonic)
+    client_wait: float = 0.0
+    upstream_wait: float = 0.0
+
+    def overhead_ms(self, *, now: float | None = None) -> float:
+        """Milliseconds the proxy itself added before the answer's first byte (now)."""
+        now = time.monotonic() if now is None else now
+        spent = now - self.arrived - self.client_wait - self.upstream_wait
+        return max(0.0, spent * 1000)
+
+
+@dataclass
 class DispatchRequest:
     """Everything the dispatcher needs to know about one validated client request."""
 
@@ -59,6 +76,7 @@ class DispatchRequest:
     use_websocket: bool | None = None
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
+    timing: RequestTiming = field(default_factory=RequestTiming)
 
     @property
     def previous_response_id(self) -> str | None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.client_errors import ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
-from proxy.dispatch.types import DispatchRequest
+from proxy.dispatch.types import DispatchRequest, RequestTiming
 from proxy.dispatch.upstream_request import read_client_identity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import LedgerEntry
@@ -203,7 +203,26 @@ def build_dispatch_request(
         catalog=catalog,
         accounts=valid.client.accounts,
         key_policy=valid.client.policy,
+        # Stamped by the /v1 handler at the request's arrival (config/v1_handler.py).
+        timing=request_timing(request),
     )
+
+
+OVERHEAD_HEADER = "x-cpr-overhead-ms"
+
+
+def request_timing(request: HttpRequest) -> RequestTiming:
+    """The request's timing, created on first use (the handler creates it at arrival)."""
+    timing = getattr(request, "cpr_timing", None)
+    if timing is None:
+        timing = request.cpr_timing = RequestTiming()
+    return timing
+
+
+def stamp_overhead(response: HttpResponse, timing: RequestTiming) -> HttpResponse:
+    """``x-cpr-overhead-ms``: what the proxy added before this answer's first byte."""
+    response[OVERHEAD_HEADER] = f"{timing.overhead_ms():.2f}"
+    return response
 
 
 def resolved(model: str, valid: ValidRequest) -> str:
