@@ -291,6 +291,9 @@ IDEMPOTENCY_PENDING_SECONDS = env_int("IDEMPOTENCY_PENDING_SECONDS", 600, minimu
 IDEMPOTENCY_MAX_STORED_BYTES = env_int("IDEMPOTENCY_MAX_STORED_BYTES", 4 * 1024 * 1024, minimum=1)
 # How long a request waits for a free slot when every eligible account is at its limit.
 SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, minimum=0)
+# Wait-instead-of-fail (proxy/dispatch/eligibility_wait.py): with no account able to serve, wait
+# up to this long for one whose cooldown or usage window ends (0: fail at once).
+SCHEDULER_ELIGIBILITY_WAIT_SECONDS = env_int("SCHEDULER_ELIGIBILITY_WAIT_SECONDS", 0, minimum=0)
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
 TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
 # Request bodies of /v1 may be this large (spec §1.1): config/v1_handler.py answers 413 beyond

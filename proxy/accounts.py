@@ -129,6 +129,32 @@ def ineligibility(account: AccountState, *, now: datetime) -> str | None:
     return None
 
 
+def eligible_again_at(account: AccountView, *, now: datetime) -> datetime | None:
+    """When an account that may not serve now will be able to by the clock alone (a quota
+    cooldown or usage window passing, a Cloudflare cooldown ending), or None when the clock
+    will not bring it back (disabled, banned, expired, a quota limit with no known reset)."""
+    if account.status not in ("active", "quota_exhausted"):
+        return None
+    ready = now
+    if account.quota_limit_reached:
+        ends = [
+            moment
+            for moment in (account.quota_cooldown_until, account.window_reset_at)
+            if moment is not None
+        ]
+        if not ends:
+            return None
+        ready = max(ready, min(ends))
+    elif account.status != "active":
+        return None
+    if account.cloudflare_cooldown_until is not None:
+        ready = max(ready, account.cloudflare_cooldown_until)
+    expiry = account.access_token_expires_at or jwt_expiry(account.access_token)
+    if expiry is None or expiry <= ready:
+        return None
+    return ready
+
+
 def next_window_reset(account: AccountView, *, now: datetime) -> datetime | None:
     """Where a passed usage window's reset moves: forward by whole windows (None when the
     window length is unknown)."""

@@ -46,6 +46,7 @@ from proxy.dispatch.continuity import (
     variant_hash,
 )
 from proxy.dispatch.cookies import captured_cookies, cookie_header
+from proxy.dispatch.eligibility_wait import wait_for_an_account
 from proxy.dispatch.failures import AttemptFailure, FailureKind
 from proxy.dispatch.relay import StreamRelay
 from proxy.dispatch.scheduler import Slot
@@ -205,6 +206,11 @@ class Dispatch:
             for account in eligible
             if request.catalog.allows(request.model, account.plan_type)
         ]
+        if not eligible:
+            # None may serve now: wait for one the clock brings back soon, if allowed.
+            eligible = await wait_for_an_account(
+                [a for a in request.accounts if request.catalog.allows(request.model, a.plan_type)]
+            )
         settings = request.scheduler_settings
         if self._strategy.call is codex.Call.COMPACT:
             # No chain to continue: a previous id is tried on one account, untouched.
