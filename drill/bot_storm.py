@@ -2,7 +2,7 @@
 
 Many users each write several messages; every update is POSTed to the webhook ``copies`` times
 at once, and redelivered like Telegram does (growing pauses) until it is answered 200, while
-the fake Bot API fails one call every few hundred milliseconds with a 429 (retry after 1 s) or a
+the fake Bot API fails one call in twelve with a 429 (retry after 1 s) or a
 5xx (nothing applied, as Telegram does). The second round also SIGKILLs a web worker mid-storm.
 
 Then (seed 000): every message is in its user's topic exactly once, each user has one topic
@@ -15,6 +15,7 @@ accepted at-least-once cost the relay documents); such duplicates are counted on
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import secrets
 import signal
@@ -28,10 +29,10 @@ from drill.secrets_scan import Scanner
 from drill.system import System
 from tests.fakes.telegram import BOT_ID
 
-FAULT_EVERY_SECONDS = 0.3
+FAULT_EVERY_CALLS = 12
 REDELIVERY_PAUSES = (1, 2, 4, 8, 15)  # seconds, then 15 s until the deadline
 DEADLINE_SECONDS = 200  # a claim left by a failed attempt is taken over after 60 s
-IN_FLIGHT = 32
+IN_FLIGHT = 24  # webhook requests at once (each holds a web thread and a connection)
 
 
 class Storm:
@@ -46,6 +47,10 @@ class Storm:
         self.deliveries = 0
 
     async def _deliver(self, session: aiohttp.ClientSession, update: dict) -> bool:
+        async with self.gate:
+            return await self._post(session, update)
+
+    async def _post(self, session: aiohttp.ClientSession, update: dict) -> bool:
         headers = {"X-Telegram-Bot-Api-Secret-Token": self.system.webhook_secret}
         self.deliveries += 1
         try:
@@ -66,47 +71,55 @@ class Storm:
             return False
         return True
 
-    async def _one(self, session, gate: asyncio.Semaphore, update: dict, started: float) -> None:
-        async with gate:
-            results = await asyncio.gather(
-                *(self._deliver(session, update) for _ in range(self.copies))
-            )
+    async def _one(self, session, update: dict, started: float) -> None:
+        results = await asyncio.gather(
+            *(self._deliver(session, update) for _ in range(self.copies))
+        )
         self.first_round_done += 1
         pauses = iter(REDELIVERY_PAUSES)
         while not any(results) and time.monotonic() - started < DEADLINE_SECONDS:
             await asyncio.sleep(next(pauses, REDELIVERY_PAUSES[-1]))
-            async with gate:
-                results = [await self._deliver(session, update)]
+            results = [await self._deliver(session, update)]
         if any(results):
             self.acknowledged.add(update["update_id"])
 
     async def run(self, updates: list[dict], *, kill_worker: bool) -> dict:
-        gate = asyncio.Semaphore(IN_FLIGHT)
+        self.gate = asyncio.Semaphore(IN_FLIGHT)
         started = time.monotonic()
         timeout = aiohttp.ClientTimeout(total=60)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             faults = asyncio.create_task(self._inject_faults())
-            killer = asyncio.create_task(self._kill_when(len(updates) // 3)) if kill_worker else None
-            await asyncio.gather(*(self._one(session, gate, update, started) for update in updates))
+            killer = (
+                asyncio.create_task(self._kill_when(len(updates) // 3)) if kill_worker else None
+            )
+            await asyncio.gather(*(self._one(session, update, started) for update in updates))
             faults.cancel()
+            self.system.telegram.clear_faults()
             if killer is not None:
                 await killer
         return {"seconds": time.monotonic() - started}
 
     async def _inject_faults(self) -> None:
+        """One Bot API call in FAULT_EVERY_CALLS fails (at a random place within each stretch
+        of that many calls): a 429 asking to retry after 1 s, or a 500/502, nothing applied."""
         chooser = random.Random(22)  # noqa: S311 - a fault schedule, not a secret
+        telegram = self.system.telegram
         while True:
-            await asyncio.sleep(FAULT_EVERY_SECONDS)
             status = chooser.choice((429, 429, 500, 502))
-            self.system.telegram.fail(None, status=status, retry_after=1 if status == 429 else None)
+            telegram.fail_call(
+                chooser.randint(1, FAULT_EVERY_CALLS),
+                status=status,
+                retry_after=1 if status == 429 else None,
+            )
+            seen = len(telegram.calls())
+            while len(telegram.calls()) < seen + FAULT_EVERY_CALLS:
+                await asyncio.sleep(0.05)
 
     async def _kill_when(self, done: int) -> None:
         while self.first_round_done < done:
             await asyncio.sleep(0.05)
         workers = await asyncio.to_thread(self.system.web_worker_pids)
         victim = workers[0]
-        import os
-
         os.kill(victim, signal.SIGKILL)
         await asyncio.to_thread(self.system.wait_for_replacement, victim, len(workers))
 
@@ -188,16 +201,16 @@ def run(
         and state["threads"].get(texts[message.text][0]) == message.thread_id
     )
     topics_in_telegram = Counter(
-        topic.name for topic in telegram.topics() if topic.name.startswith("Drill")
+        topic.name
+        for topic in telegram.topics()
+        if topic.name.startswith("Drill") and not topic.deleted
     )
     missing = sum(1 for text in texts if relayed[text] == 0)
     duplicate_relays = sum(count - 1 for count in relayed.values() if count > 1)
     ledger_rows = sum(count for _, _, count in state["ledger"])
     ledger_duplicates = sum(count - 1 for _, _, count in state["ledger"] if count > 1)
     users_topics = Counter(state["topics"].values())
-    telegram_topics = Counter(
-        topics_in_telegram.get(f"Drill{user_id}", 0) for user_id in user_ids
-    )
+    telegram_topics = Counter(topics_in_telegram.get(f"Drill{user_id}", 0) for user_id in user_ids)
 
     part.figure("users / messages / deliveries of each", f"{users} / {len(updates)} / {copies}")
     part.figure("webhook deliveries (with redeliveries)", storm.deliveries)

@@ -24,6 +24,7 @@ import psutil
 
 from config.embedded import free_port
 from tests.fakes.codex import FakeCodexUpstream, Reply
+from tests.fakes.oauth import FakeOAuthServer
 from tests.fakes.telegram import BOT_ID, FakeTelegram
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,7 @@ class System:
         self.processes: dict[str, subprocess.Popen] = {}
         self.secrets = Secrets()
         self.codex = FakeCodexUpstream()
+        self.oauth = FakeOAuthServer()
         self.bot_token = f"{BOT_ID}:AAH-drill-{secrets.token_urlsafe(18)}"
         self.telegram = FakeTelegram(token=self.bot_token)
         self.webhook_secret = "drill-hook-" + secrets.token_urlsafe(16)
@@ -86,6 +88,7 @@ class System:
             deltas=20, headers={"Set-Cookie": f"__cf_bm={UPSTREAM_COOKIE_VALUE}; Path=/"}
         )
         self.telegram.start()
+        self.oauth.start()
         prepared = json.loads(_run([sys.executable, "-m", "drill.seed", "prepare"], os.environ))
         self.database_url, self.redis_url = prepared["database_url"], prepared["redis_url"]
         self.env = self._environment()
@@ -136,8 +139,8 @@ class System:
             "SCHEDULER_SLOT_TTL_SECONDS": "10",
             "SCHEDULER_WAIT_TIMEOUT_SECONDS": "30",
             "CODEX_UPSTREAM_BASE": self.codex.url,
-            # Loopback only: the OAuth server and the appcast are never reached in a drill.
-            "OPENAI_AUTH_BASE": "http://127.0.0.1:9",
+            "OPENAI_AUTH_BASE": self.oauth.url,
+            # Loopback only: the appcast check meets the fake upstream's 404.
             "CODEX_APPCAST_URL": f"{self.codex.url}/appcast.xml",
             "TELEGRAM_API_BASE": self.telegram.api_base,
             "TELEGRAM_BOT_TOKEN": self.bot_token,
@@ -147,6 +150,8 @@ class System:
             "ADMIN_IDS": str(ADMIN_ID),
             # The storm checks exactly-once effects, not Telegram's pacing (bench/ measures it).
             "MAX_MESSAGES_PER_MINUTE": "100000",
+            # One update in twelve Telegram calls failing may fail one update three times.
+            "MAX_ATTEMPTS": "6",
             "TELEGRAM_SENDS_PER_SECOND": "100000",
             "TELEGRAM_CHAT_INTERVAL_MS": "0",
             "TELEGRAM_GROUP_SENDS_PER_WINDOW": "100000",
@@ -175,6 +180,7 @@ class System:
                 process.wait(10)
         self.codex.stop()
         self.telegram.stop()
+        self.oauth.stop()
 
     # ------------------------------------------------------------------ probes
 
