@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from datetime import UTC, datetime
 
 from drill.logs import LogWindow
@@ -124,9 +125,14 @@ def main() -> int:
 
 def _logged(system: System, body, *, tracebacks_break: bool = False) -> Part:
     """Run one part; add the tracebacks its time left in the logs (an invariant for the bad
-    input part, a figure elsewhere: a terminated connection is logged with its traceback)."""
+    input part, a figure elsewhere: a terminated connection is logged with its traceback).
+    A part that crashes is reported as one broken invariant; the other parts still run."""
     window = LogWindow(system.log_files())
-    part = body()
+    try:
+        part = body()
+    except Exception:
+        part = Part("a part that crashed")
+        part.require(False, "the part ran to its end:\n" + traceback.format_exc())
     tracebacks = window.tracebacks(system.log_files())
     part.figure("tracebacks logged", len(tracebacks))
     if tracebacks_break:
