@@ -13,7 +13,7 @@ from bots.models import BotUser, Topic, TopicStatus, UserStatus
 from bots.pipeline.card import topic_title
 from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.context import UpdateContext
-from bots.pipeline.failures import best_effort, required
+from bots.pipeline.failures import best_effort, recorded, required
 from bots.selectors import topic_get_for_user
 from bots.services.deletion_fence import DeletionInProgress, deletion_fenced
 from bots.services.topics import topic_create, topic_delete, topic_mark_open
@@ -102,10 +102,17 @@ def create_topic(ctx: UpdateContext, user: BotUser) -> Topic | None:
     thread_id = created.get("message_thread_id") if isinstance(created, dict) else None
     if not is_positive_integer(thread_id):
         raise ValueError("createForumTopic returned no message_thread_id")
-    if topic_create(
-        bot_id=ctx.bot_id, user_id=user.user_id, thread_id=thread_id, title=title, now=ctx.now
-    ):
+    bound = recorded(
+        "topic binding",
+        lambda: topic_create(
+            bot_id=ctx.bot_id, user_id=user.user_id, thread_id=thread_id, title=title, now=ctx.now
+        ),
+    )
+    if bound:
         return topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    mine = topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    if mine is not None and mine.thread_id == thread_id:
+        return mine  # the first try was written after all, its answer lost with the connection
     logger.info("topic race lost for user %s; deleting topic %s", user.user_id, thread_id)
     best_effort(
         "deleteForumTopic (race loser)",
