@@ -3,7 +3,8 @@
 Many users each write several messages; every update is POSTed to the webhook ``copies`` times
 at once, and redelivered like Telegram does (growing pauses) until it is answered 200, while
 the fake Bot API fails one call in twelve with a 429 (retry after 1 s) or a
-5xx (nothing applied, as Telegram does). The second round also SIGKILLs a web worker mid-storm.
+5xx (nothing applied, as Telegram does). Mid-storm the first round terminates the database's
+PostgreSQL connections and flushes the Redis database; the second SIGKILLs a web worker.
 
 Then (seed 000): every message is in its user's topic exactly once, each user has one topic
 (in Telegram and in ``topics``), each message has one ``messages`` (ledger) row, and
@@ -45,6 +46,7 @@ class Storm:
         self.acknowledged: set[int] = set()
         self.first_round_done = 0
         self.deliveries = 0
+        self.store_faults = 0
 
     async def _deliver(self, session: aiohttp.ClientSession, update: dict) -> bool:
         async with self.gate:
@@ -89,14 +91,12 @@ class Storm:
         timeout = aiohttp.ClientTimeout(total=60)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             faults = asyncio.create_task(self._inject_faults())
-            killer = (
-                asyncio.create_task(self._kill_when(len(updates) // 3)) if kill_worker else None
-            )
+            fault = self._kill_when if kill_worker else self._break_stores_when
+            struck = asyncio.create_task(fault(len(updates) // 3))
             await asyncio.gather(*(self._one(session, update, started) for update in updates))
             faults.cancel()
             self.system.telegram.clear_faults()
-            if killer is not None:
-                await killer
+            await struck
         return {"seconds": time.monotonic() - started}
 
     async def _inject_faults(self) -> None:
@@ -115,13 +115,35 @@ class Storm:
             while len(telegram.calls()) < seen + FAULT_EVERY_CALLS:
                 await asyncio.sleep(0.05)
 
+    async def _break_stores_when(self, done: int) -> None:
+        """Mid-storm: every PostgreSQL connection of the drill database terminated, and the
+        drill's Redis database flushed (limiter state, leases, caches)."""
+        while self.first_round_done < done:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(_terminate_postgres, self.system)
+        client = self.system.redis()
+        try:
+            await asyncio.to_thread(client.flushdb)
+        finally:
+            client.close()
+        self.store_faults += 2
+
     async def _kill_when(self, done: int) -> None:
         while self.first_round_done < done:
             await asyncio.sleep(0.05)
         workers = await asyncio.to_thread(self.system.web_worker_pids)
         victim = workers[0]
         os.kill(victim, signal.SIGKILL)
+        self.store_faults += 1
         await asyncio.to_thread(self.system.wait_for_replacement, victim, len(workers))
+
+
+def _terminate_postgres(system: System) -> None:
+    with system.postgres() as connection:
+        connection.execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+        )
 
 
 def _ledger(system: System, user_ids: list[int], update_ids: list[int]) -> dict:
@@ -166,7 +188,12 @@ def run(
     kill_worker: bool,
 ) -> Part:
     part = Part(
-        "bot redelivery storm" + (", a web worker SIGKILLed mid-storm" if kill_worker else "")
+        "bot redelivery storm"
+        + (
+            ", a web worker SIGKILLed mid-storm"
+            if kill_worker
+            else ", PostgreSQL connections terminated and Redis flushed mid-storm"
+        )
     )
     telegram = system.telegram
     first = 70_000_001 + (100_000 if kill_worker else 0)
@@ -194,11 +221,13 @@ def run(
         for message in telegram.bot_messages(telegram.support_chat_id)
         if message.text in texts
     )
-    in_own_topic = sum(
-        1
-        for message in telegram.bot_messages(telegram.support_chat_id)
-        if message.text in texts
-        and state["threads"].get(texts[message.text][0]) == message.thread_id
+    in_own_topic = len(
+        {
+            message.text
+            for message in telegram.bot_messages(telegram.support_chat_id)
+            if message.text in texts
+            and state["threads"].get(texts[message.text][0]) == message.thread_id
+        }
     )
     topics_in_telegram = Counter(
         topic.name
@@ -216,6 +245,7 @@ def run(
     part.figure("webhook deliveries (with redeliveries)", storm.deliveries)
     part.figure("answers", dict(storm.answers))
     part.figure("Bot API faults injected (by status)", dict(injected))
+    part.figure("store faults / SIGKILLs injected", storm.store_faults)
     part.figure("seconds", timing["seconds"])
     part.figure("acknowledged updates", f"{len(storm.acknowledged)} / {len(updates)}")
     part.figure("processed_updates by status", dict(state["claims"]))
@@ -244,7 +274,7 @@ def run(
         telegram_topics == Counter({1: users}) or kill_worker,
         "each user has exactly one topic in Telegram",
     )
-    part.require(ledger_rows == len(texts) - missing + 0, "one ledger row per relayed message")
+    part.require(ledger_rows == len(texts) - missing, "one ledger row per relayed message")
     part.require(ledger_duplicates == 0, "no message has two ledger rows")
     part.require(
         state["claims"].get("processed", 0) == len(updates),
