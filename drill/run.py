@@ -5,7 +5,8 @@ figures, exit 1 when an invariant broke (2 when the system could not be started)
 
 Parts: ``proxy`` (load at c=32 with Redis flushes, PostgreSQL connections terminated and a web
 worker SIGTERMed then SIGKILLed), ``bot`` (a redelivery storm against the webhook with the fake
-Bot API injecting 429s and 5xx, then the same with a web worker killed), ``fuzz`` (hypothesis
+Bot API injecting 429s and 5xx, then the same with a web worker killed, then a click storm on a
+broadcast's confirm button), ``fuzz`` (hypothesis
 over the webhook, /v1 bodies and headers and the admin API; schemathesis over the OpenAPI
 document). The secrets scan always runs last, over everything collected. Logs and a JSON of the
 figures go to ``var/drill/<timestamp>/``.
@@ -41,6 +42,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--users", type=int, help="storm users (60; --quick 20)")
     parser.add_argument("--messages", type=int, default=4, help="messages per storm user")
     parser.add_argument("--copies", type=int, default=3, help="deliveries of each update")
+    parser.add_argument("--clicks", type=int, default=12, help="presses of a broadcast's confirm")
     parser.add_argument("--examples", type=int, help="fuzz examples per target (150; --quick 40)")
     parser.add_argument("--web-workers", type=int, default=3)
     chosen = parser.parse_args()
@@ -98,6 +100,11 @@ def main() -> int:
                         ),
                     )
                 )
+            from drill import broadcast_clicks
+
+            parts.append(
+                _logged(system, lambda: broadcast_clicks.run(system, scanner, clicks=chosen.clicks))
+            )
         if "fuzz" in wanted:
             from drill import fuzz
 
