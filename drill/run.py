@@ -5,8 +5,8 @@ figures, exit 1 when an invariant broke (2 when the system could not be started)
 
 Parts: ``proxy`` (load at c=32 with Redis flushes, PostgreSQL connections terminated and a web
 worker SIGTERMed then SIGKILLed), ``bot`` (a redelivery storm against the webhook with the fake
-Bot API injecting 429s and 5xx, then the same with a web worker killed, then a click storm on a
-broadcast's confirm button), ``fuzz`` (hypothesis
+Bot API injecting 429s and 5xx, then the same with a web worker killed, then click storms on a
+broadcast's confirm button and on /deluser's two buttons), ``fuzz`` (hypothesis
 over the webhook, /v1 bodies and headers and the admin API; schemathesis over the OpenAPI
 document). The secrets scan always runs last, over everything collected. Logs and a JSON of the
 figures go to ``var/drill/<timestamp>/``.
@@ -100,10 +100,11 @@ def main() -> int:
                         ),
                     )
                 )
-            from drill import broadcast_clicks
+            from drill import clicks
 
+            parts.append(_logged(system, lambda: clicks.run(system, scanner, clicks=chosen.clicks)))
             parts.append(
-                _logged(system, lambda: broadcast_clicks.run(system, scanner, clicks=chosen.clicks))
+                _logged(system, lambda: clicks.run_deluser(system, scanner, clicks=chosen.clicks))
             )
         if "fuzz" in wanted:
             from drill import fuzz

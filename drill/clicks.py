@@ -1,5 +1,6 @@
-"""Part 2b: a broadcast's confirm button under a click storm (seed 000 ``broadcasts``: the first
-click wins, the announcement goes out at most once).
+"""Part 2b: buttons under click storms. A broadcast's confirm (seed 000 ``broadcasts``: the
+first click wins, the announcement goes out at most once), then /deluser's confirm and cancel
+racing each other (``delete_confirmations``).
 
 An admin sends ``/broadcast`` in General; then ``clicks`` presses of its confirm button, each
 delivered three times at once, race each other through the webhook. The project's Celery worker
@@ -118,4 +119,70 @@ def run(system: System, scanner: Scanner, *, clicks: int) -> Part:
     part.require(bool(finished), "the broadcast completes")
     part.require(all(count == 1 for count in received.values()), "no user gets it twice")
     part.require(len(received) == len(eligible), "every eligible user gets it")
+    return part
+
+
+def run_deluser(system: System, scanner: Scanner, *, clicks: int) -> Part:
+    """``/deluser``'s prompt under a storm of presses of both its buttons: whichever click
+    wins, the outcome is one — deleted once everywhere, or cancelled with everything intact
+    (seed 000 ``delete_confirmations``: first click wins)."""
+    part = Part("/deluser confirm and cancel racing")
+    telegram = system.telegram
+    admin = telegram.user(ADMIN_ID, "Alice", username="alice_drill")
+    with system.postgres() as connection:
+        user_id, thread_id = connection.execute(
+            "select user_id, thread_id from topics order by user_id limit 1"
+        ).fetchone()
+    command = telegram.group_message(admin, thread_id=thread_id, text="/deluser")
+    asyncio.run(_storm(system, scanner, [command]))
+    prompts = [
+        message
+        for message in telegram.topic_messages(thread_id)
+        if "d:yes:" in str(message.reply_markup or "")
+    ]
+    if not part.require(bool(prompts), "/deluser shows its prompt"):
+        return part
+    prompt = prompts[-1]
+    data = [
+        button["callback_data"]
+        for row in prompt.reply_markup["inline_keyboard"]
+        for button in row
+        if button["callback_data"].startswith("d:")
+    ]
+    presses = [
+        telegram.click(
+            admin,
+            message_id=prompt.message_id,
+            data=data[index % len(data)],
+            chat_id=telegram.support_chat_id,
+        )
+        for index in range(clicks)
+    ]
+    calls_before = len(telegram.calls())
+    answers = asyncio.run(_storm(system, scanner, presses))
+    deletes = [
+        call
+        for call in telegram.calls()[calls_before:]
+        if call.method == "deleteForumTopic" and call.ok
+    ]
+    with system.postgres() as connection:
+        user_rows, topic_rows, statuses = connection.execute(
+            "select (select count(*) from users where user_id = %(user)s),"
+            " (select count(*) from topics where user_id = %(user)s),"
+            " (select array_agg(status) from delete_confirmations where user_id = %(user)s)",
+            {"user": user_id},
+        ).fetchone()
+    topic_gone = telegram.topic(thread_id).deleted
+    deleted = user_rows == 0 and topic_rows == 0
+    part.figure("presses (confirm and cancel alternating) / deliveries", f"{clicks} / 3")
+    part.figure("webhook answers", dict(answers))
+    part.figure("outcome", "deleted" if deleted else f"kept ({statuses})")
+    part.figure("deleteForumTopic calls that succeeded", len(deletes))
+    if deleted:
+        part.require(topic_gone and len(deletes) == 1, "a deleted user's topic went once")
+    else:
+        part.require(
+            user_rows == 1 and topic_rows == 1 and not topic_gone and statuses == ["cancelled"],
+            "a cancelled deletion leaves the user, the binding and the topic",
+        )
     return part
