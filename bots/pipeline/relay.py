@@ -43,7 +43,7 @@ def relay_inbound(
     Retryable errors and ledger failures propagate: the update is redelivered. A message the
     ledger already records (a redelivery after a failure that followed the relay) is not sent
     again; the ledger row is written again once on a fresh connection when the first try meets
-    a dead one, so only a process killed between the send and that row relays twice.
+    a dead one, so only a process killed during the send or before that row relays twice.
     """
     # Only a take-over of an earlier attempt (attempts > 0) can find its message relayed: the
     # first delivery spends no statement on the check.

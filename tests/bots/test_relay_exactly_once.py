@@ -18,7 +18,7 @@ from django.db import connection, connections
 from django.test import Client
 
 from bots.models import ProcessedUpdate, RelayedMessage, Topic
-from tests.bots.conftest import Webhook
+from tests.bots.conftest import Webhook, deliver_during_held_call
 from tests.bots.helpers import make_user, topic_texts
 from tests.database_faults import terminate_connections
 
@@ -99,3 +99,25 @@ def test_a_claim_taken_over_after_the_ledger_row_does_not_relay_again(
     assert topic_texts(telegram, Topic.objects.get().thread_id)[1:] == ["only once"]
     assert RelayedMessage.objects.filter(direction="in").count() == 1
     assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_race_loser_deletes_its_topic_through_a_failing_call(
+    bot_settings, bot_row, clock, telegram, user
+):
+    """Found by make drill: the loser's deleteForumTopic met a 502 and the user kept an empty
+    second topic (nothing else knows its id to delete it later)."""
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
+    telegram.fail("deleteForumTopic", status=502)
+
+    first, second = deliver_during_held_call(
+        telegram,
+        "createForumTopic",
+        telegram.private_message(user, text="first"),
+        telegram.private_message(user, text="second"),
+    )
+
+    assert first.status_code == second.status_code == 200
+    assert [topic.thread_id for topic in telegram.topics() if not topic.deleted] == [
+        Topic.objects.get().thread_id
+    ]
