@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test audit bench bench-broadcast lint format stop-embedded migrate clean-venv
+.PHONY: run test audit bench bench-broadcast drill lint format stop-embedded migrate clean-venv
 
 $(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ bench: $(INSTALLED)
 
 bench-broadcast: $(INSTALLED)
 	$(PY) -m bench.broadcast
+
+# Not part of `make test`: the whole system under load, faults and bad input, its invariants
+# checked (README, Reliability). DRILL_ARGS="--quick" for a few hundred requests.
+drill: $(INSTALLED)
+	$(PY) -m drill.run $(DRILL_ARGS)
 
 lint: $(INSTALLED)
 	$(PY) -m ruff check .

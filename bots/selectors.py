@@ -13,6 +13,7 @@ from bots.models import (
     BotUser,
     Broadcast,
     DeleteConfirmation,
+    Direction,
     ProcessedUpdate,
     RelayedMessage,
     Setting,
@@ -121,6 +122,13 @@ def user_get(*, bot_id: int, user_id: int) -> BotUser | None:
 
 def topic_get_for_user(*, bot_id: int, user_id: int) -> Topic | None:
     return Topic.objects.filter(bot_id=bot_id, user_id=user_id).first()
+
+
+def relayed_message_exists(*, bot_id: int, user_id: int, private_msg_id: int) -> bool:
+    """Whether the ledger records the user's private message ``private_msg_id`` as relayed."""
+    return RelayedMessage.objects.filter(
+        bot_id=bot_id, user_id=user_id, direction=Direction.IN, private_msg_id=private_msg_id
+    ).exists()
 
 
 def topic_get_for_thread(*, bot_id: int, thread_id: int) -> Topic | None:

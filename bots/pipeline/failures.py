@@ -4,6 +4,9 @@
   redelivers); a permanent one is logged and the step yields None (the pipeline continues or
   drops, as the caller decides).
 * ``best_effort`` steps (card edits, the risk reminder): every failure is logged and swallowed.
+* ``recorded`` writes record what a Telegram call just did (the topic binding, the relay's
+  ledger row): a dead connection is replaced and the write tried once more, since a redelivery
+  would make the call again (a second topic, the message relayed twice).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TypeVar
+
+from django.db import InterfaceError, OperationalError, connection
 
 from bots.clients.telegram import TelegramError, TelegramPermanentError
 
@@ -40,3 +45,20 @@ def best_effort(step: str, call: Callable[[], Result]) -> Result | None:
     except Exception:  # best effort means nothing here may fail the update
         logger.exception("%s: best-effort step failed", step)
     return None
+
+
+def recorded(step: str, write: Callable[[], Result]) -> Result:
+    """Run ``write``, the record of an effect Telegram has already made; when the database
+    connection turns out dead (a terminated backend, a failover) run it once more on a fresh one.
+
+    Inside a transaction nothing is retried (the transaction is lost with its connection).
+    Raises whatever the second attempt raises: then the update is redelivered after all.
+    """
+    try:
+        return write()
+    except (OperationalError, InterfaceError) as error:
+        if connection.in_atomic_block:
+            raise
+        logger.warning("%s: the database connection failed (%s); writing again", step, error)
+        connection.close()  # back to the pool, which hands out only live connections
+        return write()

@@ -13,9 +13,10 @@ from bots.clients.telegram import (
 from bots.models import BotUser, Direction, Topic
 from bots.pipeline.card import display_name, post_card
 from bots.pipeline.content import Content, send_content
-from bots.pipeline.context import BotContext
-from bots.pipeline.failures import best_effort
+from bots.pipeline.context import BotContext, UpdateContext
+from bots.pipeline.failures import best_effort, recorded
 from bots.pipeline.topics import reopen_topic, replace_topic
+from bots.selectors import relayed_message_exists
 from bots.services.relayed_messages import relayed_message_record
 from bots.services.topics import topic_delete
 from bots.services.users import user_claim_risk_reminder, user_mark_active
@@ -39,9 +40,24 @@ def relay_inbound(
 
     TOPIC_CLOSED ⇒ reopen and resend once. Topic gone (deleted by hand) ⇒ replace the topic,
     post a fresh card, resend once. Other permanent errors ⇒ drop (binding kept, no ledger).
-    Retryable errors and ledger failures propagate: the update is redelivered (a message
-    already relayed may then be relayed twice — the accepted at-least-once cost).
+    Retryable errors and ledger failures propagate: the update is redelivered. A message the
+    ledger already records (a redelivery after a failure that followed the relay) is not sent
+    again; the ledger row is written again once on a fresh connection when the first try meets
+    a dead one, so only a process killed during the send or before that row relays twice.
     """
+    # Only a take-over of an earlier attempt of an update can find its message relayed: the
+    # first delivery spends no statement on the check (an album's items relayed one by one by
+    # the worker lose their album row as each is relayed, so they are never sent twice).
+    if (
+        isinstance(ctx, UpdateContext)
+        and ctx.is_redelivery
+        and private_msg_id is not None
+        and relayed_message_exists(
+            bot_id=ctx.bot_id, user_id=user.user_id, private_msg_id=private_msg_id
+        )
+    ):
+        logger.info("update %s: message %s was relayed already", ctx.update_id, private_msg_id)
+        return
     delivered = _send_with_recovery(
         ctx,
         user=user,
@@ -53,15 +69,18 @@ def relay_inbound(
     if delivered is None:
         return
     topic, sent = delivered
-    relayed_message_record(
-        bot_id=ctx.bot_id,
-        user_id=user.user_id,
-        thread_id=topic.thread_id,
-        direction=Direction.IN,
-        group_msg_id=sent["message_id"],
-        private_msg_id=private_msg_id,
-        content_type=content.kind,
-        now=ctx.now,
+    recorded(
+        "relay ledger row",
+        lambda: relayed_message_record(
+            bot_id=ctx.bot_id,
+            user_id=user.user_id,
+            thread_id=topic.thread_id,
+            direction=Direction.IN,
+            group_msg_id=sent["message_id"],
+            private_msg_id=private_msg_id,
+            content_type=content.kind,
+            now=ctx.now,
+        ),
     )
     if user.is_risk:
         best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from bots.clients.telegram import (
+    TelegramError,
     TelegramPermanentError,
+    TelegramRetryableError,
     is_topic_gone,
     is_topic_not_modified,
 )
@@ -13,7 +16,7 @@ from bots.models import BotUser, Topic, TopicStatus, UserStatus
 from bots.pipeline.card import topic_title
 from bots.pipeline.classify import is_positive_integer
 from bots.pipeline.context import BotContext
-from bots.pipeline.failures import best_effort, required
+from bots.pipeline.failures import recorded, required
 from bots.selectors import topic_get_for_user
 from bots.services.deletion_fence import DeletionInProgress, deletion_fenced
 from bots.services.topics import topic_create, topic_delete, topic_mark_open
@@ -102,18 +105,44 @@ def create_topic(ctx: BotContext, user: BotUser) -> Topic | None:
     thread_id = created.get("message_thread_id") if isinstance(created, dict) else None
     if not is_positive_integer(thread_id):
         raise ValueError("createForumTopic returned no message_thread_id")
-    if topic_create(
-        bot_id=ctx.bot_id, user_id=user.user_id, thread_id=thread_id, title=title, now=ctx.now
-    ):
-        return topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
-    logger.info("topic race lost for user %s; deleting topic %s", user.user_id, thread_id)
-    best_effort(
-        "deleteForumTopic (race loser)",
-        lambda: ctx.client.delete_forum_topic(
-            chat_id=ctx.support_chat_id, message_thread_id=thread_id
+    bound = recorded(
+        "topic binding",
+        lambda: topic_create(
+            bot_id=ctx.bot_id, user_id=user.user_id, thread_id=thread_id, title=title, now=ctx.now
         ),
     )
+    if bound:
+        return topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    mine = topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
+    if mine is not None and mine.thread_id == thread_id:
+        return mine  # the first try was written after all, its answer lost with the connection
+    logger.info("topic race lost for user %s; deleting topic %s", user.user_id, thread_id)
+    _delete_lost_topic(ctx, thread_id)
     winner = topic_get_for_user(bot_id=ctx.bot_id, user_id=user.user_id)
     if winner is None:
         raise TopicBindingLost(f"user {user.user_id}: no binding after a lost creation race")
     return winner
+
+
+# The loser's topic is known only to this attempt: a redelivery could not find it again.
+LOST_TOPIC_DELETE_ATTEMPTS = 3
+LOST_TOPIC_RETRY_PAUSE_SECONDS = 0.5
+
+
+def _delete_lost_topic(ctx: BotContext, thread_id: int) -> None:
+    """Delete the topic a lost creation race made, trying again after a retryable failure (a
+    5xx, a 429, the network): left behind it would be an empty second topic of the user."""
+    for attempt in range(1, LOST_TOPIC_DELETE_ATTEMPTS + 1):
+        try:
+            ctx.client.delete_forum_topic(chat_id=ctx.support_chat_id, message_thread_id=thread_id)
+            return
+        except TelegramRetryableError as error:
+            logger.warning("deleteForumTopic (race loser), attempt %s: %s", attempt, error)
+            if attempt < LOST_TOPIC_DELETE_ATTEMPTS:
+                time.sleep(LOST_TOPIC_RETRY_PAUSE_SECONDS)
+        except TelegramError as error:
+            logger.warning("deleteForumTopic (race loser) failed: %s", error)
+            return
+        except Exception:  # best effort: the update itself went well
+            logger.exception("deleteForumTopic (race loser) failed")
+            return

@@ -317,6 +317,11 @@ class FakeTelegram(BotApiMethods):
                 )
             )
 
+    def clear_faults(self) -> None:
+        """Forget the faults not yet taken (``fail`` / ``fail_call`` that no call met)."""
+        with self._lock:
+            self._faults.clear()
+
     def fail_call(
         self,
         number: int,
