@@ -30,6 +30,17 @@ class LoadResult:
     overhead_ms: list[float] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
 
+    def record(
+        self, ok: bool, *, started: float, first_byte: float | None, finished: float
+    ) -> None:
+        """One request: an error, or its latency and time to first byte."""
+        self.requests += 1
+        if not ok:
+            self.errors += 1
+            return
+        self.latencies_ms.append((finished - started) * 1000)
+        self.first_byte_ms.append(((first_byte or finished) - started) * 1000)
+
     def merge(self, other: LoadResult) -> None:
         """Add ``other`` (another measurement of the same target) to this one."""
         self.requests += other.requests
@@ -67,13 +78,7 @@ async def _one(
         ok = False
         if len(result.error_samples) < MAX_ERROR_SAMPLES:
             result.error_samples.append(type(error).__name__)
-    finished = time.perf_counter()
-    result.requests += 1
-    if not ok:
-        result.errors += 1
-        return
-    result.latencies_ms.append((finished - started) * 1000)
-    result.first_byte_ms.append(((first_byte or finished) - started) * 1000)
+    result.record(ok, started=started, first_byte=first_byte, finished=time.perf_counter())
 
 
 TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "error")
@@ -102,13 +107,7 @@ async def _one_on_socket(
     except (aiohttp.ClientError, TimeoutError) as error:
         if len(result.error_samples) < MAX_ERROR_SAMPLES:
             result.error_samples.append(type(error).__name__)
-    finished = time.perf_counter()
-    result.requests += 1
-    if not ok:
-        result.errors += 1
-        return
-    result.latencies_ms.append((finished - started) * 1000)
-    result.first_byte_ms.append(((first_byte or finished) - started) * 1000)
+    result.record(ok, started=started, first_byte=first_byte, finished=time.perf_counter())
 
 
 async def run_load(

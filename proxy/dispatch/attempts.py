@@ -79,6 +79,14 @@ class Strategy(Protocol):
     ) -> Committed | CompactResult | AttemptFailure: ...
 
 
+def _broken_read(error: codex.CodexTransportError | SSEFrameTooLarge) -> AttemptFailure:
+    """The failure of an upstream stream that broke off, or sent a frame over the cap, before
+    the attempt was done with it (the stream is closed by the caller)."""
+    if isinstance(error, SSEFrameTooLarge):
+        return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
+    return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True)
+
+
 class _SSEStrategy:
     call = codex.Call.RESPONSES
     transport = "http_sse"  # set per attempt: "websocket" or "http_sse" (transport_choice)
@@ -192,14 +200,9 @@ class StreamStrategy(_SSEStrategy):
                         response_id=progress.response_id,
                         in_stream=True,
                     )
-        except codex.CodexTransportError as error:
+        except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
-            return AttemptFailure(
-                FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True
-            )
-        except SSEFrameTooLarge as error:
-            stream.close()
-            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
+            return _broken_read(error)
         return Committed(
             slot=slot,
             attempt_index=attempt_index,
@@ -241,14 +244,9 @@ class CompleteStrategy(_SSEStrategy):
                 if self.keep_frames:
                     kept += frames
                 observe(frames, progress, request)
-        except codex.CodexTransportError as error:
+        except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
-            return AttemptFailure(
-                FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True
-            )
-        except SSEFrameTooLarge as error:
-            stream.close()
-            return AttemptFailure(FailureKind.INVALID_SSE, detail=str(error), in_stream=True)
+            return _broken_read(error)
         stream.release()
         terminal = progress.terminal
         if progress.terminal_event is None or terminal is None:

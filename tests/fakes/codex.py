@@ -275,6 +275,27 @@ def previous_response_not_found(response_id: str) -> dict:
     }
 
 
+def reply_events(reply: Reply, model: str) -> list[dict]:
+    """The events a programmed reply sends (HTTP SSE and WebSocket alike): the text answer,
+    or its ``response.created`` then ``response.failed``, or cut after ``cut_after``."""
+    events = reply.events or text_events(
+        text=reply.text, deltas=reply.deltas, model=model, usage=reply.usage
+    )
+    if reply.kind == "failed":
+        failed = response_object(
+            response_id=events[0]["response"]["id"],
+            model=model,
+            status="failed",
+            output=[],
+            usage=None,
+            error={"code": reply.code, "message": reply.message},
+        )
+        return number_events([events[0], {"type": "response.failed", "response": failed}])
+    if reply.kind in ("cut", "eof"):
+        return events[: reply.cut_after]
+    return events
+
+
 def number_events(events: list[dict]) -> list[dict]:
     return [{**event, "sequence_number": index} for index, event in enumerate(events)]
 
@@ -485,23 +506,7 @@ class FakeCodexUpstream:
         previous = body.get("previous_response_id")
         if reply.kind == "ok" and previous and not self._knows(token, previous):
             return web.json_response(previous_response_not_found(previous), status=400)
-        events = reply.events or text_events(
-            text=reply.text, deltas=reply.deltas, model=model, usage=reply.usage
-        )
-        if reply.kind == "failed":
-            failed_response = response_object(
-                response_id=events[0]["response"]["id"],
-                model=model,
-                status="failed",
-                output=[],
-                usage=None,
-                error={"code": reply.code, "message": reply.message},
-            )
-            events = number_events(
-                [events[0], {"type": "response.failed", "response": failed_response}]
-            )
-        elif reply.kind in ("cut", "eof"):
-            events = events[: reply.cut_after]
+        events = reply_events(reply, model)
         if reply.content_encoding:
             if reply.kind == "ok":
                 self._remember(token, events)

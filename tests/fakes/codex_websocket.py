@@ -162,12 +162,7 @@ async def _answer(
 ) -> str | None:
     """Answer one request; returns the completed response id, "closed" when the socket is gone,
     or None."""
-    from tests.fakes.codex import (
-        number_events,
-        previous_response_not_found,
-        response_object,
-        text_events,
-    )
+    from tests.fakes.codex import previous_response_not_found, reply_events
 
     if reply.first_byte_delay:
         await asyncio.sleep(reply.first_byte_delay)
@@ -184,21 +179,7 @@ async def _answer(
         await socket.send_json(error_frame(400, refusal["error"], {}))
         return None
     model = reply.model or body.get("model") or "gpt-5.4"
-    events = reply.events or text_events(
-        text=reply.text, deltas=reply.deltas, model=model, usage=reply.usage
-    )
-    if reply.kind == "failed":
-        failed = response_object(
-            response_id=events[0]["response"]["id"],
-            model=model,
-            status="failed",
-            output=[],
-            usage=None,
-            error={"code": reply.code, "message": reply.message},
-        )
-        events = number_events([events[0], {"type": "response.failed", "response": failed}])
-    elif reply.kind in ("cut", "eof"):
-        events = events[: reply.cut_after]
+    events = reply_events(reply, model)
     metadata = {
         "type": "response.metadata",
         "headers": {
