@@ -110,6 +110,37 @@ async def _one_on_socket(
     result.record(ok, started=started, first_byte=first_byte, finished=time.perf_counter())
 
 
+def conversation_payload(payload: dict, number: int) -> dict:
+    """Load client ``number``'s body: its own conversation (as concurrent Codex sessions are;
+    the proxy's affinity and upstream WebSocket pool key by conversation)."""
+    return {**payload, "prompt_cache_key": f"bench-conversation-{number}"}
+
+
+async def introduce_conversations(
+    *, url: str, payload: dict, headers: dict, numbers: range, gap_seconds: float = 0.06
+) -> None:
+    """One request for each conversation of ``numbers``, one after another with a gap.
+
+    Sessions of real clients start at different moments, and the pool spreads them over its
+    accounts as it learns each account's load (the ledger writes every 50 ms); affinity then
+    keeps each conversation on its account. Started all at once with nothing yet to tell the
+    accounts apart, every new conversation would go to the same one and stay there — and past
+    the upstream WebSocket pool's per-account cap each request would open a one-shot socket.
+    """
+    headers = {"Content-Type": "application/json", **headers}
+    result = LoadResult()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        for number in numbers:
+            own = conversation_payload(payload, number)
+            if url.startswith("ws"):
+                frame = json.dumps({"type": "response.create", **own})
+                async with session.ws_connect(url, headers=headers) as socket:
+                    await _one_on_socket(socket, frame, result)
+            else:
+                await _one(session, url, json.dumps(own).encode(), headers, result)
+            await asyncio.sleep(gap_seconds)
+
+
 async def run_load(
     *, url: str, payload: dict, headers: dict, concurrency: int, duration: float
 ) -> LoadResult:
@@ -123,9 +154,7 @@ async def run_load(
         started = time.perf_counter()
 
         async def worker(number: int) -> None:
-            # Each client is its own conversation (as concurrent Codex sessions are): the
-            # proxy's upstream WebSocket pool keys its sockets by conversation.
-            own = {**payload, "prompt_cache_key": f"bench-conversation-{number}"}
+            own = conversation_payload(payload, number)
             body = json.dumps(own).encode()
             if url.startswith("ws"):
                 # A WebSocket client: one socket per worker, its requests one after another.

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.load import LoadResult, run_load
+from bench.load import LoadResult, introduce_conversations, run_load
 from bench.stores import prepared_store_env
 from config.embedded import free_port
 
@@ -380,6 +380,19 @@ def main() -> None:
                     duration=1.0,
                 )
             )
+
+        # The load clients' conversations, started one after another as real sessions are
+        # (bench/load.py, introduce_conversations), before anything is measured.
+        for target in targets:
+            if target.name.startswith("project"):
+                asyncio.run(
+                    introduce_conversations(
+                        url=target.url,
+                        payload=target.body,
+                        headers=target.headers,
+                        numbers=range(max(concurrencies)),
+                    )
+                )
 
         # All rounds of one (target, concurrency) added up.
         aggregates: dict[tuple[str, int], LoadResult] = {}

@@ -55,6 +55,17 @@ def populate(accounts: int, *, key_policy: bool = False) -> dict:
             "truncate usage_records, ops_error_logs, request_time_buckets, account_usage,"
             " account_cookies, accounts, client_api_keys cascade"
         )
+    # Every run starts from the same runtime state: no affinity records, slots or cursor left
+    # by an earlier run (the account ids repeat, so old records would still steer scheduling).
+    # Only the bench's own prefix is touched (bench.run sets REDIS_KEY_PREFIX=cprbench:).
+    from django.conf import settings
+    from django_redis import get_redis_connection
+
+    if settings.REDIS_KEY_PREFIX.startswith("cprbench"):
+        client = get_redis_connection("default")
+        stale = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}*", count=1000))
+        for start in range(0, len(stale), 1000):
+            client.delete(*stale[start : start + 1000])
     runtime_settings_ensure(now=now)
     fingerprint_ensure_current(now=now)
     # The benchmark measures the request path, not our own limits: no cap, no pacing.

@@ -335,6 +335,7 @@ def affinity_write(report: DispatchReport, continuity: Continuity | None) -> Aff
         previous_response_id=continuity.previous_response_id if continuity.managed else None,
         parent_replay=continuity.record.get("replay") if continuity.managed else None,
         external_previous=continuity.external,
+        client_body_bytes=request.body_bytes,
     )
 
 

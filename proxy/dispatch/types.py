@@ -74,6 +74,8 @@ class DispatchRequest:
     key_admitted: bool = False
     # The client's use_websocket (removed from the body): False forces HTTP SSE (spec §1.8).
     use_websocket: bool | None = None
+    # The client's raw body size in bytes.
+    body_bytes: int = 0
     started_at: datetime = field(default_factory=timezone.now)
     started_monotonic: float = field(default_factory=time.monotonic)
     timing: RequestTiming = field(default_factory=RequestTiming)

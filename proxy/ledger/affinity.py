@@ -2,10 +2,11 @@
 client's critical path.
 
 A finished dispatch hands one ``AffinityWrite`` to this loop's writer and returns; the writer
-builds the replay node (sanitizing and measuring the turn is CPU work, up to the 16 MiB body)
-and writes the record with its two indexes (one MULTI, ``proxy.runtime_state.affinity``) from a
-worker thread. A Redis failure is logged — without keys, ids or values — and the record is
-simply missing: affinity degrades to normal scheduling.
+builds the replay node (sanitizing and measuring the turn; a large turn in a worker thread) and
+writes the records that accumulated with their two indexes in one script call
+(``proxy.runtime_state.affinity.write_records``) on the loop's async Redis client. A Redis
+failure is logged — without keys, ids or values — and the record is simply missing: affinity
+degrades to normal scheduling.
 
 The one thing the request path asks of the writer: whether a response id is still waiting to
 be written in this process (``wait_if_pending``), so a client that sends the next turn of a
@@ -25,12 +26,17 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from proxy.dispatch.replay import build_node
-from proxy.loop_resources import PerLoop
-from proxy.runtime_state.affinity import affinity_record
+from proxy.loop_resources import PerLoop, async_redis
+from proxy.runtime_state.affinity import PreparedRecord, record_json, write_records
 
 logger = logging.getLogger(__name__)
 # How long a continuation waits for its previous response's record still being written here.
 PENDING_WAIT_SECONDS = 2.0
+# Records per script call, and the JSON one call may carry (a node is at most 2 MiB).
+MAX_BATCH_RECORDS = 64
+MAX_CALL_BYTES = 8 * 1024 * 1024
+# A turn whose client body is larger than this has its node built off the event loop.
+INLINE_BUILD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ class AffinityWrite:
     previous_response_id: str | None = None
     parent_replay: dict | None = None
     external_previous: bool = False
+    # The size of the client's request body: how much sanitizing the node will take.
+    client_body_bytes: int = 0
 
     def fields(self) -> dict[str, Any]:
         replay = None
@@ -75,22 +83,69 @@ class AffinityWrite:
         }
 
 
-def _write_in_thread(writes: list[AffinityWrite]) -> None:
-    for write in writes:
-        try:
-            affinity_record(
-                response_id=write.response_id,
-                account_id=write.account_id,
-                conversation_id=write.conversation_id,
-                created_at=write.created_at,
-                fields=write.fields(),
-            )
-        except Exception as error:
-            logger.warning("affinity record not written (%s)", type(error).__name__)
+def prepare(write: AffinityWrite) -> PreparedRecord | None:
+    """The record of ``write`` ready to send (its replay node built and the JSON encoded), or
+    None when building it failed (logged; the record is then missing)."""
+    try:
+        raw = record_json(
+            account_id=write.account_id,
+            conversation_id=write.conversation_id,
+            created_at=write.created_at,
+            fields=write.fields(),
+        )
+    except Exception as error:  # a bug in the node's building: the answer was sent already
+        logger.warning("affinity record not built (%s)", type(error).__name__)
+        return None
+    return PreparedRecord(
+        response_id=write.response_id,
+        account_id=write.account_id,
+        conversation_id=write.conversation_id,
+        created_at=write.created_at,
+        raw=raw,
+    )
+
+
+def _prepare_all(writes: list[AffinityWrite]) -> list[PreparedRecord]:
+    return [record for write in writes if (record := prepare(write)) is not None]
+
+
+def _batches(records: list[PreparedRecord]) -> list[list[PreparedRecord]]:
+    """``records`` split so that no script call carries more than MAX_CALL_BYTES of JSON."""
+    batches: list[list[PreparedRecord]] = [[]]
+    size = 0
+    for record in records:
+        if batches[-1] and size + len(record.raw) > MAX_CALL_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(record)
+        size += len(record.raw)
+    return batches
+
+
+async def write_batch(writes: list[AffinityWrite]) -> None:
+    """Build and write the records of ``writes``: one Redis round trip per MAX_CALL_BYTES.
+    A Redis failure is logged (without keys, ids or values) and the records are missing."""
+    if any(write.client_body_bytes > INLINE_BUILD_BYTES for write in writes):
+        # Sanitizing and encoding a large turn is CPU work: off the event loop.
+        records = await sync_to_async(_prepare_all, thread_sensitive=False)(writes)
+    else:
+        records = _prepare_all(writes)
+    if not records:
+        return
+    try:
+        client = await async_redis.get()
+        for batch in _batches(records):
+            await write_records(client, batch)
+    except Exception as error:
+        logger.warning("affinity record not written (%s)", type(error).__name__)
 
 
 @dataclass
 class AffinityWriter:
+    """Writes what finished dispatches submit, on this event loop: whatever accumulated while
+    the previous write was in flight goes in the next call (one round trip for many records
+    under load, an immediate write when idle)."""
+
     _pending: deque[AffinityWrite] = field(default_factory=deque)
     _waiting_ids: set[str] = field(default_factory=set)
     _task: asyncio.Task | None = None
@@ -106,10 +161,10 @@ class AffinityWriter:
 
     async def _run(self) -> None:
         while self._pending:
-            writes = list(self._pending)
-            self._pending.clear()
+            count = min(MAX_BATCH_RECORDS, len(self._pending))
+            writes = [self._pending.popleft() for _ in range(count)]
             try:
-                await sync_to_async(_write_in_thread, thread_sensitive=False)(writes)
+                await write_batch(writes)
             except Exception:  # a bug, not Redis: never let it stop the writer
                 logger.exception("affinity writer failed unexpectedly")
             finally:

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from redis.asyncio import Redis as AsyncRedis
+from redis.commands.core import AsyncScript
+
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 
@@ -34,6 +37,31 @@ def _epoch_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def record_json(
+    *,
+    account_id: str,
+    conversation_id: str | None,
+    created_at: datetime,
+    fields: dict[str, Any] | None = None,
+) -> str:
+    """The stored JSON of one record (seed §4B.3 fields, ``fields`` carrying the rest: turnState,
+    instructionsHash, inputTokens, functionCallIds, variantHash, continuationScope, replay).
+
+    The replay node (up to 2 MiB) comes last, so that the request path's lookup script can
+    match the variant and return the record without it by position, without decoding it
+    (proxy.dispatch.continuity); default json separators."""
+    fields = dict(fields or {})
+    replay = fields.pop("replay", None)
+    record = {
+        "accountId": account_id,
+        "conversationId": conversation_id,
+        **fields,
+        "createdAt": created_at.isoformat(),
+        "replay": replay,
+    }
+    return json.dumps(record)
+
+
 def affinity_record(
     *,
     response_id: str,
@@ -43,30 +71,23 @@ def affinity_record(
     fields: dict[str, Any] | None = None,
     ttl_seconds: int = AFFINITY_TTL_SECONDS,
 ) -> None:
-    """Record that ``account_id`` produced ``response_id`` (one MULTI transaction).
+    """Record that ``account_id`` produced ``response_id`` (one MULTI transaction; the request
+    path writes its records in batches, ``proxy.ledger.affinity``).
 
-    ``fields`` carries the rest of the seed's record (turnState, instructionsHash, inputTokens,
-    functionCallIds, variantHash, continuationScope, replay). Index members older than the TTL
-    are pruned on the way.
+    Index members older than the TTL are pruned on the way.
     """
-    fields = dict(fields or {})
-    replay = fields.pop("replay", None)
-    # The replay node (up to 2 MiB) comes last, so that the request path's lookup script can
-    # match the variant and return the record without it by position, without decoding it
-    # (proxy.dispatch.continuity); default json separators.
-    record = {
-        "accountId": account_id,
-        "conversationId": conversation_id,
-        **fields,
-        "createdAt": created_at.isoformat(),
-        "replay": replay,
-    }
+    raw = record_json(
+        account_id=account_id,
+        conversation_id=conversation_id,
+        created_at=created_at,
+        fields=fields,
+    )
     score = _epoch_ms(created_at)
     oldest_kept = score - ttl_seconds * 1000
     pipeline = redis_client().pipeline(transaction=True)
     pipeline.set(
         redis_keys.affinity_response(response_id),
-        json.dumps(record),
+        raw,
         exat=int(created_at.timestamp()) + ttl_seconds,
     )
     index_keys = [redis_keys.affinity_account(account_id)]
@@ -77,6 +98,67 @@ def affinity_record(
         pipeline.expire(index_key, ttl_seconds)
         pipeline.zremrangebyscore(index_key, "-inf", f"({oldest_kept}")
     pipeline.execute()
+
+
+@dataclass(frozen=True)
+class PreparedRecord:
+    """One record ready for ``write_records``: its JSON and where it is indexed."""
+
+    response_id: str
+    account_id: str
+    conversation_id: str | None
+    created_at: datetime
+    raw: str
+
+
+# Many records in one call, each exactly as ``affinity_record`` writes it: the record with
+# EXAT, then in each index the member, the index's EXPIRE and the pruning of members older
+# than the TTL. KEYS per record: its record key, the account index, the conversation index
+# (when it has one). ARGV[1] the TTL in seconds, then per record: response id, JSON, EXAT,
+# score (createdAt ms), oldest score kept, 1/0 whether it has a conversation index.
+_WRITE_RECORDS = """
+local ttl = tonumber(ARGV[1])
+local k = 1
+for a = 2, #ARGV, 6 do
+  local id = ARGV[a]
+  redis.call('SET', KEYS[k], ARGV[a + 1], 'EXAT', ARGV[a + 2])
+  local last = k + 1
+  if ARGV[a + 5] == '1' then last = k + 2 end
+  for i = k + 1, last do
+    redis.call('ZADD', KEYS[i], ARGV[a + 3], id)
+    redis.call('EXPIRE', KEYS[i], ttl)
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[a + 4])
+  end
+  k = last + 1
+end
+return 1
+"""
+_WRITE_RECORDS_SCRIPT = AsyncScript(None, _WRITE_RECORDS.encode())
+
+
+async def write_records(
+    client: AsyncRedis, records: list[PreparedRecord], *, ttl_seconds: int = AFFINITY_TTL_SECONDS
+) -> None:
+    """Write ``records`` with their indexes in ONE round trip (one script, atomic)."""
+    if not records:
+        return
+    keys: list[str] = []
+    args: list[Any] = [ttl_seconds]
+    for record in records:
+        score = _epoch_ms(record.created_at)
+        keys.append(redis_keys.affinity_response(record.response_id))
+        keys.append(redis_keys.affinity_account(record.account_id))
+        if record.conversation_id:
+            keys.append(redis_keys.affinity_conversation(record.conversation_id))
+        args += [
+            record.response_id,
+            record.raw,
+            int(record.created_at.timestamp()) + ttl_seconds,
+            score,
+            score - ttl_seconds * 1000,
+            "1" if record.conversation_id else "0",
+        ]
+    await _WRITE_RECORDS_SCRIPT(keys=keys, args=args, client=client)
 
 
 def affinity_get(response_id: str) -> dict[str, Any] | None:

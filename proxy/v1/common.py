@@ -139,6 +139,8 @@ class ValidRequest:
     request_id: str
     client: AuthenticatedClient
     body: dict
+    # The raw body's size (the affinity writer sizes its work by it).
+    body_bytes: int = 0
 
 
 async def validate(request: HttpRequest, *, model_field: str = "model") -> ValidRequest:
@@ -150,7 +152,8 @@ async def validate(request: HttpRequest, *, model_field: str = "model") -> Valid
     try:
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
-        body = json.loads(request.read())
+        raw = request.read()
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: JSON nested deeper than the parser's recursion limit.
         raise ClientFailure(INVALID_REQUEST) from None
@@ -159,7 +162,7 @@ async def validate(request: HttpRequest, *, model_field: str = "model") -> Valid
     model = body.get(model_field)
     if not isinstance(model, str) or not model.strip():
         raise ClientFailure(INVALID_REQUEST)
-    return ValidRequest(request_id=request_id, client=client, body=body)
+    return ValidRequest(request_id=request_id, client=client, body=body, body_bytes=len(raw))
 
 
 async def model_catalog_or_404(valid: ValidRequest, model: str) -> Catalog:
@@ -203,6 +206,7 @@ def build_dispatch_request(
         catalog=catalog,
         accounts=valid.client.accounts,
         key_policy=valid.client.policy,
+        body_bytes=valid.body_bytes,
         # Stamped by the /v1 handler at the request's arrival (config/v1_handler.py).
         timing=request_timing(request),
     )

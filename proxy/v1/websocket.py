@@ -196,5 +196,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                 use_websocket=use_websocket if isinstance(use_websocket, bool) else None,
                 catalog=catalog,
                 accounts=client.accounts,
+                key_policy=client.policy,
+                body_bytes=len(data) if data is not None else 0,
             )
         )

@@ -261,13 +261,13 @@ def _write() -> AffinityWrite:
 
 
 def test_a_redis_failure_while_writing_is_logged_without_ids_and_ignored(monkeypatch, caplog):
-    def unreachable(**_):
+    async def unreachable(*_, **__):
         raise redis.ConnectionError("Error connecting for resp_secretish")
 
-    monkeypatch.setattr(ledger_affinity, "affinity_record", unreachable)
+    monkeypatch.setattr(ledger_affinity, "write_records", unreachable)
 
     with caplog.at_level(logging.WARNING):
-        ledger_affinity._write_in_thread([_write()])
+        asyncio.run(ledger_affinity.write_batch([_write()]))
 
     assert "affinity record not written (ConnectionError)" in caplog.text
     assert "resp_secretish" not in caplog.text

@@ -242,3 +242,45 @@ def test_the_ledger_has_the_client_behind_a_trusted_proxy_and_only_then(
     records = UsageRecord.objects.order_by("created_at")
     client_ips = [record.metadata_json["clientIp"] for record in records]
     assert client_ips == ["127.0.0.1", "203.0.113.7"]
+
+
+def test_the_keys_policy_applies_on_the_client_websocket_too(proxy, upstream, client_key):
+    # Issue 25's per-key policy is checked on every response.create, as on HTTP: a model the
+    # key may not use is refused, and the requests-per-minute limit counts socket requests.
+    from django.utils import timezone
+
+    from proxy.services.key_policies import PolicyValues, key_policy_set
+
+    make_pool_account("tok-a")
+    key_policy_set(
+        key=client_key,
+        values=PolicyValues(requests_per_minute=1, allowed_models=["gpt-5.4"]),
+        now=timezone.now(),
+    )
+    auth = {"Authorization": f"Bearer {client_key.key}"}
+
+    async def scenario(session):
+        frames = []
+        async with session.ws_connect(_url(proxy), headers=auth) as socket:
+            for fields in ({"model": "gpt-5.4-mini"}, {}, {}):
+                await socket.send_str(_create(**fields))
+                frames.append(await _events_of_one_response(socket))
+        return frames
+
+    other_model, served, over_limit = _session_run(scenario)
+
+    assert other_model == [
+        {
+            "type": "error",
+            "status": 403,
+            "error": {
+                "message": "This API key is not allowed to use this model",
+                "type": "invalid_request_error",
+                "code": "model_not_allowed",
+            },
+        }
+    ]
+    assert served[-1]["type"] == "response.completed"
+    assert over_limit[0]["status"] == 429
+    assert over_limit[0]["error"]["code"] == "key_rate_limited"
+    assert len(upstream.websocket_requests()) == 1
