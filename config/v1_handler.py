@@ -38,16 +38,27 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.http.cookie import parse_cookie
+from django.utils.log import log_response
 
 from config.middleware import resolve_forwarded_request
 from proxy.admin_api.authentication import admin_credentials_refusal
 from proxy.admin_api.envelope import BodyCode, error_body
 from proxy.dispatch.sse import SERVER_SHUTDOWN
 from proxy.dispatch.types import RequestTiming
+from proxy.v1 import chat as chat_views
+from proxy.v1 import responses as responses_views
 from proxy.v1.common import authenticate_before_body, request_timing, stamp_overhead
 from proxy.v1.errors import INVALID_HOST, body_too_large, error_response, request_id_from
 
 logger = logging.getLogger(__name__)
+
+# The POST routes of proxy/urls.py, by exact path: served without Django's URL resolver.
+DIRECT_VIEWS = {
+    "/v1/responses": responses_views.responses,
+    "/v1/responses/review": responses_views.responses_review,
+    "/v1/responses/compact": responses_views.responses_compact,
+    "/v1/chat/completions": chat_views.chat_completions,
+}
 
 
 class APIHandler(ASGIHandler):
@@ -120,8 +131,27 @@ class APIHandler(ASGIHandler):
                     await task
 
     async def _respond(self, request, send) -> None:
-        response = await self.get_response_async(request)
-        await self.send_response(stamp_overhead(response, request_timing(request)), send)
+        view = DIRECT_VIEWS.get(request.path_info) if request.method == "POST" else None
+        if view is None:
+            response = await self.get_response_async(request)
+        else:
+            # The POST routes go straight to their view: no URL resolver, no middleware
+            # chain (the handler has none), the same 4xx/5xx log line as Django's.
+            response = await view(request)
+            if response.status_code >= 400:
+                log_response(
+                    "%s: %s",
+                    response.reason_phrase,
+                    request.path,
+                    response=response,
+                    request=request,
+                )
+        stamp_overhead(response, request_timing(request))
+        ending = getattr(response, "cpr_ending", None)
+        if ending is None:
+            await self.send_response(response, send)
+        else:
+            await send_event_stream(response, ending, send)
 
     async def _refuse_too_large(self, scope, send, limit: int, timing: RequestTiming) -> None:
         """413 in the /v1 error envelope (spec §1.1), echoing the client's request id."""
@@ -133,6 +163,21 @@ class APIHandler(ASGIHandler):
     async def _client_left(receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+
+
+async def send_event_stream(response, ending, send) -> None:
+    """Send a /v1 SSE answer: each item of its generator as one body message, the one flagged
+    last by ``ending`` ending the body (one write for the last events and the end of the
+    chunked body, where Django's own sending adds an empty closing message)."""
+    headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in response.items()]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    async with contextlib.aclosing(aiter(response)) as content:
+        async for chunk in content:
+            if ending.last:
+                await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body"})
 
 
 def _header(scope, name: bytes) -> str | None:

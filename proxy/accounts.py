@@ -41,6 +41,12 @@ class AccountView:
     # Whether a 401 may be answered by a token refresh (the token itself stays in PostgreSQL).
     has_refresh_token: bool = False
 
+    def copy(self) -> AccountView:
+        """A shallow copy (the cookie list is shared and never changed in place)."""
+        twin = object.__new__(AccountView)
+        twin.__dict__.update(self.__dict__)
+        return twin
+
 
 _TIMESTAMP_FIELDS = (
     "access_token_expires_at",

@@ -1,8 +1,8 @@
 """Reads of the proxy's request path (PostgreSQL): the candidates and their re-check.
 
-The candidates come back as one JSON column of the client-key lookup (``CANDIDATES_JSON_SQL``,
-the request path's only PostgreSQL read before the first byte); before each later attempt
-``still_eligible`` re-reads their state in one query.
+The candidates come back as one JSON column (``SNAPSHOT_CANDIDATES_JSON_SQL``) of the pool
+snapshot's statement (``proxy.pool_snapshot``: read again only when the pool changed); before
+each later attempt ``still_eligible`` re-reads their state in one query.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from datetime import datetime
 from proxy.accounts import AccountView, ineligibility
 from proxy.loop_resources import database_connection
 
-# The same rows as one JSON value, so that the client-key lookup can bring the candidates along
-# in its single round trip (the request path's only PostgreSQL read before the first byte).
+# The candidates as one JSON value: one round trip brings them all, with their cookies.
 _CANDIDATES_JSON_TEMPLATE = """
 (select coalesce(json_agg(row_to_json(candidate) order by candidate.added_at, candidate.id),
                  '[]'::json)
@@ -28,7 +27,7 @@ _CANDIDATES_JSON_TEMPLATE = """
             as window_tokens,
           coalesce(u.window_cached_tokens, 0) as window_cached_tokens,
           u.window_reset_at, u.limit_window_seconds, u.last_used_at,
-          cookies.items as cookies, a.refresh_token is not null as has_refresh_token
+          cookies.items as cookies, a.refresh_token is not null as has_refresh_token{extra_columns}
    from accounts a
    left join account_usage u on u.account_id = a.id
    left join lateral (
@@ -38,18 +37,16 @@ _CANDIDATES_JSON_TEMPLATE = """
      from account_cookies c
      where c.account_id = a.id and (c.expires_at is null or c.expires_at > %(now)s)
    ) cookies on true
-   where a.status in ('active', 'quota_exhausted'){group_filter}
+   where a.status in ('active', 'quota_exhausted')
  ) candidate)
 """
-CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(group_filter="")
-# The client-key lookup's version: a key whose policy names an account group (``p``, the
-# policy row LEFT JOINed on the key) sees only the accounts whose label carries the word
-# ``group:<name>`` (words split on spaces and commas).
-KEY_CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(
-    group_filter="""
-     and (p.account_group is null
-          or ('group:' || p.account_group)
-             = any(regexp_split_to_array(coalesce(a.label, ''), '[\\s,]+')))"""
+CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(extra_columns="")
+# The pool snapshot's: every candidate with the words of its label (split on spaces and
+# commas), so that a key whose policy names an account group can be given only the accounts
+# whose label carries the word ``group:<name>``.
+SNAPSHOT_CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(
+    extra_columns=""",
+          regexp_split_to_array(coalesce(a.label, ''), '[\\s,]+') as label_words""",
 )
 _RECHECK_SQL = """
 select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldown_until,

@@ -16,31 +16,13 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
-from proxy.dispatch.scheduler import Ranking, SchedulerSettings, Slot, WaitPolicy
+from proxy.dispatch.scheduler import (
+    ConversationLookup,
+    SchedulerSettings,
+    Slot,
+    WaitPolicy,
+)
 from proxy.selectors import still_eligible
-
-# Above any other base score plus the largest load term (1.0): the preferred account is a
-# group of its own at the top, whatever the strategy, and the same Lua call still finds it
-# full and moves on — no extra round trip.
-_PREFERENCE_BONUS = 10.0
-
-
-def _preferring(ranking: Ranking, account_id: str) -> Ranking:
-    """``ranking`` with ``account_id`` (when it is a candidate) first."""
-    accounts = ranking.accounts
-    position = next(
-        (index for index, account in enumerate(accounts) if account.id == account_id), None
-    )
-    if position is None:
-        return ranking
-    scores = list(ranking.base_scores)
-    top = max(scores) + _PREFERENCE_BONUS
-    return Ranking(
-        [accounts[position], *accounts[:position], *accounts[position + 1 :]],
-        [top, *scores[:position], *scores[position + 1 :]],
-        ranking.load_weight,
-        ranking.rotate_ties,
-    )
 
 
 class CandidateQueue:
@@ -50,13 +32,14 @@ class CandidateQueue:
         settings: SchedulerSettings,
         *,
         limit: int | None = None,
-        prefer: str | None = None,
+        conversation: ConversationLookup | None = None,
     ):
         self._eligible = eligible
         self._settings = settings
         self._limit = limit
-        # Affinity (spec §5.2): this account id goes first, still subject to its slots.
-        self._prefer = prefer
+        # Affinity (spec §5.2): the account the conversation's newest record names goes first
+        # (still subject to its slots), found by the same Redis call that orders.
+        self._conversation = conversation
         self._wait = WaitPolicy()
         self._pending: list[AccountView] = []
         self._parked: list[AccountView] = []
@@ -84,9 +67,9 @@ class CandidateQueue:
 
     async def _first(self) -> Slot | None:
         ranking = scheduler.rank(self._eligible, self._settings.strategy)
-        if self._prefer is not None:
-            ranking = _preferring(ranking, self._prefer)
-        order, slot = await scheduler.order_and_acquire(ranking, self._settings)
+        order, slot, _ = await scheduler.order_and_acquire(
+            ranking, self._settings, conversation=self._conversation
+        )
         if self._limit is not None:
             order = order[: self._limit]
         if slot is None:

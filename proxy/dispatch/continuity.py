@@ -1,11 +1,11 @@
 """Which account a conversation belongs to, and how a ``previous_response_id`` is honoured
 (spec §5.2–§5.3, seed 004 §4B.3).
 
-Before the first attempt, ONE Redis round trip (a Lua script) reads the affinity the request
-needs: with a previous id, that response's record; without one, the newest record of the
-request's local conversation whose variant hash matches. The record's account is then
-preferred (moved to the front of the candidate order) or, for a managed previous id, it is the
-owner: the only account tried first.
+Before the first attempt Redis is asked what the request needs: with a previous id, that
+response's record (one script call); without one, the newest record of the request's local
+conversation whose variant hash matches, inside the scheduler's order-and-acquire script (no
+round trip of its own). The record's account is then preferred (moved to the front of the
+candidate order) or, for a managed previous id, it is the owner: the only account tried first.
 
 What happens after a failure on the owner is ``after_owner_failure``: one same-account retry
 with the full replay on a history error or an unavailable continuation, the replay to another
@@ -42,50 +42,22 @@ logger = logging.getLogger(__name__)
 # A response id longer than this is nobody's (it would only make a long Redis key): an unknown
 # previous id, and no record for such a response.
 MAX_RESPONSE_ID_LENGTH = 256
-# How many of a conversation's newest records the preference looks at for a matching variant.
-PREFERENCE_SCAN = 16
-
-# KEYS[1]: the record of the previous response, or the conversation index.
-# ARGV: mode ("previous" | "conversation"), record key prefix, variant hash, scan size.
-# Returns {response id, record JSON} or {} (dangling index members are removed on the way).
+# KEYS[1]: the record of the previous response. Returns it, or nothing.
 # The record comes back without its replay turns (up to 2 MiB the request path never needs:
 # the node's parentResponseId/depth/totalBytes are kept). Records are written by
 # proxy.runtime_state.affinity with default json separators, the replay node last and its
 # turns last in it; every field before them is a string, number or list of strings, whose
-# quotes JSON escapes, so the first unescaped '"variantHash": "' and ', "replay": ' are the
-# record's own. A record in another shape is returned whole.
+# quotes JSON escapes, so the first unescaped ', "replay": ' is the record's own. A record in
+# another shape is returned whole. (A conversation's preference, spec §5.2, is looked up by the
+# scheduler's order-and-acquire script: proxy.dispatch.scheduler.)
 _LOOKUP = """
-local function without_turns(raw)
-  local at = string.find(raw, ', "replay": {', 1, true)
-  if not at then return raw end
-  local cut = string.find(raw, ', "turnInput": ', at, true)
-  if not cut then return raw end
-  return string.sub(raw, 1, cut - 1) .. '}}'
-end
-local function variant_of(raw)
-  local marker = '"variantHash": "'
-  local at = string.find(raw, marker, 1, true)
-  if not at then return nil end
-  local from = at + string.len(marker)
-  local to = string.find(raw, '"', from, true)
-  if not to then return nil end
-  return string.sub(raw, from, to - 1)
-end
-if ARGV[1] == 'previous' then
-  local raw = redis.call('GET', KEYS[1])
-  if raw then return {'', without_turns(raw)} end
-  return {}
-end
-local members = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
-for _, member in ipairs(members) do
-  local raw = redis.call('GET', ARGV[2] .. member)
-  if not raw then
-    redis.call('ZREM', KEYS[1], member)
-  elseif variant_of(raw) == ARGV[3] then
-    return {member, without_turns(raw)}
-  end
-end
-return {}
+local raw = redis.call('GET', KEYS[1])
+if not raw then return false end
+local at = string.find(raw, ', "replay": {', 1, true)
+if not at then return raw end
+local cut = string.find(raw, ', "turnInput": ', at, true)
+if not cut then return raw end
+return string.sub(raw, 1, cut - 1) .. '}}'
 """
 _LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())
 
@@ -185,32 +157,25 @@ class Continuity:
         return self._history
 
 
-async def look_up(
-    *, previous_response_id: str | None, conversation_id: str, variant: str
-) -> Continuity:
-    """One Redis round trip; a Redis failure is logged and means "nothing known"."""
+async def look_up(*, previous_response_id: str, conversation_id: str, variant: str) -> Continuity:
+    """The record of ``previous_response_id`` (managed) or nothing (external): one Redis round
+    trip; a Redis failure is logged and means "nothing known"."""
     continuity = Continuity(
         conversation_id=conversation_id,
         variant_hash=variant,
         previous_response_id=previous_response_id,
     )
-    if previous_response_id is not None and len(previous_response_id) > MAX_RESPONSE_ID_LENGTH:
+    if len(previous_response_id) > MAX_RESPONSE_ID_LENGTH:
         return continuity
-    if previous_response_id is not None:
-        # A record this process is still writing (the client was quicker than the writer).
-        await wait_if_pending(previous_response_id)
-        keys, mode = [redis_keys.affinity_response(previous_response_id)], "previous"
-    else:
-        keys, mode = [redis_keys.affinity_conversation(conversation_id)], "conversation"
+    # A record this process is still writing (the client was quicker than the writer).
+    await wait_if_pending(previous_response_id)
     try:
         redis = await async_redis.get()
         found = await _LOOKUP_SCRIPT(
-            keys=keys,
-            args=[mode, redis_keys.affinity_response(""), variant, PREFERENCE_SCAN],
-            client=redis,
+            keys=[redis_keys.affinity_response(previous_response_id)], args=[], client=redis
         )
         if found:
-            record = json.loads(found[1])
+            record = json.loads(found)
             continuity.record = record if isinstance(record, dict) else None
     except Exception as error:
         logger.warning("affinity lookup failed (%s); scheduling normally", type(error).__name__)

@@ -49,7 +49,7 @@ from proxy.dispatch.cookies import captured_cookies, cookie_header
 from proxy.dispatch.eligibility_wait import wait_for_an_account
 from proxy.dispatch.failures import AttemptFailure, FailureKind
 from proxy.dispatch.relay import StreamRelay
-from proxy.dispatch.scheduler import Slot
+from proxy.dispatch.scheduler import ConversationLookup, Slot
 from proxy.dispatch.token_retry import (
     give_up_after_refresh,
     refresh_for_retry,
@@ -217,21 +217,32 @@ class Dispatch:
             return CandidateQueue(
                 eligible, settings, limit=1 if request.previous_response_id else None
             )
+        variant = variant_hash(request.body, request.client_identity)
+        if request.previous_response_id is None:
+            # The conversation's preference is looked up by the script that orders the
+            # candidates and takes the slot: no Redis round trip of its own (spec §5.2).
+            self._continuity = Continuity(
+                conversation_id=request.conversation_id, variant_hash=variant
+            )
+            return CandidateQueue(
+                eligible,
+                settings,
+                conversation=ConversationLookup(request.conversation_id, variant),
+            )
         continuity = self._continuity = await look_up(
             previous_response_id=request.previous_response_id,
             conversation_id=request.conversation_id,
-            variant=variant_hash(request.body, request.client_identity),
+            variant=variant,
         )
         if continuity.external:
             # Unknown previous id (spec §5.3): exactly one account, the id untouched, its answer
             # as it is — never fanned out, never replayed.
             return CandidateQueue(eligible, settings, limit=1)
-        if continuity.managed:
-            owner_id = continuity.preferred_account_id
-            self._others = [account for account in eligible if account.id != owner_id]
-            self._sent = owner_request(request, continuity)
-            return CandidateQueue([a for a in eligible if a.id == owner_id], settings)
-        return CandidateQueue(eligible, settings, prefer=continuity.preferred_account_id)
+        # Managed (the previous response's record was found): its owner alone first.
+        owner_id = continuity.preferred_account_id
+        self._others = [account for account in eligible if account.id != owner_id]
+        self._sent = owner_request(request, continuity)
+        return CandidateQueue([a for a in eligible if a.id == owner_id], settings)
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""

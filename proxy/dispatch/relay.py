@@ -111,17 +111,42 @@ class StreamRelay:
             finally:
                 self._on_end(self.end)
 
-    async def relay(self) -> AsyncIterator[bytes]:
+    async def relay(self, ending: StreamEnding | None = None) -> AsyncIterator[bytes]:
         """The bytes of the committed stream verbatim, then the synthetic failure if the
-        upstream ended without a terminal event, then ``data: [DONE]``."""
-        async for chunk, _ in self.chunks():
-            yield chunk
+        upstream ended without a terminal event, then ``data: [DONE]``.
+
+        A chunk that carries the terminal event of a stream with nothing more to read is held
+        and handed out with what follows it as ONE last item (``ending.last`` set), so that the
+        server can end the answer in the same write."""
         progress = self.committed.progress
+        stream = self.committed.stream
+        held = b""
+        async for chunk, _ in self.chunks():
+            if held or (progress.terminal_event and stream.ended()):
+                held += chunk
+                continue
+            yield chunk
+        tail = [held]
         if self.end.server_shutdown:
             separator = b"" if self.committed.scanner.ends_with_blank_line else b"\n\n"
-            yield separator + server_shutdown_event(progress.response_id)
+            tail.append(separator + server_shutdown_event(progress.response_id))
         elif self.end.synthetic_failure:
             separator = b"" if self.committed.scanner.ends_with_blank_line else b"\n\n"
-            yield separator + stream_disconnected_event(progress.response_id, self.end.stream_error)
+            tail.append(
+                separator + stream_disconnected_event(progress.response_id, self.end.stream_error)
+            )
         if not progress.done_seen:
-            yield DONE_FRAME
+            tail.append(DONE_FRAME)
+        if ending is not None:
+            ending.last = True
+        yield b"".join(tail)
+
+
+class StreamEnding:
+    """Shared between an SSE answer's generator and the server that sends it: ``last`` is set
+    just before the generator hands out its last item (the server ends the body with it)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = False

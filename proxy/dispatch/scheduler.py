@@ -41,9 +41,16 @@ QUOTA_PENALTY = 1000.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 CURSOR_TTL_SECONDS = 7 * 24 * 3600
 
-# KEYS[1] cursor hash, KEYS[2..n+1] slot keys of the candidates (same order as the ARGV pairs)
+# KEYS[1] cursor hash, KEYS[2..n+1] slot keys of the candidates (same order as the ARGV pairs),
+#   KEYS[n+2] (with a conversation lookup) the conversation's affinity index
 # ARGV: strategy, now_ms, stale_before_ms, max_slots, slot_id, slot_ttl_ms, load_weight,
-#       rotate (1/0), cursor_ttl_s, then n pairs (account id, base score)
+#       rotate (1/0), cursor_ttl_s, affinity record key prefix ('' = no lookup), variant hash,
+#       scan size, then n pairs (account id, base score)
+# With a lookup, the account of the conversation's newest affinity record of the same variant
+# (spec §5.2, the script of proxy.dispatch.continuity in its "conversation" mode, dangling index
+# members removed on the way) goes first when it is a candidate: the preference costs no
+# round trip of its own. Returns {acquired id or '', latest other start or '-1', preferred
+# account id or '', the order...}.
 _ORDER_AND_ACQUIRE = """
 local strategy = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -54,14 +61,45 @@ if redis.call('HGET', KEYS[1], 'strategy') ~= strategy then
 end
 local cursor = redis.call('HINCRBY', KEYS[1], 'cursor', 1) - 1
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[9]))
-local n = (#ARGV - 9) / 2
+local n = (#ARGV - 12) / 2
 local entries = {}
+local top = nil
 for i = 1, n do
   local key = KEYS[i + 1]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[3])
   local slots = redis.call('ZCARD', key)
-  local score = tonumber(ARGV[9 + 2 * i]) + load_weight * (1 - slots / max_slots)
-  entries[i] = {index = i, id = ARGV[8 + 2 * i], score = score, slots = slots}
+  local score = tonumber(ARGV[12 + 2 * i]) + load_weight * (1 - slots / max_slots)
+  entries[i] = {index = i, id = ARGV[11 + 2 * i], score = score, slots = slots}
+  if top == nil or score > top then top = score end
+end
+-- The record's own fields come first (the client's turns last), so the first match of a
+-- key is the record's own: a client item carrying the same key comes after it.
+local function field_of(raw, marker)
+  local at = string.find(raw, marker, 1, true)
+  if not at then return nil end
+  local from = at + string.len(marker)
+  local to = string.find(raw, '"', from, true)
+  if not to then return nil end
+  return string.sub(raw, from, to - 1)
+end
+local preferred = ''
+if ARGV[10] ~= '' then
+  local index_key = KEYS[n + 2]
+  local members = redis.call('ZREVRANGE', index_key, 0, tonumber(ARGV[12]) - 1)
+  for _, member in ipairs(members) do
+    local raw = redis.call('GET', ARGV[10] .. member)
+    if not raw then
+      redis.call('ZREM', index_key, member)
+    elseif field_of(raw, '"variantHash": "') == ARGV[11] then
+      preferred = field_of(raw, '{"accountId": "') or ''
+      break
+    end
+  end
+  if preferred ~= '' then
+    for i = 1, n do
+      if entries[i].id == preferred then entries[i].score = top + 10 end
+    end
+  end
 end
 table.sort(entries, function(a, b)
   if a.score ~= b.score then return a.score > b.score end
@@ -82,7 +120,7 @@ if ARGV[8] == '1' then
   end
   entries = rotated
 end
-local result = {'', '-1'}
+local result = {'', '-1', preferred}
 for _, entry in ipairs(entries) do
   result[#result + 1] = entry.id
   if result[1] == '' and entry.slots < max_slots then
@@ -260,21 +298,41 @@ def _decode(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def order_and_acquire(
-    ranking: Ranking, scheduler: SchedulerSettings
-) -> tuple[list[AccountView], Slot | None]:
-    """Finish the order and take a slot on the first account with one free.
+@dataclass(frozen=True)
+class ConversationLookup:
+    """The conversation whose newest affinity record of ``variant_hash`` names the account to
+    prefer (spec §5.2), looked up inside the order-and-acquire script."""
 
-    Returns the full candidate order and the slot (None when every account is busy).
+    conversation_id: str
+    variant_hash: str
+
+
+# How many of a conversation's newest records the preference looks at for a matching variant.
+PREFERENCE_SCAN = 16
+
+
+async def order_and_acquire(
+    ranking: Ranking,
+    scheduler: SchedulerSettings,
+    *,
+    conversation: ConversationLookup | None = None,
+) -> tuple[list[AccountView], Slot | None, str | None]:
+    """Finish the order and take a slot on the first account with one free; with
+    ``conversation``, the account of its affinity record (when a candidate) goes first.
+
+    Returns the full candidate order, the slot (None when every account is busy) and the
+    account the conversation's record named (None when none did).
     """
     accounts = ranking.accounts
     if not accounts:
-        return [], None
+        return [], None, None
     now = _now_ms()
     slot_id = os.urandom(12).hex()
     keys = [redis_keys.scheduler_cursor()] + [
         redis_keys.account_slots(account.id) for account in accounts
     ]
+    if conversation is not None:
+        keys.append(redis_keys.affinity_conversation(conversation.conversation_id))
     args = [
         scheduler.strategy,
         now,
@@ -285,16 +343,21 @@ async def order_and_acquire(
         repr(ranking.load_weight),
         "1" if ranking.rotate_ties else "0",
         CURSOR_TTL_SECONDS,
+        redis_keys.affinity_response("") if conversation is not None else "",
+        conversation.variant_hash if conversation is not None else "",
+        PREFERENCE_SCAN,
     ]
     for account, score in zip(accounts, ranking.base_scores, strict=True):
         args += [account.id, repr(score)]
     result = await _run_script("order", keys, args)
     acquired_id, previous = _decode(result[0]), int(float(_decode(result[1])))
+    preferred = _decode(result[2]) or None
     by_id = {account.id: account for account in accounts}
-    order = [by_id[_decode(account_id)] for account_id in result[2:]]
+    order = [by_id[_decode(account_id)] for account_id in result[3:]]
     if not acquired_id:
-        return order, None
-    return order, Slot(by_id[acquired_id], slot_id, previous if previous >= 0 else None)
+        return order, None, preferred
+    slot = Slot(by_id[acquired_id], slot_id, previous if previous >= 0 else None)
+    return order, slot, preferred
 
 
 async def acquire_first_free(

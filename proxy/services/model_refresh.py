@@ -91,7 +91,7 @@ async def _slots_per_plan(
     slots: dict[str, Slot] = {}
     for plan, accounts in groups.items():
         ranking = scheduler.rank(accounts, scheduler_settings.strategy)
-        _, slot = await scheduler.order_and_acquire(ranking, scheduler_settings)
+        _, slot, _ = await scheduler.order_and_acquire(ranking, scheduler_settings)
         if slot is not None:
             slots[plan] = slot
     return slots

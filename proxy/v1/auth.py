@@ -1,9 +1,10 @@
 """Client keys on ``/v1`` (spec §1.2): one unique-index lookup per request, no in-process table.
 
-For the responses routes the same statement reads the hot runtime settings, the fingerprint,
-the key's policy (issue 25) and the candidate accounts, so a request costs one PostgreSQL
-round trip before the first byte; the models routes read only the key and the aliases.
-``last_used_at`` is touched in batches after a 1 s debounce.
+For the responses routes the same statement reads the key's policy (issue 25) and the version
+of the pool snapshot (``proxy.pool_snapshot``: the hot runtime settings, the fingerprint and
+the candidate accounts, kept in memory and read again only when that version moved), so a
+request costs one PostgreSQL round trip before the first byte; the models routes read only the
+key and the aliases. ``last_used_at`` is touched in batches after a 1 s debounce.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ import logging
 from dataclasses import dataclass
 
 import psycopg
-from django.conf import settings
 from django.utils import timezone
 from psycopg_pool import PoolTimeout
 
-from proxy.accounts import AccountView, accounts_from_json
-from proxy.clients.codex import FingerprintHeaders, render_fingerprint
+from proxy.accounts import AccountView
+from proxy.clients.codex import FingerprintHeaders
 from proxy.dispatch.scheduler import SchedulerSettings
 from proxy.loop_resources import (
     DATABASE_ACQUIRE_TIMEOUT_SECONDS,
@@ -34,27 +34,20 @@ from proxy.policies.rules import (
     policy_from_row,
     resolved_model_names,
 )
-from proxy.selectors import KEY_CANDIDATES_JSON_SQL
+from proxy.pool_snapshot import POOL_VERSION_SQL, PoolSnapshot, pool_snapshot
 
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "sk_"
 TOUCH_DEBOUNCE_SECONDS = 1.0
 
-_KEY_AND_SETTINGS_SQL = (
-    """
-select k.id, s.model_aliases_json, s.max_concurrent_per_account, s.request_interval_ms,
-       s.rotation_strategy,
-       f.originator, f.app_version, f.build_number, f.platform, f.arch, f.chromium_version,
-       f.user_agent_template, f.default_headers_json, f.header_order_json,
-       """
+_KEY_AND_VERSION_SQL = (
+    "select k.id, "
     + POLICY_COLUMNS_SQL
-    + ","
-    + KEY_CANDIDATES_JSON_SQL
+    + ", "
+    + POOL_VERSION_SQL
     + """
 from client_api_keys k
-left join runtime_settings s on s.id = 1
-left join fingerprints f on f.id = 'current'
 left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
@@ -67,18 +60,6 @@ left join runtime_settings s on s.id = 1
 left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
-_FINGERPRINT_COLUMNS = (
-    "originator",
-    "app_version",
-    "build_number",
-    "platform",
-    "arch",
-    "chromium_version",
-    "user_agent_template",
-    "default_headers_json",
-    "header_order_json",
-)
-
 
 @dataclass(frozen=True, kw_only=True)
 class KeyHolder:
@@ -177,30 +158,33 @@ async def authenticate_key(authorization: str | None) -> KeyHolder | None:
 async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
     """The enabled key's client, the current settings and the candidate accounts, or None when
     the header carries no enabled key. Raises KeyLookupUnavailable when the database fails."""
-    row = await _key_row(authorization, _KEY_AND_SETTINGS_SQL)
+    row = await _key_row(authorization, _KEY_AND_VERSION_SQL)
     if row is None:
         return None
-    key_id, aliases, max_concurrent, interval, strategy = row[:5]
-    fingerprint_end = 5 + len(_FINGERPRINT_COLUMNS)
-    fingerprint = dict(zip(_FINGERPRINT_COLUMNS, row[5:fingerprint_end], strict=True))
-    policy_columns = row[fingerprint_end : fingerprint_end + POLICY_COLUMN_COUNT]
-    aliases = clean_aliases(aliases)
-    policy = policy_from_row(key_id, policy_columns, aliases)
-    if fingerprint["originator"] is None:  # not seeded yet (start-up seeds it)
-        fingerprint = settings.CODEX_FINGERPRINT
+    key_id = row[0]
+    policy_columns = row[1 : 1 + POLICY_COLUMN_COUNT]
+    snapshot = await _snapshot(int(row[-1]))
+    policy = policy_from_row(key_id, policy_columns, snapshot.aliases)
     return AuthenticatedClient(
         key_id=key_id,
-        aliases=aliases,
+        aliases=snapshot.aliases,
         policy=policy,
         allowed_models=policy.allowed_models if policy is not None else None,
-        scheduler_settings=SchedulerSettings(
-            strategy=strategy or "smart",
-            max_concurrent_per_account=max_concurrent or 3,
-            request_interval_ms=interval if interval is not None else 50,
-        ),
-        fingerprint=render_fingerprint(fingerprint),
-        accounts=accounts_from_json(row[-1]),
+        scheduler_settings=snapshot.scheduler_settings,
+        fingerprint=snapshot.fingerprint,
+        accounts=snapshot.candidates(policy.account_group if policy is not None else None),
     )
+
+
+async def _snapshot(version: int) -> PoolSnapshot:
+    """The pool snapshot at ``version`` (or newer); raises KeyLookupUnavailable when it had to
+    be read again and the database failed (the same 503 as a failed key lookup)."""
+    try:
+        async with asyncio.timeout(DATABASE_ACQUIRE_TIMEOUT_SECONDS):
+            return await pool_snapshot(version)
+    except (PoolTimeout, TimeoutError, psycopg.Error) as error:
+        logger.warning("pool snapshot read failed: %s", type(error).__name__)
+        raise KeyLookupUnavailable from error
 
 
 class KeyTouches:

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from proxy.chat import ChatStreamTranslator, chat_request_to_responses
 from proxy.dispatch.dispatcher import Dispatch
-from proxy.dispatch.relay import StreamRelay
+from proxy.dispatch.relay import StreamEnding, StreamRelay
 from proxy.dispatch.sse import DONE_FRAME, SERVER_SHUTDOWN_MESSAGE, Frame
 from proxy.dispatch.types import Committed
 from proxy.v1.common import (
@@ -84,8 +84,12 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     translator = ChatStreamTranslator(plan, completion_id, int(time.time()), plan.requested_model)
     if plan.stream:
         relay = await dispatch.stream()
+        ending = StreamEnding()
         return event_stream_response(
-            _chunks(relay, translator), valid.request_id, relay.upstream_headers
+            _chunks(relay, translator, ending),
+            valid.request_id,
+            relay.upstream_headers,
+            ending=ending,
         )
 
     async def complete() -> HttpResponse:
@@ -105,12 +109,25 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     )
 
 
-async def _chunks(relay: StreamRelay, translator: ChatStreamTranslator):
-    """The committed stream translated to chat chunks, then the closing chunks and [DONE]."""
+async def _chunks(
+    relay: StreamRelay, translator: ChatStreamTranslator, ending: StreamEnding | None = None
+):
+    """The committed stream translated to chat chunks, then the closing chunks and [DONE]:
+    the chat chunks of one upstream read as one item; the terminal event's, when nothing more
+    is to come, held and handed out with the closing ones as the last item (``ending``)."""
+    progress = relay.committed.progress
+    stream = relay.committed.stream
+    held: list[bytes] = []
     async for _, frames in relay.chunks():
-        for event_type, event in _events(frames):
-            for chunk in translator.feed(event_type, event):
-                yield _frame(chunk)
+        parts = [
+            _frame(chunk)
+            for event_type, event in _events(frames)
+            for chunk in translator.feed(event_type, event)
+        ]
+        if held or (progress.terminal_event and stream.ended()):
+            held += parts
+        elif parts:
+            yield b"".join(parts)
     if relay.end.server_shutdown:
         closing = translator.error_chunks(SERVER_SHUTDOWN_MESSAGE)
     elif relay.end.synthetic_failure:
@@ -120,9 +137,11 @@ async def _chunks(relay: StreamRelay, translator: ChatStreamTranslator):
         closing = translator.error_chunks(message)
     else:
         closing = translator.finish()
-    for chunk in closing:
-        yield _frame(chunk)
-    yield DONE_FRAME
+    held += [_frame(chunk) for chunk in closing]
+    held.append(DONE_FRAME)
+    if ending is not None:
+        ending.last = True
+    yield b"".join(held)
 
 
 def _replay(translator: ChatStreamTranslator, committed: Committed) -> None:

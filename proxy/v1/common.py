@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.client_errors import ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
+from proxy.dispatch.relay import StreamEnding
 from proxy.dispatch.types import DispatchRequest, RequestTiming
 from proxy.dispatch.upstream_request import read_client_identity
 from proxy.ledger import writer as ledger
@@ -40,9 +40,10 @@ ALLOWED_SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "col
 Client = TypeVar("Client", bound=KeyHolder)
 
 
-# The POST routes, whose key the /v1 handler checks before it reads the body.
-BODY_ROUTES = frozenset(
-    {"v1-responses", "v1-responses-review", "v1-responses-compact", "v1-chat-completions"}
+# The POST routes (their exact paths in proxy/urls.py), whose key the /v1 handler checks
+# before it reads the body.
+BODY_ROUTE_PATHS = frozenset(
+    {"/v1/responses", "/v1/responses/review", "/v1/responses/compact", "/v1/chat/completions"}
 )
 
 
@@ -98,13 +99,7 @@ def _key_lookup_failure_entry(request: HttpRequest, request_id: str) -> LedgerEn
 async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
     """On a POST route, check the client key from the headers alone (the body is not read yet)
     and keep the result for the view; return the 401 (or 500) to send instead, else None."""
-    if request.method != "POST":
-        return None
-    try:
-        match = resolve(request.path_info)
-    except Resolver404:
-        return None
-    if match.url_name not in BODY_ROUTES:
+    if request.method != "POST" or request.path_info not in BODY_ROUTE_PATHS:
         return None
     try:
         request.v1_authenticated = await authenticated(request)
@@ -126,11 +121,16 @@ def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dic
     return response
 
 
-def event_stream_response(events, request_id: str, upstream: dict[str, str]):
-    """An SSE response of ``events`` (bytes), unbuffered by caches and reverse proxies."""
+def event_stream_response(
+    events, request_id: str, upstream: dict[str, str], *, ending: StreamEnding | None = None
+):
+    """An SSE response of ``events`` (bytes), unbuffered by caches and reverse proxies.
+    ``ending``: the generator's flag for its last item; the /v1 handler then sends the events
+    itself and ends the body with that item (``config.v1_handler``)."""
     response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    response.cpr_ending = ending
     return with_upstream_headers(response, request_id, upstream)
 
 

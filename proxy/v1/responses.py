@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from proxy.dispatch.dispatcher import Dispatch
+from proxy.dispatch.relay import StreamEnding
 from proxy.v1.common import (
     ALLOWED_SUBAGENTS,
     ValidRequest,
@@ -77,7 +78,10 @@ async def _serve(request: HttpRequest, *, route: str, forced_subagent: str | Non
     valid, dispatch = await _parse(request, route=route, forced_subagent=forced_subagent)
     if dispatch.request.stream:
         relay = await dispatch.stream()
-        return event_stream_response(relay.relay(), valid.request_id, relay.upstream_headers)
+        ending = StreamEnding()
+        return event_stream_response(
+            relay.relay(ending), valid.request_id, relay.upstream_headers, ending=ending
+        )
 
     async def complete() -> HttpResponse:
         committed = await dispatch.complete()

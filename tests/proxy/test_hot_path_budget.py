@@ -1,8 +1,9 @@
-"""The request path's budget (issue 9, issue 16): before the first byte PostgreSQL sees one
-statement (client key, settings, fingerprint and candidates together) and Redis two calls: the
-affinity lookup (one script) and the one that orders the candidates and acquires a slot. After
-the stream: one call to release the slot and the affinity record's one MULTI. The ledger is
-written later, in batches.
+"""The request path's budget (issue 9, issue 16, issue 23): before the first byte PostgreSQL
+sees one statement (the client key, its policy and the pool snapshot's version; the settings,
+fingerprint and candidates come from the snapshot in memory, read again — one more statement —
+only after the pool changed) and Redis one call: the script that looks up the conversation's
+affinity, orders the candidates and acquires a slot. After the stream: one call to release the slot
+and the affinity record's one script call. The ledger is written later, in batches.
 
 Both are counted where the servers see them, whatever client API sent them (execute, cursors,
 pipelines, COPY, scripts): the request path's connections reach PostgreSQL through a relay that
@@ -257,6 +258,17 @@ def _counted_request(counted_proxy, private_redis, upstream, client_key):
 
     call()  # warms up: scripts loaded, connections opened, catalog cached
     server.drain()
+    # That request's counters changed account_usage, so the pool snapshot's version moved: a
+    # request for an unknown model (no account touched, nothing of the pool written) reads the
+    # snapshot again, and the counted request finds it current.
+    unknown = requests.post(
+        f"{server.url}/v1/responses",
+        data=json.dumps({"model": "no-such-model", "input": []}),
+        headers={"Authorization": f"Bearer {client_key.key}"},
+        timeout=30,
+    )
+    assert unknown.status_code == 404
+    server.drain()
     # A stream that stays open after its first byte, so the first byte is a moment of its own.
     for token in ("tok-a", "tok-b"):
         upstream.program(token, Reply(deltas=4, delta_delay=0.2))
@@ -285,7 +297,7 @@ def _counted_request(counted_proxy, private_redis, upstream, client_key):
 AFFINITY_RECORD = ["EVALSHA"]
 
 
-def test_one_postgres_statement_and_two_redis_calls_before_the_first_byte(
+def test_one_postgres_statement_and_one_redis_call_before_the_first_byte(
     counted_proxy, private_redis, upstream
 ):
     client_key = client_api_key_create(name="tests", now=timezone.now())
@@ -293,8 +305,9 @@ def test_one_postgres_statement_and_two_redis_calls_before_the_first_byte(
     hot_path, redis_commands = _counted_request(counted_proxy, private_redis, upstream, client_key)
 
     assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
-    # Affinity lookup, order-and-acquire | release, then the affinity record.
-    assert redis_commands == ["EVALSHA", "EVALSHA", "|", "EVALSHA", *AFFINITY_RECORD]
+    # Order-and-acquire (with the conversation's affinity lookup) | release, then the affinity
+    # record.
+    assert redis_commands == ["EVALSHA", "|", "EVALSHA", *AFFINITY_RECORD]
 
 
 def test_a_key_policy_adds_one_redis_call_before_and_one_after(
@@ -320,10 +333,61 @@ def test_a_key_policy_adds_one_redis_call_before_and_one_after(
     hot_path, redis_commands = _counted_request(counted_proxy, private_redis, upstream, client_key)
 
     assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
-    # Admit, affinity lookup, order-and-acquire | then release, the settlement and the affinity
-    # record, the last two written off the request's path in either order.
+    # Admit, order-and-acquire (with the affinity lookup) | then release, the settlement and
+    # the affinity record, the last two written off the request's path in either order.
     first_byte = redis_commands.index("|")
-    assert redis_commands[:first_byte] == ["EVALSHA", "EVALSHA", "EVALSHA"]
+    assert redis_commands[:first_byte] == ["EVALSHA", "EVALSHA"]
     assert sorted(redis_commands[first_byte + 1 :]) == sorted(
         ["EVALSHA", "EVALSHA", *AFFINITY_RECORD]
     )
+
+
+def test_a_change_to_the_pool_is_seen_by_the_next_request_for_one_more_statement(
+    counted_proxy, upstream
+):
+    """The pool snapshot in memory is checked on every request (its version comes in the key's
+    statement): after an operator's write the next request reads it again — one statement
+    more — and schedules by the write; the request after it is back to one statement."""
+    server, postgres = counted_proxy
+    client_key = client_api_key_create(name="tests", now=timezone.now())
+    first = make_pool_account("tok-a")
+    make_pool_account("tok-b")
+
+    def post(model: str = "gpt-5.4") -> requests.Response:
+        return requests.post(
+            f"{server.url}/v1/responses",
+            data=json.dumps({"model": model, "input": [], "stream": False}),
+            headers={"Authorization": f"Bearer {client_key.key}"},
+            timeout=30,
+        )
+
+    def request_path_statements() -> list[str]:
+        return [
+            statement[:40]
+            for statement in postgres.statements
+            if statement.startswith(("select k.id", "select (select coalesce(sum(version)"))
+        ]
+
+    assert post().status_code == 200
+    server.drain()
+    assert post("no-such-model").status_code == 404  # reads the snapshot after the ledger
+    server.drain()
+    # An operator disables tok-a (the ORM, as the console does).
+    type(first).objects.filter(pk=first.pk).update(status="disabled")
+    postgres.statements.clear()
+    after_the_change = [post() for _ in range(4)]
+    statements_of_the_first = request_path_statements()[:2]
+    server.drain()  # the ledger's counters of those four: the version moves again
+    assert post("no-such-model").status_code == 404
+    server.drain()
+    postgres.statements.clear()
+    assert post("no-such-model").status_code == 404
+    unchanged = request_path_statements()
+
+    assert [response.status_code for response in after_the_change] == [200] * 4
+    assert upstream.tokens_called()[-4:] == ["tok-b"] * 4
+    assert statements_of_the_first == [
+        "select k.id, p.key_id, p.requests_per_mi",
+        "select (select coalesce(sum(version), 0)",
+    ]
+    assert unchanged == ["select k.id, p.key_id, p.requests_per_mi"]

@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 
 from proxy.clients.codex import CodexContinuationUnavailable, CodexHTTPError
-from proxy.dispatch import continuity
+from proxy.dispatch import continuity, scheduler
 from proxy.dispatch.client_errors import client_error_for
 from proxy.dispatch.continuity import Next, after_owner_failure
 from proxy.dispatch.failures import (
@@ -35,6 +35,7 @@ from proxy.dispatch.replay import (
 from proxy.ledger import affinity as ledger_affinity
 from proxy.ledger.affinity import AffinityWrite
 from proxy.runtime_state.affinity import affinity_record
+from tests.proxy.test_scheduler import account as account_view
 
 
 def _size(node: dict) -> int:
@@ -313,20 +314,27 @@ def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redi
             fields={"turnState": "ts", "variantHash": variant, "replay": node},
         )
     summary = {"parentResponseId": None, "depth": 1, "totalBytes": node["totalBytes"]}
+    candidates = [account_view(name) for name in ("acct_other", "acct_evil", "acct_right")]
 
-    preferred = asyncio.run(
-        continuity.look_up(
-            previous_response_id=None, conversation_id=conversation, variant="wanted000000"
+    async def order_for(variant: str) -> tuple[list[str], str | None]:
+        order, slot, preferred = await scheduler.order_and_acquire(
+            scheduler.rank(candidates, "round_robin"),
+            scheduler.SchedulerSettings("round_robin", 10, 0),
+            conversation=scheduler.ConversationLookup(conversation, variant),
         )
-    )
+        await scheduler.release(slot)
+        return [candidate.id for candidate in order], preferred
+
+    wanted_order, wanted = asyncio.run(order_for("wanted000000"))
+    unknown_order, unknown = asyncio.run(order_for("nothing00000"))
     managed = asyncio.run(
         continuity.look_up(
             previous_response_id=f"resp_new_{unique}", conversation_id="lc_y", variant="v"
         )
     )
 
-    assert preferred.preferred_account_id == "acct_right"
-    assert preferred.record["replay"] == summary
+    assert (wanted, wanted_order[0]) == ("acct_right", "acct_right")
+    assert unknown is None and sorted(unknown_order) == sorted(wanted_order)
     assert managed.managed and managed.preferred_account_id == "acct_other"
     assert managed.record["replay"] == summary and managed.stored_turn_state == "ts"
     assert managed.record_conversation_id == conversation

@@ -65,7 +65,7 @@ def _settings(strategy: str = "smart", max_slots: int = 3) -> SchedulerSettings:
 
 async def _order(accounts, strategy, max_slots=3):
     """One scheduling decision: the order, with the slot it took given back."""
-    order, slot = await scheduler.order_and_acquire(
+    order, slot, _ = await scheduler.order_and_acquire(
         rank(accounts, strategy), _settings(strategy, max_slots)
     )
     if slot is not None:
@@ -157,9 +157,11 @@ def test_slots_cap_concurrency_and_busy_accounts_are_skipped(fresh):
 
     async def scenario():
         held = await scheduler.acquire(first, _settings("round_robin", 1))
-        order, slot = await scheduler.order_and_acquire(ranking, _settings("round_robin", 1))
+        order, slot, _ = await scheduler.order_and_acquire(ranking, _settings("round_robin", 1))
         second_held = slot
-        order_again, none = await scheduler.order_and_acquire(ranking, _settings("round_robin", 1))
+        order_again, none, _ = await scheduler.order_and_acquire(
+            ranking, _settings("round_robin", 1)
+        )
         await scheduler.release(held)
         await scheduler.release(second_held)
         return held, slot, none

@@ -101,6 +101,10 @@ class CodexStream:
         except TRANSPORT_ERRORS as error:
             raise CodexTransportError(type(error).__name__) from None
 
+    def ended(self) -> bool:
+        """Whether the whole body has arrived (reading on will not wait)."""
+        return self._response.content.at_eof()
+
     def release(self) -> None:
         self._response.release()
 

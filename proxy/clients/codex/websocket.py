@@ -128,6 +128,7 @@ class CodexWebSocketStream:
             if kind in TERMINAL_EVENTS:
                 self._end(kind, raw)
             yield _sse(kind, raw)
+        idle_timeout = _event_timeout(idle=True)
         while not self._ended:
             parts: list[bytes] = []
             stopped: Exception | None = None
@@ -135,7 +136,9 @@ class CodexWebSocketStream:
             # read returns the events that arrived together (fewer writes to the client).
             while not self._ended and (not parts or _has_buffered_frames(self._socket)):
                 try:
-                    kind, raw = await _next_event(self._socket, self.headers, idle=True)
+                    kind, raw = await _next_event(
+                        self._socket, self.headers, idle=True, timeout=idle_timeout
+                    )
                 except (_ClosedCleanly, CodexTransportError) as error:
                     stopped = error
                     break
@@ -150,6 +153,11 @@ class CodexWebSocketStream:
                 return
             if stopped is not None:
                 raise stopped
+
+    def ended(self) -> bool:
+        """Whether the response is over (its terminal event was read): nothing more to wait
+        for."""
+        return self._ended
 
     def _end(self, kind: str, raw: str) -> None:
         self._ended = True
@@ -184,6 +192,15 @@ def _has_buffered_frames(socket: UpstreamSocket) -> bool:
     return bool(buffer)
 
 
+def _next_frame_is_buffered_text(socket: UpstreamSocket) -> bool:
+    """Whether the frame aiohttp hands out next is a text frame it already holds."""
+    buffer = getattr(getattr(socket.websocket, "_reader", None), "_buffer", None)
+    if not buffer:
+        return False
+    message = buffer[0][0]
+    return getattr(message, "type", None) is aiohttp.WSMsgType.TEXT
+
+
 _ABNORMAL_CLOSURE = 1006  # RFC 6455: the connection ended without a close frame
 
 
@@ -203,15 +220,30 @@ class _ClosedCleanly(Exception):
     """The upstream closed the socket with a close frame (after the first event)."""
 
 
-async def _next_event(socket: UpstreamSocket, headers: dict[str, str], *, idle: bool) -> tuple:
-    """The next event frame (type, raw JSON), internal events folded into ``headers``."""
-    # 0 disables the first-event timeout: the between-frames one applies then.
+def _event_timeout(*, idle: bool) -> float:
+    """How long the next frame may take: between frames, or (``idle`` False) until the first
+    event; 0 disables the first-event timeout and the between-frames one applies then."""
     first_timeout = settings.CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS
-    timeout = settings.CODEX_WS_IDLE_TIMEOUT_SECONDS if idle or not first_timeout else first_timeout
+    return settings.CODEX_WS_IDLE_TIMEOUT_SECONDS if idle or not first_timeout else first_timeout
+
+
+async def _next_event(
+    socket: UpstreamSocket, headers: dict[str, str], *, idle: bool, timeout: float | None = None
+) -> tuple:
+    """The next event frame (type, raw JSON), internal events folded into ``headers``.
+    ``timeout``: the wait allowed (``_event_timeout``, computed when not given)."""
+    if timeout is None:
+        timeout = _event_timeout(idle=idle)
     while True:
         try:
-            async with asyncio.timeout(timeout):
+            if _next_frame_is_buffered_text(socket):
+                # Already received: read at once, without a timer to arm and cancel (most of
+                # a response's frames arrive together with another). Only a text frame: after
+                # a ping aiohttp would go on to wait for the next frame itself.
                 message = await socket.websocket.receive()
+            else:
+                async with asyncio.timeout(timeout):
+                    message = await socket.websocket.receive()
         except TimeoutError:
             raise CodexTransportError(
                 "websocket idle timeout" if idle else "websocket first-event timeout"
