@@ -61,6 +61,7 @@ left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s and k.enabled
 """
 
+
 @dataclass(frozen=True, kw_only=True)
 class KeyHolder:
     """A verified client key and the model aliases it sees (what the models routes need);
