@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import subprocess
 import sys
 import time
@@ -27,60 +25,20 @@ import psutil
 
 from bench.load import introduce_conversations, run_load
 from bench.processes import CpuMeter, own_process, postgres_processes, redis_processes, tree
+from bench.project import prepare_project, project_env, web_command, web_env
 from bench.run import CHAT_BODY, RESPONSES_BODY, ROOT, Services, wait_for_port
-from bench.stores import prepared_store_env
 from config.embedded import free_port
 
 
 def start_project(
     services: Services, *, fake_url: str, workers: int, log_dir: Path, extra_env: dict, policy: bool
 ) -> tuple[subprocess.Popen, int, str, dict]:
-    """Migrate and seed the bench database, start uvicorn; returns (process, port, key, env)."""
-    env = {
-        **os.environ,
-        **prepared_store_env(),
-        "CODEX_UPSTREAM_BASE": fake_url,
-        "LOG_LEVEL": "warning",
-        **extra_env,
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
-    key = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "bench.seed", "populate", "--accounts", "4"]
-            + (["--key-policy"] if policy else []),
-            cwd=ROOT,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    )["key"]
+    """Migrate and seed the bench database, start the web; returns (process, port, key, env)."""
+    env = project_env(fake_url, extra_env)
+    key = prepare_project(env, accounts=4, key_policy=policy)
     port = free_port()
     project = services.start(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--lifespan",
-            "on",
-        ],
-        env=env,
-        log=log_dir / "project.log",
+        web_command(), env=web_env(env, port=port, workers=workers), log=log_dir / "project.log"
     )
     wait_for_port(port, project)
     return project, port, key, env

@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from bench.load import LoadResult, introduce_conversations, run_load
-from bench.stores import prepared_store_env
+from bench.project import prepare_project, project_env, web_command, web_env
 from config.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -275,55 +275,13 @@ def main() -> None:
         )
         wait_for_port(bare_port, bare)
 
-        project_env = {
-            **os.environ,
-            **prepared_store_env(),
-            "CODEX_UPSTREAM_BASE": fake_url,
-            "LOG_LEVEL": "warning",
-        }
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env=project_env,
-            check=True,
+        project_environment = project_env(fake_url)
+        key = prepare_project(
+            project_environment, accounts=arguments.accounts, key_policy=arguments.key_policy
         )
-        key = json.loads(
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.seed",
-                    "populate",
-                    "--accounts",
-                    str(arguments.accounts),
-                    *(["--key-policy"] if arguments.key_policy else []),
-                ],
-                cwd=ROOT,
-                env=project_env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )["key"]
         project = services.start(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "config.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(project_port),
-                "--workers",
-                str(arguments.workers),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-                "--lifespan",
-                "on",
-            ],
-            env=project_env,
+            web_command(),
+            env=web_env(project_environment, port=project_port, workers=arguments.workers),
             log=log_dir / "project.log",
         )
         wait_for_port(project_port, project)

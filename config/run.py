@@ -75,7 +75,12 @@ def _uvicorn_log_config() -> dict:
         },
         "loggers": {
             "uvicorn": {"handlers": ["console"], "level": settings.LOG_LEVEL, "propagate": False},
-            "uvicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+            # One line per request at INFO: LOG_LEVEL=warning (or higher) leaves them out.
+            "uvicorn.access": {
+                "handlers": ["console"],
+                "level": settings.LOG_LEVEL,
+                "propagate": False,
+            },
         },
     }
 

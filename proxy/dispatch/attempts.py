@@ -29,7 +29,13 @@ from proxy.dispatch.failures import (
 )
 from proxy.dispatch.progress import is_empty_completion, observe
 from proxy.dispatch.scheduler import Slot
-from proxy.dispatch.sse import SUCCESS_TERMINAL_EVENTS, Frame, SSEFrameTooLarge, SSEScanner
+from proxy.dispatch.sse import (
+    SUCCESS_TERMINAL_EVENTS,
+    Frame,
+    SSEFrameTooLarge,
+    SSEScanner,
+    frames_of,
+)
 from proxy.dispatch.transport_choice import encode_body, falls_back_to_http, open_stream
 from proxy.dispatch.types import (
     Committed,
@@ -183,7 +189,7 @@ class StreamStrategy(_SSEStrategy):
             async for chunk in upstream_timed(stream.chunks(), request.timing):
                 buffered.append(chunk)
                 held += len(chunk)
-                frames = scanner.feed(chunk)
+                frames = frames_of(stream, chunk, scanner)
                 buffered_frames += frames
                 failure = observe(frames, progress, request)
                 if failure is not None:
@@ -240,7 +246,7 @@ class CompleteStrategy(_SSEStrategy):
         kept: list[Frame] = []
         try:
             async for chunk in upstream_timed(stream.chunks(), request.timing):
-                frames = scanner.feed(chunk)
+                frames = frames_of(stream, chunk, scanner)
                 if self.keep_frames:
                     kept += frames
                 observe(frames, progress, request)

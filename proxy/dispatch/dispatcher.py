@@ -131,7 +131,7 @@ class Dispatch:
         served = None
         try:
             committed = await self._walk()
-            await scheduler.release(committed.slot, succeeded=True)
+            scheduler.release_later(committed.slot, succeeded=True)
             served = self._served(committed)
             return committed
         finally:
@@ -144,7 +144,7 @@ class Dispatch:
         served = None
         try:
             result = await self._walk()
-            await scheduler.release(result.slot, succeeded=True)
+            scheduler.release_later(result.slot, succeeded=True)
             payload = result.payload if isinstance(result.payload, dict) else {}
             served = Served(
                 account=result.account,

@@ -23,6 +23,7 @@ from proxy.dispatch.sse import (
     SUCCESS_TERMINAL_EVENTS,
     Frame,
     SSEFrameTooLarge,
+    frames_of,
     server_shutdown_event,
     stream_disconnected_event,
 )
@@ -70,7 +71,7 @@ class StreamRelay:
                 committed.buffered = []
                 yield held, committed.buffered_frames
             async for chunk in committed.stream.chunks():
-                frames = scanner.feed(chunk)
+                frames = frames_of(committed.stream, chunk, scanner)
                 observe(frames, progress, self.request)
                 yield chunk, frames
                 if time.monotonic() - last_heartbeat > heartbeat_every:
@@ -107,7 +108,7 @@ class StreamRelay:
                 server_shutdown=server_shutdown,
             )
             try:
-                await asyncio.shield(scheduler.release(committed.slot, succeeded=succeeded))
+                scheduler.release_later(committed.slot, succeeded=succeeded)
             finally:
                 self._on_end(self.end)
 

@@ -24,7 +24,9 @@ from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.accounts import AccountView
+from proxy.ledger import affinity
 from proxy.loop_resources import async_redis
+from proxy.runtime_state.script_calls import ScriptCall
 
 logger = logging.getLogger(__name__)
 
@@ -391,6 +393,28 @@ async def acquire(account: AccountView, scheduler: SchedulerSettings) -> Slot | 
     return await acquire_first_free([account], scheduler)
 
 
+def release_later(slot: Slot, *, succeeded: bool = False) -> None:
+    """Give the slot back with the next batch of after-response writes (one round trip for
+    many requests under load; at once when the writer is idle): for a slot whose request has
+    ended. Never raises: a slot that could not be released is reclaimed by its TTL."""
+    affinity.submit_call(
+        ScriptCall(
+            _SCRIPTS["release"], *_release_keys_and_args(slot, succeeded), what="slot release"
+        )
+    )
+
+
+def _release_keys_and_args(slot: Slot, succeeded: bool) -> tuple[list[str], list]:
+    return (
+        [
+            redis_keys.account_slots(slot.account.id),
+            redis_keys.cloudflare_challenges(slot.account.id),
+            redis_keys.cloudflare_path_blocks(slot.account.id),
+        ],
+        [slot.slot_id, "1" if succeeded else "0"],
+    )
+
+
 async def release(slot: Slot, *, succeeded: bool = False) -> None:
     """Give the slot back (one round trip); a success also clears the Cloudflare counters.
 
@@ -404,15 +428,7 @@ async def release(slot: Slot, *, succeeded: bool = False) -> None:
 
 
 async def _release(slot: Slot, *, succeeded: bool) -> None:
-    await _run_script(
-        "release",
-        [
-            redis_keys.account_slots(slot.account.id),
-            redis_keys.cloudflare_challenges(slot.account.id),
-            redis_keys.cloudflare_path_blocks(slot.account.id),
-        ],
-        [slot.slot_id, "1" if succeeded else "0"],
-    )
+    await _run_script("release", *_release_keys_and_args(slot, succeeded))
 
 
 async def heartbeat(slot: Slot, ttl_ms: int) -> None:

@@ -12,6 +12,8 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from proxy import json_parse
+
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
 )
@@ -42,7 +44,7 @@ class Frame:
     data: bytes
 
     def json(self) -> dict:
-        return json.loads(self.data)
+        return json_parse.loads(self.data)
 
 
 def _parse_frame(raw: bytes) -> Frame | None:
@@ -102,6 +104,17 @@ class SSEScanner:
             if frame is not None:
                 frames.append(frame)
         return frames
+
+
+def frames_of(stream: object, chunk: bytes, scanner: SSEScanner) -> list[Frame]:
+    """The complete frames ``chunk`` (just read from ``stream``) finished. A stream that built
+    the chunk from events it already knows (the upstream WebSocket's ``chunk_events``) says
+    them; an HTTP body is scanned."""
+    events = getattr(stream, "chunk_events", None)
+    if events is None:
+        return scanner.feed(chunk)
+    scanner.ends_with_blank_line = True
+    return [Frame(event=kind, data=data) for kind, data in events]
 
 
 def sse_event(event_type: str, payload: dict) -> bytes:

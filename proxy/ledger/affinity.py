@@ -1,12 +1,13 @@
-"""The affinity record of every completed response (seed 004 §4B.3, spec §5.1), written off the
-client's critical path.
+"""The Redis writes that follow a response, off the client's critical path: the affinity record
+of every completed response (seed 004 §4B.3, spec §5.1), the release of its concurrency slot,
+its key policy's settlement.
 
-A finished dispatch hands one ``AffinityWrite`` to this loop's writer and returns; the writer
-builds the replay node (sanitizing and measuring the turn; a large turn in a worker thread) and
-writes the records that accumulated with their two indexes in one script call
-(``proxy.runtime_state.affinity.write_records``) on the loop's async Redis client. A Redis
-failure is logged — without keys, ids or values — and the record is simply missing: affinity
-degrades to normal scheduling.
+A finished dispatch hands one ``AffinityWrite`` (and its script calls) to this loop's writer
+and returns; the writer builds the replay node (sanitizing and measuring the turn; a large turn
+in a worker thread) and sends what accumulated in one round trip (a pipeline of script calls,
+``proxy.runtime_state.script_calls``) on the loop's async Redis client. A Redis failure is
+logged — without keys, ids or values — and the record is simply missing (affinity degrades to
+normal scheduling), a slot or in-flight member is reclaimed by its TTL.
 
 The one thing the request path asks of the writer: whether a response id is still waiting to
 be written in this process (``wait_if_pending``), so a client that sends the next turn of a
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,7 +28,8 @@ from asgiref.sync import sync_to_async
 
 from proxy.dispatch.replay import build_node
 from proxy.loop_resources import PerLoop, async_redis
-from proxy.runtime_state.affinity import PreparedRecord, record_json, write_records
+from proxy.runtime_state.affinity import PreparedRecord, record_json, records_call
+from proxy.runtime_state.script_calls import ScriptCall, execute_calls
 
 logger = logging.getLogger(__name__)
 # How long a continuation waits for its previous response's record still being written here.
@@ -35,6 +37,8 @@ PENDING_WAIT_SECONDS = 2.0
 # Records per script call, and the JSON one call may carry (a node is at most 2 MiB).
 MAX_BATCH_RECORDS = 64
 MAX_CALL_BYTES = 8 * 1024 * 1024
+# Other script calls (releases, settlements) per round trip.
+MAX_BATCH_CALLS = 256
 # A turn whose client body is larger than this has its node built off the event loop.
 INLINE_BUILD_BYTES = 64 * 1024
 
@@ -122,37 +126,62 @@ def _batches(records: list[PreparedRecord]) -> list[list[PreparedRecord]]:
     return batches
 
 
-async def write_batch(writes: list[AffinityWrite]) -> None:
-    """Build and write the records of ``writes``: one Redis round trip per MAX_CALL_BYTES.
-    A Redis failure is logged (without keys, ids or values) and the records are missing."""
+async def records_calls(writes: list[AffinityWrite]) -> list[ScriptCall]:
+    """The script calls that write the records of ``writes`` (one per MAX_CALL_BYTES of JSON);
+    a record whose node could not be built is left out (logged)."""
     if any(write.client_body_bytes > INLINE_BUILD_BYTES for write in writes):
         # Sanitizing and encoding a large turn is CPU work: off the event loop.
         records = await sync_to_async(_prepare_all, thread_sensitive=False)(writes)
     else:
         records = _prepare_all(writes)
     if not records:
+        return []
+    return [records_call(batch) for batch in _batches(records)]
+
+
+async def write_batch(writes: list[AffinityWrite], calls: list[ScriptCall] = ()) -> None:
+    """Write the records of ``writes`` and make ``calls``, all in one Redis round trip. A
+    failure is logged (without keys, ids or values): a record is then missing, a slot or a
+    key's in-flight member is left to its TTL."""
+    calls = [*calls, *await records_calls(writes)]
+    if not calls:
         return
     try:
         client = await async_redis.get()
-        for batch in _batches(records):
-            await write_records(client, batch)
+        replies = await execute_calls(client, calls)
     except Exception as error:
-        logger.warning("affinity record not written (%s)", type(error).__name__)
+        replies = [error] * len(calls)
+    failed = Counter(
+        (call.what, type(reply).__name__)
+        for call, reply in zip(calls, replies, strict=True)
+        if isinstance(reply, Exception)
+    )
+    for (what, error), count in failed.items():
+        logger.warning("%s not written (%s) x%d", what, error, count)
 
 
 @dataclass
 class AffinityWriter:
-    """Writes what finished dispatches submit, on this event loop: whatever accumulated while
-    the previous write was in flight goes in the next call (one round trip for many records
-    under load, an immediate write when idle)."""
+    """Writes what finished dispatches leave for Redis, on this event loop: affinity records,
+    slot releases, key settlements. Whatever accumulated while the previous round trip was in
+    flight goes in the next one (one round trip for many requests under load, an immediate
+    write when idle)."""
 
     _pending: deque[AffinityWrite] = field(default_factory=deque)
+    _calls: deque[ScriptCall] = field(default_factory=deque)
     _waiting_ids: set[str] = field(default_factory=set)
     _task: asyncio.Task | None = None
 
     def submit(self, write: AffinityWrite) -> None:
         self._pending.append(write)
         self._waiting_ids.add(write.response_id)
+        self._start()
+
+    def submit_call(self, call: ScriptCall) -> None:
+        self._calls.append(call)
+        self._start()
+
+    def _start(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -160,11 +189,12 @@ class AffinityWriter:
         return response_id in self._waiting_ids
 
     async def _run(self) -> None:
-        while self._pending:
+        while self._pending or self._calls:
             count = min(MAX_BATCH_RECORDS, len(self._pending))
             writes = [self._pending.popleft() for _ in range(count)]
+            calls = [self._calls.popleft() for _ in range(min(MAX_BATCH_CALLS, len(self._calls)))]
             try:
-                await write_batch(writes)
+                await write_batch(writes, calls)
             except Exception:  # a bug, not Redis: never let it stop the writer
                 logger.exception("affinity writer failed unexpectedly")
             finally:
@@ -183,6 +213,12 @@ def submit(write: AffinityWrite) -> None:
     _writers.get_or_create().submit(write)
 
 
+def submit_call(call: ScriptCall) -> None:
+    """Queue a script call that must follow a response (a slot release, a settlement); it goes
+    in the writer's next round trip."""
+    _writers.get_or_create().submit_call(call)
+
+
 async def wait_if_pending(response_id: str) -> None:
     """Wait (bounded) while this process still has ``response_id``'s record to write."""
     writer = _writers.get_or_create()
@@ -192,5 +228,5 @@ async def wait_if_pending(response_id: str) -> None:
 
 
 async def await_pending_writes() -> None:
-    """Wait until every queued record is written (tests, graceful shutdown)."""
+    """Wait until every queued record and call is written (tests, graceful shutdown)."""
     await _writers.get_or_create().flush()

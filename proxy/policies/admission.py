@@ -8,7 +8,6 @@ key with a budget, one spend query and one Redis write).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,10 +17,10 @@ from django.utils import timezone
 
 from proxy.dispatch.client_errors import ClientError
 from proxy.dispatch.types import DispatchRequest
+from proxy.ledger import affinity
 from proxy.policies import counters
 from proxy.policies.counters import Periods
 from proxy.policies.rules import (
-    KeyPolicy,
     day_label,
     month_label,
     next_day_start,
@@ -126,13 +125,11 @@ def _cost_micro(usage: UsageFact) -> int:
     return round(cost.total * 1_000_000)
 
 
-_pending: set[asyncio.Task] = set()
-
-
 def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
     """After the report: free the request's in-flight slot, count its tokens and cost (the
-    usage row the ledger writes, so the cache agrees with a later recomputation). Runs as a
-    task of the running loop: the report is frozen in a synchronous ``finally``."""
+    usage row the ledger writes, so the cache agrees with a later recomputation). Goes with
+    the next batch of after-response writes (``proxy.ledger.affinity``): the report is frozen
+    in a synchronous ``finally``."""
     policy = request.key_policy
     if policy is None or not request.key_admitted:
         return
@@ -140,23 +137,15 @@ def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
     if usage is not None:
         tokens = (usage.input_tokens or 0) + (usage.output_tokens or 0)
         cost = _cost_micro(usage)
-    task = asyncio.get_running_loop().create_task(
-        _settle(policy, request.admission_id, tokens=tokens, cost_micro=cost)
-    )
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
-
-
-async def _settle(policy: KeyPolicy, admission_id: str, *, tokens: int, cost_micro: int) -> None:
-    await counters.settle(
-        policy, admission_id, periods_of(timezone.now()), tokens=tokens, cost_micro=cost_micro
+    periods = periods_of(timezone.now())
+    affinity.submit_call(
+        counters.settle_call(policy, request.admission_id, periods, tokens=tokens, cost_micro=cost)
     )
 
 
 async def await_pending_settlements() -> None:
     """Wait for the settlements scheduled so far (tests, graceful stop)."""
-    while _pending:
-        await asyncio.gather(*list(_pending), return_exceptions=True)
+    await affinity.await_pending_writes()
 
 
 async def heartbeat(request: DispatchRequest) -> None:

@@ -29,6 +29,7 @@ from redis.commands.core import AsyncScript
 from proxy import redis_keys
 from proxy.loop_resources import async_redis
 from proxy.policies.rules import WINDOW_SECONDS, KeyPolicy, tokens_window_start
+from proxy.runtime_state.script_calls import ScriptCall
 
 logger = logging.getLogger(__name__)
 
@@ -194,12 +195,12 @@ async def seed_spend(policy: KeyPolicy, periods: Periods, *, day_micro: int, mon
         await pipeline.execute()
 
 
-async def settle(
+def settle_call(
     policy: KeyPolicy, admission_id: str, periods: Periods, *, tokens: int, cost_micro: int
-) -> None:
-    """The request ended: its in-flight slot is freed, its tokens count in the current
-    window and its cost is added to the cached spend. Never raises (the answer is sent; a slot
-    left behind is reclaimed by its TTL)."""
+) -> ScriptCall:
+    """The call that settles an ended request: its in-flight slot is freed, its tokens count
+    in the current window and its cost is added to the cached spend (a failure leaves the slot
+    to its TTL)."""
     key_id = policy.key_id
     keys = [
         redis_keys.key_policy_in_flight(key_id),
@@ -207,15 +208,8 @@ async def settle(
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
     ]
-    try:
-        redis = await async_redis.get()
-        await _SCRIPTS["settle"](
-            keys=keys,
-            args=[admission_id, max(0, tokens), max(0, cost_micro), TOKENS_KEY_TTL_SECONDS],
-            client=redis,
-        )
-    except Exception:
-        logger.warning("key policy settlement failed; the slot TTL will reclaim it", exc_info=True)
+    args = [admission_id, max(0, tokens), max(0, cost_micro), TOKENS_KEY_TTL_SECONDS]
+    return ScriptCall(_SCRIPTS["settle"], keys, args, what="key policy settlement")
 
 
 async def heartbeat(policy: KeyPolicy, admission_id: str) -> None:

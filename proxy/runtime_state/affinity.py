@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from redis.asyncio import Redis as AsyncRedis
 from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
+from proxy.runtime_state.script_calls import ScriptCall
 
 AFFINITY_TTL_SECONDS = 4 * 3600
 
@@ -136,12 +136,10 @@ return 1
 _WRITE_RECORDS_SCRIPT = AsyncScript(None, _WRITE_RECORDS.encode())
 
 
-async def write_records(
-    client: AsyncRedis, records: list[PreparedRecord], *, ttl_seconds: int = AFFINITY_TTL_SECONDS
-) -> None:
-    """Write ``records`` with their indexes in ONE round trip (one script, atomic)."""
-    if not records:
-        return
+def records_call(
+    records: list[PreparedRecord], *, ttl_seconds: int = AFFINITY_TTL_SECONDS
+) -> ScriptCall:
+    """The one script call that writes ``records`` with their indexes (atomic)."""
     keys: list[str] = []
     args: list[Any] = [ttl_seconds]
     for record in records:
@@ -158,7 +156,7 @@ async def write_records(
             score - ttl_seconds * 1000,
             "1" if record.conversation_id else "0",
         ]
-    await _WRITE_RECORDS_SCRIPT(keys=keys, args=args, client=client)
+    return ScriptCall(_WRITE_RECORDS_SCRIPT, keys, args, what="affinity record")
 
 
 def affinity_get(response_id: str) -> dict[str, Any] | None:

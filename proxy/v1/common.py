@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import TypeVar
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 
+from proxy import json_parse
 from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.client_errors import ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
@@ -153,7 +153,7 @@ async def validate(request: HttpRequest, *, model_field: str = "model") -> Valid
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
         raw = request.read()
-        body = json.loads(raw)
+        body = json_parse.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: JSON nested deeper than the parser's recursion limit.
         raise ClientFailure(INVALID_REQUEST) from None

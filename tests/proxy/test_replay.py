@@ -265,7 +265,7 @@ def test_a_redis_failure_while_writing_is_logged_without_ids_and_ignored(monkeyp
     async def unreachable(*_, **__):
         raise redis.ConnectionError("Error connecting for resp_secretish")
 
-    monkeypatch.setattr(ledger_affinity, "write_records", unreachable)
+    monkeypatch.setattr(ledger_affinity, "execute_calls", unreachable)
 
     with caplog.at_level(logging.WARNING):
         asyncio.run(ledger_affinity.write_batch([_write()]))

@@ -89,9 +89,11 @@ def test_events_are_reframed_as_sse_and_the_opening_drops_content_type_and_accep
 
     assert _sse("response.output_text.delta", raw) == (
         b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-        b'"delta":"hi"}\n\n'
+        b'"delta":"hi"}\n\n',
+        raw.encode(),
     )
-    assert b"\n\n" not in _sse("x", '{\n"type": "x"\n}')[:-2]
+    multi_line, data = _sse("x", '{\n"type": "x"\n}')
+    assert b"\n\n" not in multi_line[:-2] and b"\n" not in data
     assert opening_headers(
         [("authorization", "Bearer t"), ("content-type", "application/json"), ("accept", "x")]
     ) == [("authorization", "Bearer t")]

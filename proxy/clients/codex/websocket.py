@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 from django.conf import settings
 
+from proxy import json_parse
 from proxy.clients.codex.errors import (
     CodexContinuationUnavailable,
     CodexHTTPError,
@@ -93,10 +94,12 @@ def _event_type(raw: str) -> tuple[str | None, dict | None]:
     return (kind if isinstance(kind, str) else None), event
 
 
-def _sse(kind: str, raw: str) -> bytes:
+def _sse(kind: str, raw: str) -> tuple[bytes, bytes]:
+    """The SSE frame of an event, and its data line's JSON (one line)."""
     if "\n" in raw or "\r" in raw:
         raw = json.dumps(json.loads(raw), ensure_ascii=False)
-    return f"event: {kind}\ndata: {raw}\n\n".encode()
+    data = raw.encode()
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n", data
 
 
 class CodexWebSocketStream:
@@ -116,6 +119,9 @@ class CodexWebSocketStream:
         self.set_cookies = () if self.reused else self._socket.set_cookies
         self._completed = False
         self._ended = False
+        # The (event type, data) of each event of the chunk ``chunks`` handed out last: what a
+        # reader would scan the chunk for, known already.
+        self.chunk_events: list[tuple[str, bytes]] = []
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Each event as one SSE frame, up to and including the terminal event. Raises
@@ -127,10 +133,13 @@ class CodexWebSocketStream:
             # Ended before the yield: a reader may stop at the terminal event it was given.
             if kind in TERMINAL_EVENTS:
                 self._end(kind, raw)
-            yield _sse(kind, raw)
+            frame, data = _sse(kind, raw)
+            self.chunk_events = [(kind, data)]
+            yield frame
         idle_timeout = _event_timeout(idle=True)
         while not self._ended:
             parts: list[bytes] = []
+            events: list[tuple[str, bytes]] = []
             stopped: Exception | None = None
             # One event awaited, then those already received with it: one chunk, as an HTTP
             # read returns the events that arrived together (fewer writes to the client).
@@ -144,8 +153,11 @@ class CodexWebSocketStream:
                     break
                 if kind in TERMINAL_EVENTS:
                     self._end(kind, raw)
-                parts.append(_sse(kind, raw))
+                frame, data = _sse(kind, raw)
+                parts.append(frame)
+                events.append((kind, data))
             if parts:
+                self.chunk_events = events
                 yield b"".join(parts)
             if isinstance(stopped, _ClosedCleanly):
                 # Like an HTTP body that ended: no error, no terminal event.
@@ -164,7 +176,7 @@ class CodexWebSocketStream:
         if kind != "response.completed":
             return
         try:
-            response_id = json.loads(raw)["response"]["id"]
+            response_id = json_parse.loads(raw)["response"]["id"]
         except (ValueError, KeyError, TypeError):
             response_id = None
         if not isinstance(response_id, str) or not response_id:
