@@ -104,13 +104,13 @@ def main() -> None:
             )
             wait_for_port(port, project)
             url, headers = f"http://127.0.0.1:{port}/v1/responses", {}
-        asyncio.run(run_load(url=url, payload=body, headers=headers, concurrency=4, duration=2.0))
         if arguments.target != "bare":
             asyncio.run(
                 introduce_conversations(
                     url=url, payload=body, headers=headers, numbers=range(arguments.concurrency)
                 )
             )
+        asyncio.run(run_load(url=url, payload=body, headers=headers, concurrency=4, duration=2.0))
         meter = CpuMeter(
             {
                 "project": lambda: tree(project.pid),

@@ -327,6 +327,20 @@ def main() -> None:
             wanted = set(arguments.only.split(",")) | {"direct-responses", "direct-chat"}
             targets = [target for target in targets if target.name in wanted]
 
+        # The load clients' conversations, started one after another as real sessions are
+        # (bench/load.py, introduce_conversations), before anything else: the accounts' usage
+        # is even then, so the pool spreads them evenly.
+        for target in targets:
+            if target.name.startswith("project"):
+                asyncio.run(
+                    introduce_conversations(
+                        url=target.url,
+                        payload=target.body,
+                        headers=target.headers,
+                        numbers=range(max(concurrencies)),
+                    )
+                )
+
         # Warm up every target (connections, caches, JIT-free but lazy imports).
         for target in targets:
             asyncio.run(
@@ -338,19 +352,6 @@ def main() -> None:
                     duration=1.0,
                 )
             )
-
-        # The load clients' conversations, started one after another as real sessions are
-        # (bench/load.py, introduce_conversations), before anything is measured.
-        for target in targets:
-            if target.name.startswith("project"):
-                asyncio.run(
-                    introduce_conversations(
-                        url=target.url,
-                        payload=target.body,
-                        headers=target.headers,
-                        numbers=range(max(concurrencies)),
-                    )
-                )
 
         # All rounds of one (target, concurrency) added up.
         aggregates: dict[tuple[str, int], LoadResult] = {}

@@ -296,6 +296,10 @@ SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, m
 SCHEDULER_ELIGIBILITY_WAIT_SECONDS = env_int("SCHEDULER_ELIGIBILITY_WAIT_SECONDS", 0, minimum=0)
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
 TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
+# How long the ledger collects finished requests before it writes them in one transaction:
+# longer means fewer, larger batches under load (measured: bench/README.md), and more rows a
+# killed worker can lose.
+LEDGER_FLUSH_INTERVAL_MS = env_int("LEDGER_FLUSH_INTERVAL_MS", 200, minimum=1, maximum=5000)
 # Request bodies of /v1 may be this large (spec §1.1): config/v1_handler.py answers 413 beyond
 # it, after the key check. Every other route (webhook, admin) is capped at 1 MiB (the largest
 # real Telegram update is a few KiB) before Django reads any of it.

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
+from proxy.dispatch.ranking import rank
 from proxy.dispatch.scheduler import (
     ConversationLookup,
     SchedulerSettings,
@@ -66,7 +67,7 @@ class CandidateQueue:
         return slot
 
     async def _first(self) -> Slot | None:
-        ranking = scheduler.rank(self._eligible, self._settings.strategy)
+        ranking = rank(self._eligible, self._settings.strategy)
         order, slot, _ = await scheduler.order_and_acquire(
             ranking, self._settings, conversation=self._conversation
         )

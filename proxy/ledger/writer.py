@@ -21,6 +21,7 @@ exactly one usage_records row; §2.10: account_usage cannot be rebuilt):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -49,7 +50,6 @@ from proxy.services.account_usage import account_usage_add_many
 from telemetry.services.ledger import ledger_write_batch, storable
 
 logger = logging.getLogger(__name__)
-FLUSH_INTERVAL_SECONDS = 0.05
 MAX_BATCH = 500
 # Finished requests held in memory while the database is down; past this the oldest are given
 # up (logged and counted) so that an outage cannot exhaust the worker's memory.
@@ -95,14 +95,16 @@ class _Attempt:
 class LedgerWriter:
     """Collects finished requests and writes them in batches from one worker thread.
 
-    Every ``FLUSH_INTERVAL_SECONDS`` up to ``MAX_BATCH`` pending entries go to the database in
-    one transaction. While a batch cannot be written because the database is unreachable, it
+    ``LEDGER_FLUSH_INTERVAL_MS`` after the first of them (at once when ``flush`` is awaited: a
+    graceful stop, a test) up to ``MAX_BATCH`` pending entries go to the database in one
+    transaction. While a batch cannot be written because the database is unreachable, it
     is retried (``RETRY_DELAYS_SECONDS``) and new entries wait behind it.
     """
 
     def __init__(self) -> None:
         self._pending: deque[LedgerEntry] = deque()
         self._task: asyncio.Task | None = None
+        self._write_now = asyncio.Event()
 
     @property
     def backlog(self) -> int:
@@ -120,7 +122,10 @@ class LedgerWriter:
         unit: _Unit | None = None
         while unit is not None or self._pending:
             if unit is None:
-                await asyncio.sleep(FLUSH_INTERVAL_SECONDS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._write_now.wait(), settings.LEDGER_FLUSH_INTERVAL_MS / 1000
+                    )
                 count = min(MAX_BATCH, len(self._pending))
                 unit = _Unit([self._pending.popleft() for _ in range(count)])
             entries = unit.entries
@@ -148,8 +153,13 @@ class LedgerWriter:
             await asyncio.sleep(RETRY_DELAYS_SECONDS[min(failures, len(RETRY_DELAYS_SECONDS)) - 1])
 
     async def flush(self) -> None:
-        while self._task is not None and not self._task.done():
-            await asyncio.shield(self._task)
+        """Write what is pending now (no interval) and wait until it is written."""
+        self._write_now.set()
+        try:
+            while self._task is not None and not self._task.done():
+                await asyncio.shield(self._task)
+        finally:
+            self._write_now.clear()
 
 
 # This event loop's writer (plain data, created on first use).

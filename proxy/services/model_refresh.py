@@ -21,6 +21,7 @@ from proxy.accounts import AccountView, ineligibility
 from proxy.background import run_coroutine
 from proxy.clients import codex
 from proxy.dispatch import scheduler
+from proxy.dispatch.ranking import rank
 from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.models import Account
 from proxy.models_catalog import entries_from_models_payload, normalise_upstream_entry
@@ -90,7 +91,7 @@ async def _slots_per_plan(
     free slot; a plan whose accounts are all at their limit gets none this time."""
     slots: dict[str, Slot] = {}
     for plan, accounts in groups.items():
-        ranking = scheduler.rank(accounts, scheduler_settings.strategy)
+        ranking = rank(accounts, scheduler_settings.strategy)
         _, slot, _ = await scheduler.order_and_acquire(ranking, scheduler_settings)
         if slot is not None:
             slots[plan] = slot

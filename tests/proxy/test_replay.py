@@ -24,6 +24,7 @@ from proxy.dispatch.failures import (
     failure_from_error,
     history_error_code,
 )
+from proxy.dispatch.ranking import rank
 from proxy.dispatch.replay import (
     MAX_CHAIN_BYTES,
     MAX_DEPTH,
@@ -318,7 +319,7 @@ def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redi
 
     async def order_for(variant: str) -> tuple[list[str], str | None]:
         order, slot, preferred = await scheduler.order_and_acquire(
-            scheduler.rank(candidates, "round_robin"),
+            rank(candidates, "round_robin"),
             scheduler.SchedulerSettings("round_robin", 10, 0),
             conversation=scheduler.ConversationLookup(conversation, variant),
         )

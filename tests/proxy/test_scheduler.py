@@ -12,7 +12,8 @@ from django.conf import settings
 
 from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
-from proxy.dispatch.scheduler import SchedulerSettings, rank
+from proxy.dispatch.ranking import rank
+from proxy.dispatch.scheduler import SchedulerSettings
 from tests.proxy.conftest import reset_rotation
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

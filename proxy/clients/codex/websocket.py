@@ -22,7 +22,6 @@ later frames. A reused socket that dies before its first event is replaced by a 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -37,15 +36,20 @@ from proxy.clients.codex.errors import (
     CodexTransportError,
 )
 from proxy.clients.codex.transport import SAME_ACCOUNT_5XX_RETRIES, TRANSPORT_ERRORS, responses_url
-from proxy.clients.codex.ws_errors import error_frame_status, frame_headers, rate_limit_headers
+from proxy.clients.codex.ws_errors import error_frame_status, frame_headers
 from proxy.clients.codex.ws_pool import Lease, UpstreamSocket, identity_of, websocket_pool
+from proxy.clients.codex.ws_reading import (
+    ClosedCleanly,
+    event_timeout,
+    has_buffered_frames,
+    next_event,
+)
 from proxy.loop_resources import upstream_session
 
 Headers = list[tuple[str, str]]
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 # Not sent on the WebSocket opening (spec §2.3).
 OPENING_OMITTED_HEADERS = frozenset({"content-type", "accept"})
-INTERNAL_EVENTS = frozenset({"codex.rate_limits", "response.metadata"})
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
 )
@@ -75,23 +79,6 @@ def response_create_frame(fields: dict) -> str:
     elif isinstance(metadata, dict):
         frame["client_metadata"] = {**metadata, START_MS_FIELD: stamp}
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
-
-
-def _event_type(raw: str) -> tuple[str | None, dict | None]:
-    """The frame's ``type`` (cheaply when it comes first) and, when it had to be parsed, the
-    parsed frame."""
-    if raw.startswith('{"type":"'):
-        end = raw.find('"', 9)
-        if end > 9:
-            return raw[9:end], None
-    try:
-        event = json.loads(raw)
-    except ValueError:
-        return None, None
-    if not isinstance(event, dict):
-        return None, None
-    kind = event.get("type")
-    return (kind if isinstance(kind, str) else None), event
 
 
 def _sse(kind: str, raw: str) -> tuple[bytes, bytes]:
@@ -136,19 +123,19 @@ class CodexWebSocketStream:
             frame, data = _sse(kind, raw)
             self.chunk_events = [(kind, data)]
             yield frame
-        idle_timeout = _event_timeout(idle=True)
+        idle_timeout = event_timeout(idle=True)
         while not self._ended:
             parts: list[bytes] = []
             events: list[tuple[str, bytes]] = []
             stopped: Exception | None = None
             # One event awaited, then those already received with it: one chunk, as an HTTP
             # read returns the events that arrived together (fewer writes to the client).
-            while not self._ended and (not parts or _has_buffered_frames(self._socket)):
+            while not self._ended and (not parts or has_buffered_frames(self._socket)):
                 try:
-                    kind, raw = await _next_event(
+                    kind, raw = await next_event(
                         self._socket, self.headers, idle=True, timeout=idle_timeout
                     )
-                except (_ClosedCleanly, CodexTransportError) as error:
+                except (ClosedCleanly, CodexTransportError) as error:
                     stopped = error
                     break
                 if kind in TERMINAL_EVENTS:
@@ -159,7 +146,7 @@ class CodexWebSocketStream:
             if parts:
                 self.chunk_events = events
                 yield b"".join(parts)
-            if isinstance(stopped, _ClosedCleanly):
+            if isinstance(stopped, ClosedCleanly):
                 # Like an HTTP body that ended: no error, no terminal event.
                 self._ended = True
                 return
@@ -195,91 +182,6 @@ class CodexWebSocketStream:
 
     def close(self) -> None:
         websocket_pool.get_or_create().drop(self._lease)
-
-
-def _has_buffered_frames(socket: UpstreamSocket) -> bool:
-    """Whether aiohttp already holds a received frame for this socket (reading it will not
-    wait). aiohttp has no public peek; without one every event is its own chunk."""
-    buffer = getattr(getattr(socket.websocket, "_reader", None), "_buffer", None)
-    return bool(buffer)
-
-
-def _next_frame_is_buffered_text(socket: UpstreamSocket) -> bool:
-    """Whether the frame aiohttp hands out next is a text frame it already holds."""
-    buffer = getattr(getattr(socket.websocket, "_reader", None), "_buffer", None)
-    if not buffer:
-        return False
-    message = buffer[0][0]
-    return getattr(message, "type", None) is aiohttp.WSMsgType.TEXT
-
-
-_ABNORMAL_CLOSURE = 1006  # RFC 6455: the connection ended without a close frame
-
-
-def _closed_with_a_close_frame(socket: UpstreamSocket, message: aiohttp.WSMessage) -> bool:
-    """The upstream sent a close frame — the clean end an HTTP EOF is — however aiohttp
-    reports it: CLOSE, or CLOSING/CLOSED once it has answered the frame itself (then the
-    socket's close code is the upstream's). A connection that just broke is CLOSED with
-    1006 (or no code)."""
-    if message.type is aiohttp.WSMsgType.CLOSE:
-        return True
-    if message.type not in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-        return False
-    return socket.websocket.close_code not in (None, _ABNORMAL_CLOSURE)
-
-
-class _ClosedCleanly(Exception):
-    """The upstream closed the socket with a close frame (after the first event)."""
-
-
-def _event_timeout(*, idle: bool) -> float:
-    """How long the next frame may take: between frames, or (``idle`` False) until the first
-    event; 0 disables the first-event timeout and the between-frames one applies then."""
-    first_timeout = settings.CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS
-    return settings.CODEX_WS_IDLE_TIMEOUT_SECONDS if idle or not first_timeout else first_timeout
-
-
-async def _next_event(
-    socket: UpstreamSocket, headers: dict[str, str], *, idle: bool, timeout: float | None = None
-) -> tuple:
-    """The next event frame (type, raw JSON), internal events folded into ``headers``.
-    ``timeout``: the wait allowed (``_event_timeout``, computed when not given)."""
-    if timeout is None:
-        timeout = _event_timeout(idle=idle)
-    while True:
-        try:
-            if _next_frame_is_buffered_text(socket):
-                # Already received: read at once, without a timer to arm and cancel (most of
-                # a response's frames arrive together with another). Only a text frame: after
-                # a ping aiohttp would go on to wait for the next frame itself.
-                message = await socket.websocket.receive()
-            else:
-                async with asyncio.timeout(timeout):
-                    message = await socket.websocket.receive()
-        except TimeoutError:
-            raise CodexTransportError(
-                "websocket idle timeout" if idle else "websocket first-event timeout"
-            ) from None
-        except TRANSPORT_ERRORS as error:
-            raise CodexTransportError(type(error).__name__) from None
-        if message.type is aiohttp.WSMsgType.BINARY:
-            raise CodexTransportError("binary websocket frame")
-        if idle and _closed_with_a_close_frame(socket, message):
-            raise _ClosedCleanly
-        if message.type is not aiohttp.WSMsgType.TEXT:
-            raise CodexTransportError("websocket closed")
-        raw = message.data
-        kind, event = _event_type(raw)
-        if kind is None:
-            raise CodexTransportError("websocket frame without a type")
-        if kind in INTERNAL_EVENTS:
-            event = event if event is not None else json.loads(raw)
-            if kind == "codex.rate_limits":
-                headers.update(rate_limit_headers(event))
-            else:
-                headers.update(frame_headers(event))
-            continue
-        return kind, raw
 
 
 async def _connect(headers: Headers, account_id: str, *, pooled: bool) -> UpstreamSocket:
@@ -359,7 +261,7 @@ async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_loca
         stream_headers = dict(socket.headers)
         try:
             await socket.websocket.send_str(frame_of())
-            first = await _next_event(socket, stream_headers, idle=False)
+            first = await next_event(socket, stream_headers, idle=False)
         except (CodexTransportError, *TRANSPORT_ERRORS) as error:
             detail = getattr(error, "detail", type(error).__name__)
             if connection_local:
