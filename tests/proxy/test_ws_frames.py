@@ -97,3 +97,16 @@ def test_events_are_reframed_as_sse_and_the_opening_drops_content_type_and_accep
     assert opening_headers(
         [("authorization", "Bearer t"), ("content-type", "application/json"), ("accept", "x")]
     ) == [("authorization", "Bearer t")]
+
+
+def test_an_events_type_is_read_alike_however_its_json_is_spaced_or_escaped():
+    from proxy.clients.codex.ws_reading import event_type
+
+    compact = event_type('{"type":"response.output_text.delta","delta":"hi"}')
+    spaced = event_type('{"type": "response.output_text.delta", "delta": "hi"}')
+    later = event_type('{"delta": "hi", "type": "response.output_text.delta"}')
+    escaped = event_type('{"type": "a\\"b"}')
+
+    assert compact[0] == spaced[0] == later[0] == "response.output_text.delta"
+    assert escaped[0] == 'a"b'
+    assert event_type('{"type": 5}')[0] is None and event_type("[1]") == (None, None)

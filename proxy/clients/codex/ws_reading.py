@@ -21,12 +21,15 @@ INTERNAL_EVENTS = frozenset({"codex.rate_limits", "response.metadata"})
 
 
 def event_type(raw: str) -> tuple[str | None, dict | None]:
-    """The frame's ``type`` (cheaply when it comes first) and, when it had to be parsed, the
-    parsed frame."""
-    if raw.startswith('{"type":"'):
-        end = raw.find('"', 9)
-        if end > 9:
-            return raw[9:end], None
+    """The frame's ``type`` (cheaply when it comes first, compact or with a space after the
+    colon) and, when it had to be parsed, the parsed frame."""
+    if raw.startswith('{"type":'):
+        start = 10 if raw.startswith(" ", 8) else 9
+        if raw.startswith('"', start - 1):
+            end = raw.find('"', start)
+            # A type with an escape in it is read by the parser.
+            if end > start and "\\" not in raw[start:end]:
+                return raw[start:end], None
     try:
         event = json.loads(raw)
     except ValueError:
