@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from proxy import pool_snapshot
+from proxy.clients.oauth import TokenSet
 from proxy.loop_resources import close_current_loop_resources
 from proxy.models import Account, AccountUsage, RuntimeSettings
 from proxy.quota import QuotaSnapshot
@@ -23,6 +24,7 @@ from proxy.services.accounts import account_delete, account_update_by_admin
 from proxy.services.fingerprints import fingerprint_ensure_current
 from proxy.services.retention import account_cookies_delete_expired
 from proxy.services.runtime_settings import runtime_settings_ensure, runtime_settings_update
+from proxy.services.token_refresh import token_refresh_store
 from tests.proxy.factories import make_account, make_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -179,12 +181,23 @@ WRITERS = {
     "quota refresh: snapshot applied": lambda a: _run(
         account_quota_apply(a.id, _quota(limit_reached=True), now=timezone.now())
     ),
+    "request path: quota exhausted": lambda a: _run(
+        account_state.account_mark_quota_exhausted(a.id, now=timezone.now())
+    ),
+    "token refresh: new tokens stored": lambda a: token_refresh_store(
+        account_id=a.id,
+        spent_refresh_token=a.refresh_token,
+        tokens=TokenSet(access_token="fresh-access", refresh_token="fresh-refresh", id_token=None),
+        now=timezone.now(),
+    ),
 }
 
 
 @pytest.mark.parametrize("writer", WRITERS.values(), ids=WRITERS.keys())
 def test_every_writer_of_the_pool_moves_the_version(pool_rows, writer):
-    account = make_account(access_token_expires_at=timezone.now() + timedelta(days=1))
+    account = make_account(
+        access_token_expires_at=timezone.now() + timedelta(days=1), refresh_token="rt-old"
+    )
     make_cookie(account=account, expires_at=timezone.now() - timedelta(days=1))  # to trim
     before = version()
 
