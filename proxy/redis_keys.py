@@ -147,3 +147,33 @@ def idempotency(key_id: str, idempotency_key_hash: str) -> str:
     ``{state: pending|done, fingerprint, status?, body?, headers?}``; EX
     IDEMPOTENCY_PENDING_SECONDS while pending, IDEMPOTENCY_TTL_SECONDS once done."""
     return f"{_prefix()}idempotency:{key_id}:{idempotency_key_hash}"
+
+
+# Fair admission (issue 25 item 2): requests waiting for a slot when every account is at its cap.
+# The registry lives while someone polls it: each key's PEXPIRE is pushed out on every poll.
+
+
+def fair_turns() -> str:
+    """ZSET client key id → place in the rotation (lowest first): the keys with requests
+    waiting. A key served moves to the end; one whose last waiter leaves is removed (an empty
+    ZSET is no key, which is what the scheduler's fast path checks). PEXPIRE = registry TTL."""
+    return f"{_prefix()}fair:turns"
+
+
+def fair_queue(key_id: str) -> str:
+    """ZSET waiter id → arrival number: one key's waiting requests, first come first.
+    PEXPIRE = registry TTL. ``fair_queue("")`` is the prefix the admission script extends."""
+    return f"{_prefix()}fair:queue:{key_id}"
+
+
+def fair_waiter(waiter_id: str) -> str:
+    """HASH {key, seen (epoch ms of its last poll), accounts (",id,id,")}: one waiting request.
+    PEXPIRE = registry TTL; older than the heartbeat limit it counts as gone and is pruned.
+    ``fair_waiter("")`` is the prefix the admission script extends."""
+    return f"{_prefix()}fair:waiter:{waiter_id}"
+
+
+def fair_sequence() -> str:
+    """Counter handing out arrival numbers and rotation places (INCR). PEXPIRE = registry TTL
+    on every poll; after a FLUSHALL it is raised past the numbers waiters still hold."""
+    return f"{_prefix()}fair:sequence"

@@ -3,8 +3,8 @@
 The candidate order is frozen when the request starts. Walking it, each account is checked
 again (another request may have changed it): no longer eligible → dropped; at its concurrency
 limit → parked; otherwise a slot is taken. When only parked accounts remain the request waits for
-a slot to free up (polling Redis with a short back-off) until the wait timeout. Each account is
-tried at most once.
+a slot to free up (polling Redis with a short back-off) until the wait timeout, admitted in its
+client key's turn (``fair_admission``). Each account is tried at most once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
+from proxy.dispatch.fair_admission import Waiter
 from proxy.dispatch.ranking import rank
 from proxy.dispatch.scheduler import (
     ConversationLookup,
@@ -51,8 +52,9 @@ class CandidateQueue:
     def _within_limit(self) -> bool:
         return self._limit is None or self._tried < self._limit
 
-    async def next_slot(self) -> Slot | None:
-        """A slot on the next account to try, or None when the queue is exhausted."""
+    async def next_slot(self, *, client_key_id: str | None = None) -> Slot | None:
+        """A slot on the next account to try, or None when the queue is exhausted. A request
+        that has to wait for one waits in the turn of ``client_key_id`` (its client key)."""
         if not self._within_limit():
             return None
         if not self._started:
@@ -61,7 +63,7 @@ class CandidateQueue:
         else:
             slot = await self._walk()
         if slot is None and self._parked and self._within_limit():
-            slot = await self._wait_for_parked()
+            slot = await self._wait_for_parked(client_key_id)
         if slot is not None:
             self._tried += 1
         return slot
@@ -95,23 +97,31 @@ class CandidateQueue:
         self._pending = live[index + 1 :]
         return slot
 
-    async def _wait_for_parked(self) -> Slot | None:
-        """Poll the parked accounts for a free slot (one Redis call per poll); the account that
-        frees up is re-read before it is used and dropped if it may no longer serve."""
+    async def _wait_for_parked(self, client_key_id: str | None) -> Slot | None:
+        """Poll the parked accounts for a free slot whose turn has come for this request's key
+        (one Redis call per poll); the account that frees up is re-read before it is used and
+        dropped if it may no longer serve. The request's place in the fair-admission registry
+        is given up however the wait ends."""
         deadline = time.monotonic() + self._wait.timeout_seconds
         pause = self._wait.first_pause
-        while self._parked:
-            slot = await scheduler.acquire_first_free(self._parked, self._settings)
-            if slot is not None:
-                self._parked.remove(slot.account)
-                if await still_eligible([slot.account], now=timezone.now()):
-                    return slot
-                # Another request marked it meanwhile: give the slot back, look again at once.
-                await scheduler.release(slot)
-                continue
-            if time.monotonic() >= deadline:
-                self.timed_out = True
-                return None
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, self._wait.longest_pause)
-        return None
+        waiter = Waiter(client_key_id)
+        try:
+            while self._parked:
+                slot = await waiter.take_turn(self._parked, self._settings)
+                if slot is not None:
+                    self._parked.remove(slot.account)
+                    if await still_eligible([slot.account], now=timezone.now()):
+                        return slot
+                    # Another request marked it meanwhile: give the slot back, look again at
+                    # once (the waiter joins again with its arrival number).
+                    await scheduler.release(slot)
+                    continue
+                if time.monotonic() >= deadline:
+                    self.timed_out = True
+                    return None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, self._wait.longest_pause)
+            return None
+        finally:
+            # Shielded: a client that leaves cancels the wait, and its place must go with it.
+            await asyncio.shield(waiter.leave())

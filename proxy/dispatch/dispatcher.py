@@ -262,7 +262,7 @@ class Dispatch:
         """Walk ``queue``. For the owner of a managed continuation its failure (None: it could
         not be used) is returned for ``_recover``; otherwise the walk ends the request."""
         while True:
-            slot = await queue.next_slot()
+            slot = await queue.next_slot(client_key_id=self.request.client_api_key_id)
             if slot is None:
                 break
             try:

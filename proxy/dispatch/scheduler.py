@@ -32,7 +32,8 @@ logger = logging.getLogger(__name__)
 CURSOR_TTL_SECONDS = 7 * 24 * 3600
 
 # KEYS[1] cursor hash, KEYS[2..n+1] slot keys of the candidates (same order as the ARGV pairs),
-#   KEYS[n+2] (with a conversation lookup) the conversation's affinity index
+#   KEYS[n+2] (with a conversation lookup) the conversation's affinity index, and last the
+#   fair-admission rotation (when it exists, requests are waiting: take no slot)
 # ARGV: strategy, now_ms, stale_before_ms, max_slots, slot_id, slot_ttl_ms, load_weight,
 #       rotate (1/0), cursor_ttl_s, affinity record key prefix ('' = no lookup), variant hash,
 #       scan size, then n pairs (account id, base score)
@@ -46,6 +47,7 @@ local strategy = ARGV[1]
 local now = tonumber(ARGV[2])
 local max_slots = tonumber(ARGV[4])
 local load_weight = tonumber(ARGV[7])
+local waiting = redis.call('EXISTS', KEYS[#KEYS]) == 1
 if redis.call('HGET', KEYS[1], 'strategy') ~= strategy then
   redis.call('HSET', KEYS[1], 'strategy', strategy, 'cursor', 0)
 end
@@ -113,7 +115,7 @@ end
 local result = {'', '-1', preferred}
 for _, entry in ipairs(entries) do
   result[#result + 1] = entry.id
-  if result[1] == '' and entry.slots < max_slots then
+  if result[1] == '' and not waiting and entry.slots < max_slots then
     local key = KEYS[entry.index + 1]
     local latest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
     if #latest > 0 then result[2] = latest[2] end
@@ -221,8 +223,9 @@ async def order_and_acquire(
     """Finish the order and take a slot on the first account with one free; with
     ``conversation``, the account of its affinity record (when a candidate) goes first.
 
-    Returns the full candidate order, the slot (None when every account is busy) and the
-    account the conversation's record named (None when none did).
+    Returns the full candidate order, the slot (None when every account is busy, or when
+    other requests are waiting for a slot: they go first) and the account the conversation's
+    record named (None when none did).
     """
     accounts = ranking.accounts
     if not accounts:
@@ -234,6 +237,9 @@ async def order_and_acquire(
     ]
     if conversation is not None:
         keys.append(redis_keys.affinity_conversation(conversation.conversation_id))
+    # Requests waiting for a slot are admitted in turn (fair_admission): a newcomer does not
+    # overtake them, it waits too. Checked inside this call, so the fast path costs no more.
+    keys.append(redis_keys.fair_turns())
     args = [
         scheduler.strategy,
         now,

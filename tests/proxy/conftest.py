@@ -149,6 +149,24 @@ def proxy(asgi_server, upstream, transactional_db):
 
 
 @pytest.fixture
+def private_proxy(private_redis, upstream, transactional_db, settings):
+    """A proxy of its own on a private Redis, which the test may flush."""
+    settings.REDIS_URL = private_redis.url
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {**settings.CACHES["default"], "LOCATION": private_redis.url},
+    }
+    runtime_settings_ensure(now=timezone.now())
+    fingerprint_ensure_current(now=timezone.now())
+    server = LiveServer()
+    try:
+        yield server
+        server.drain()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def client_key(transactional_db):
     return client_api_key_create(name="tests", now=timezone.now())
 

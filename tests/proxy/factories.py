@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from proxy.accounts import AccountView
 from proxy.models import Account, AccountCookie, Fingerprint
 
 
@@ -56,3 +57,32 @@ def make_fingerprint(*, now: datetime | None = None, **fields) -> Fingerprint:
     }
     values.update(fields)
     return Fingerprint.objects.create(**values)
+
+
+def make_account_view(account_id: str, *, now: datetime | None = None, **fields) -> AccountView:
+    """A candidate as the request path reads it (no row behind it): active, token valid a day."""
+    now = now or timezone.now()
+    values = {
+        "id": account_id,
+        "email": None,
+        "chatgpt_account_id": None,
+        "plan_type": None,
+        "access_token": f"token-{account_id}",
+        "access_token_expires_at": now + timedelta(days=1),
+        "status": "active",
+        "quota_limit_reached": False,
+        "quota_verify_required": False,
+        "quota_cooldown_until": None,
+        "cloudflare_cooldown_until": None,
+        "added_at": now,
+        "request_count": 0,
+        "window_request_count": 0,
+        "window_tokens": 0,
+        "window_cached_tokens": 0,
+        "window_reset_at": None,
+        "limit_window_seconds": None,
+        "last_used_at": None,
+        "cookies": [],
+    }
+    values.update(fields)
+    return AccountView(**values)

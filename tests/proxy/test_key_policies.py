@@ -10,7 +10,6 @@ import time
 from datetime import timedelta
 from decimal import Decimal
 
-import pytest
 import redis
 import requests
 from django.conf import settings
@@ -22,7 +21,7 @@ from proxy.services.key_policies import PolicyValues, key_policy_set
 from telemetry.models import OpsErrorLog
 from telemetry.services.ledger import usage_record_create
 from tests.fakes.codex import Reply
-from tests.proxy.conftest import LiveServer, make_pool_account, post_responses
+from tests.proxy.conftest import make_pool_account, post_responses
 
 
 def _policy(key, **limits):
@@ -277,27 +276,6 @@ def test_an_account_group_limits_the_candidates(proxy, upstream, client_key):
     assert set(upstream.tokens_called()) == {"tok-team"}
     assert empty.status_code == 503
     assert empty.json()["error"]["code"] == "no_available_accounts"
-
-
-@pytest.fixture
-def private_proxy(private_redis, upstream, transactional_db, settings):
-    """A proxy of its own on a private Redis, which the test may flush."""
-    from proxy.services.fingerprints import fingerprint_ensure_current
-    from proxy.services.runtime_settings import runtime_settings_ensure
-
-    settings.REDIS_URL = private_redis.url
-    settings.CACHES = {
-        **settings.CACHES,
-        "default": {**settings.CACHES["default"], "LOCATION": private_redis.url},
-    }
-    runtime_settings_ensure(now=timezone.now())
-    fingerprint_ensure_current(now=timezone.now())
-    server = LiveServer()
-    try:
-        yield server
-        server.drain()
-    finally:
-        server.stop()
 
 
 def test_a_flushed_redis_starts_the_counters_afresh(private_proxy, private_redis, client_key):

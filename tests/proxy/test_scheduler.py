@@ -15,35 +15,13 @@ from proxy.dispatch import scheduler
 from proxy.dispatch.ranking import rank
 from proxy.dispatch.scheduler import SchedulerSettings
 from tests.proxy.conftest import reset_rotation
+from tests.proxy.factories import make_account_view
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def account(account_id: str, **fields) -> AccountView:
-    values = {
-        "id": account_id,
-        "email": None,
-        "chatgpt_account_id": None,
-        "plan_type": None,
-        "access_token": f"token-{account_id}",
-        "access_token_expires_at": NOW + timedelta(days=1),
-        "status": "active",
-        "quota_limit_reached": False,
-        "quota_verify_required": False,
-        "quota_cooldown_until": None,
-        "cloudflare_cooldown_until": None,
-        "added_at": NOW,
-        "request_count": 0,
-        "window_request_count": 0,
-        "window_tokens": 0,
-        "window_cached_tokens": 0,
-        "window_reset_at": None,
-        "limit_window_seconds": None,
-        "last_used_at": None,
-        "cookies": [],
-    }
-    values.update(fields)
-    return AccountView(**values)
+    return make_account_view(account_id, now=NOW, **fields)
 
 
 @pytest.fixture
