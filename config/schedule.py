@@ -42,6 +42,11 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "proxy.update_fingerprint",
         "schedule": float(FINGERPRINT_CHECK_SECONDS),
     },
+    # Issue 25: each account's daily burn cap starts the new UTC day (every minute).
+    "proxy-roll-account-burn-days": {
+        "task": "proxy.roll_account_burn_days",
+        "schedule": 60.0,
+    },
     # Support bot: idempotency claims older than 7 days (Telegram stopped redelivering long
     # before), daily.
     "bots-trim-processed-updates": {

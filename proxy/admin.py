@@ -12,8 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from proxy.admin_account_forms import AccountAddForm, AccountForm
+from proxy.admin_account_policy import burn_text
 from proxy.admin_key_policy import KeyPolicyInline, save_policy_formset
 from proxy.admin_pages import AccountPagesMixin, ClientKeyPagesMixin
+from proxy.daily_burn import daily_burns
 from proxy.models import (
     Account,
     AccountCookie,
@@ -152,13 +154,16 @@ class ClientApiKeyAdmin(ClientKeyPagesMixin, admin.ModelAdmin):
 
 
 class AccountChangeList(ChangeList):
-    """Reads which accounts of the page are being refreshed in one MGET of their leases."""
+    """Reads which accounts of the page are being refreshed in one MGET of their leases, and
+    their burn today (two queries for the page)."""
 
     def get_results(self, request) -> None:
         super().get_results(request)
         held = refresh_leases_held(account.pk for account in self.result_list)
+        burns = daily_burns([account.pk for account in self.result_list], now=timezone.now())
         for account in self.result_list:
             account.refresh_lease_held = account.pk in held
+            account.daily_burn = burns.get(account.pk)
 
 
 @admin.register(Account)
@@ -174,6 +179,7 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
         "refresh_state",
         "quota_limit_reached",
         "access_token_expires_at",
+        "burned_today",
         "masked_access_token",
         "added_at",
         "row_actions",
@@ -183,6 +189,7 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
     search_fields = ("=id", "email", "label", "=chatgpt_account_id", "=chatgpt_user_id")
     ordering = ("-added_at", "-id")
     readonly_fields = (
+        "burned_today",  # next to the cap field
         "id",
         "email",
         "chatgpt_account_id",
@@ -205,10 +212,24 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("access_token", "refresh_token", "label")
-        return ("label", "status", "new_access_token", "new_refresh_token", *self.readonly_fields)
+        return (
+            "label",
+            "status",
+            "new_access_token",
+            "new_refresh_token",
+            "daily_burn_cap_tokens",
+            *self.readonly_fields,
+        )
 
     def get_changelist(self, request, **kwargs):
         return AccountChangeList
+
+    @admin.display(description="burned today (UTC) / cap")
+    def burned_today(self, obj: Account) -> str:
+        burn = getattr(obj, "daily_burn", None)  # the list reads a page's at once
+        if burn is None:
+            burn = daily_burns([obj.pk], now=timezone.now()).get(obj.pk)
+        return burn_text(burn)
 
     @admin.display(description="token refresh")
     def refresh_state(self, obj: Account) -> str:
@@ -290,6 +311,7 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
             status=form.chosen_status(),
             now=timezone.now(),
         )
+        form.save_daily_burn_cap(obj)
 
 
 @admin.register(AccountUsage)

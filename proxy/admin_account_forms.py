@@ -1,11 +1,12 @@
 """The account forms of the proxy's Django admin: adding an account from its tokens, and
-editing its label, status (among those an operator may set) and tokens."""
+editing its label, status (among those an operator may set), tokens and daily burn cap."""
 
 from __future__ import annotations
 
 from django import forms
 from django.utils import timezone
 
+from proxy.admin_account_policy import DailyBurnCapFormMixin
 from proxy.models import Account, AccountStatus
 from proxy.services.account_tokens import (
     AccountOnboardingError,
@@ -58,7 +59,7 @@ class AccountAddForm(forms.ModelForm):
 SETTABLE_STATUS_CHOICES = [(status.value, status.label) for status in ADMIN_SETTABLE_STATUSES]
 
 
-class AccountForm(forms.ModelForm):
+class AccountForm(DailyBurnCapFormMixin, forms.ModelForm):
     """Editing an account: its label, and its status among those an operator may set.
 
     A status only the proxy sets (banned, expired, quota_exhausted) is offered as the first,

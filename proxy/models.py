@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce
 from proxy.model_constraints import check as _check
 from proxy.model_constraints import non_negative as _non_negative
 from proxy.models_admin import AdminLoginEvent, AdminUser  # noqa: F401 - the app's models
-from proxy.models_policies import ClientApiKeyPolicy  # noqa: F401 - the app's models
+from proxy.models_policies import AccountPolicy, ClientApiKeyPolicy  # noqa: F401 - the app's models
 
 
 class RotationStrategy(models.TextChoices):

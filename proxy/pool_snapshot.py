@@ -10,6 +10,8 @@ forget. Since the key lookup reads the sum in the same statement (the same MVCC 
 request that starts after a write committed sees the new version and reloads; one that
 started before it behaves as it did when it read the rows itself. The client key stays one
 point lookup per request (seed 004 §4.3: disabling a key takes effect at once).
+``account_policies`` (proxy/0006: whether a candidate is over its daily burn cap) has the same
+triggers.
 
 The sum only grows (each bump adds one to a row; a bump that finds every row locked by other
 writers inserts a new one rather than wait), so "newer" is simply "larger". Requests get
@@ -19,7 +21,8 @@ copies of the account views: the request path updates its candidates in place.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
@@ -71,18 +74,29 @@ class PoolSnapshot:
     accounts: tuple[AccountView, ...]
     # Per account (same order): the words of its label, for account groups.
     label_words: tuple[frozenset[str], ...]
+    # Account id → until when its daily burn cap holds it back (issue 25; proxy.daily_burn).
+    burn_capped_until: dict[str, datetime] = field(default_factory=dict)
 
-    def candidates(self, account_group: str | None) -> list[AccountView]:
+    def candidates(
+        self, account_group: str | None, *, now: datetime | None = None
+    ) -> list[AccountView]:
         """Copies of the candidate accounts (of ``account_group`` when given), in their
-        order (added_at, id)."""
+        order (added_at, id), without those over their daily burn cap at ``now`` (the clock's
+        time when not given)."""
         if account_group is None:
-            return [account.copy() for account in self.accounts]
-        word = f"group:{account_group}"
-        return [
-            account.copy()
-            for account, words in zip(self.accounts, self.label_words, strict=True)
-            if word in words
-        ]
+            accounts = [account.copy() for account in self.accounts]
+        else:
+            word = f"group:{account_group}"
+            accounts = [
+                account.copy()
+                for account, words in zip(self.accounts, self.label_words, strict=True)
+                if word in words
+            ]
+        if self.burn_capped_until:
+            now = now or timezone.now()
+            capped = self.burn_capped_until
+            accounts = [a for a in accounts if a.id not in capped or capped[a.id] <= now]
+        return accounts
 
 
 def _snapshot_from_row(row: tuple) -> PoolSnapshot:
@@ -93,6 +107,11 @@ def _snapshot_from_row(row: tuple) -> PoolSnapshot:
         fingerprint = settings.CODEX_FINGERPRINT
     rows = row[fingerprint_end]
     words = tuple(frozenset(candidate.pop("label_words", None) or ()) for candidate in rows)
+    capped = {}
+    for candidate in rows:
+        until = candidate.pop("burn_capped_until", None)
+        if until is not None:
+            capped[candidate["id"]] = datetime.fromisoformat(until)
     return PoolSnapshot(
         version=int(version),
         aliases=clean_aliases(aliases),
@@ -104,6 +123,7 @@ def _snapshot_from_row(row: tuple) -> PoolSnapshot:
         fingerprint=render_fingerprint(fingerprint),
         accounts=tuple(accounts_from_json(rows)),
         label_words=words,
+        burn_capped_until=capped,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from proxy.accounts import AccountView, ineligibility
+from proxy.daily_burn import DAILY_BURN_CAPPED_UNTIL_SQL
 from proxy.loop_resources import database_connection
 
 # The candidates as one JSON value: one round trip brings them all, with their cookies.
@@ -43,10 +44,14 @@ _CANDIDATES_JSON_TEMPLATE = """
 CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(extra_columns="")
 # The pool snapshot's: every candidate with the words of its label (split on spaces and
 # commas), so that a key whose policy names an account group can be given only the accounts
-# whose label carries the word ``group:<name>``.
+# whose label carries the word ``group:<name>``, and the moment its daily burn cap holds it
+# back until (``proxy.daily_burn``; null when it does not).
 SNAPSHOT_CANDIDATES_JSON_SQL = _CANDIDATES_JSON_TEMPLATE.format(
     extra_columns=""",
-          regexp_split_to_array(coalesce(a.label, ''), '[\\s,]+') as label_words""",
+          regexp_split_to_array(coalesce(a.label, ''), '[\\s,]+') as label_words,
+          """
+    + DAILY_BURN_CAPPED_UNTIL_SQL
+    + " as burn_capped_until",
 )
 _RECHECK_SQL = """
 select id, status, quota_limit_reached, quota_cooldown_until, cloudflare_cooldown_until,

@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
+from proxy.services.account_policies import account_burn_days_roll
 from proxy.services.retention import (
     account_cookies_delete_expired,
     admin_login_events_trim,
@@ -46,6 +47,13 @@ def trim_retention_task() -> dict[str, int]:
 def delete_expired_cookies_task() -> int:
     """Every 5 minutes: delete account cookies past their expiry."""
     return account_cookies_delete_expired(now=timezone.now())
+
+
+@shared_task(name="proxy.roll_account_burn_days", soft_time_limit=60, time_limit=90)
+def roll_account_burn_days_task() -> int:
+    """Every minute: give each account's daily burn cap the new UTC day's baseline (a no-op
+    statement the rest of the day). Until it runs past 00:00 UTC the cap applies no limit."""
+    return account_burn_days_roll(now=timezone.now())
 
 
 @shared_task(name="proxy.refresh_models", soft_time_limit=120, time_limit=150)

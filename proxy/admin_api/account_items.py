@@ -1,11 +1,12 @@
 """An account as the admin API shows it (spec §6.3 and the console's fields): identity and
 status, quota windows with the usage counted locally inside each, per-model usage in the
-longest window, and the eligibility verdict. Never its tokens.
+longest window, today's burn against its daily burn cap, and the eligibility verdict. Never
+its tokens.
 
 Usage inside a window comes from ``request_time_buckets`` (seed §2.10: window distributions are
 read from the buckets); without a known window, from ``account_usage``'s window counters. A page
-of accounts costs a fixed number of queries (usage rows, two bucket sums, last errors, one Redis
-MGET of refresh leases), whatever its size.
+of accounts costs a fixed number of queries (usage rows, two bucket sums, last errors, today's
+burns, one Redis MGET of refresh leases), whatever its size.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from proxy.admin_api.display import (
 )
 from proxy.admin_api.eligibility import eligibility_verdict
 from proxy.admin_api.quota_windows import QuotaWindow, quota_windows
+from proxy.daily_burn import daily_burns
 from proxy.models import Account, AccountUsage
 from proxy.runtime_state.refresh_leases import refresh_leases_held
 from telemetry.billing import request_cost
@@ -176,6 +178,7 @@ def account_items(accounts: list[Account], *, now: datetime) -> list[dict]:
     usages = {usage.account_id: usage for usage in AccountUsage.objects.filter(account_id__in=ids)}
     refreshing = refresh_leases_held(ids)
     last_errors = latest_error_by_account(ids)
+    burns = daily_burns(ids, now=now)
     windows_of = {account.pk: quota_windows(account.quota_json) for account in accounts}
 
     bucket_windows: list[AccountWindow] = []
@@ -252,11 +255,13 @@ def account_items(accounts: list[Account], *, now: datetime) -> list[dict]:
                     since=since,
                     now=now,
                 ),
+                "dailyBurn": burns[account.pk].as_item(iso=china_iso),
                 "eligibility": eligibility_verdict(
                     account,
                     windows=windows,
                     refreshing=is_refreshing,
                     last_error=last_errors.get(account.pk),
+                    daily_burn=burns[account.pk],
                     now=now,
                 ),
             }

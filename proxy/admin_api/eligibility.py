@@ -2,7 +2,8 @@
 
 The verdict is the scheduler's own rule (``pool.ineligibility``: a reached quota limit whose
 cooldown has not passed, a status other than ``active``, an expired access token, a Cloudflare
-cooldown — in that order); the checks around it explain each condition with the time it ends,
+cooldown — in that order — then the daily burn cap, which the request path applies in its
+candidate query); the checks around it explain each condition with the time it ends,
 and add what the rule does not block on but an operator wants to see: quota windows used up,
 a usage check due before the next request, a token refresh running, the last failure recorded
 in ``ops_error_logs``.
@@ -15,15 +16,18 @@ from datetime import datetime
 from proxy.admin_api import pool
 from proxy.admin_api.display import china_iso, china_time
 from proxy.admin_api.quota_windows import QuotaWindow
+from proxy.daily_burn import DailyBurn
 from proxy.models import Account
 from telemetry.models import OpsErrorLog
 
+DAILY_BURN_CAPPED = "daily_burn_capped"
 SUMMARIES = {
     None: "Eligible: serves requests",
     pool.QUOTA_LIMITED: "Held back: its quota limit is reached",
     pool.NOT_ACTIVE: "Held back: its status is not active",
     pool.TOKEN_EXPIRED: "Held back: its access token has expired",
     pool.CLOUDFLARE_COOLDOWN: "Held back: cooling down after a Cloudflare challenge",
+    DAILY_BURN_CAPPED: "Held back: its daily burn cap is reached (until 00:00 UTC)",
 }
 
 
@@ -78,6 +82,13 @@ def _cloudflare_check(account: Account, *, now: datetime) -> dict:
     return _check("cloudflareCooldown", True, "no Cloudflare cooldown")
 
 
+def _daily_burn_check(burn: DailyBurn) -> dict:
+    if burn.cap_tokens is None:
+        return _check("dailyBurnCap", True, "no daily burn cap")
+    detail = f"{burn.burned_tokens} of its {burn.cap_tokens} tokens burned today (UTC)"
+    return _check("dailyBurnCap", not burn.over_cap, detail, burn.resumes_at)
+
+
 def _windows_check(windows: list[QuotaWindow]) -> dict:
     full = [window for window in windows if window.limit_reached]
     if not full:
@@ -106,14 +117,18 @@ def eligibility_verdict(
     windows: list[QuotaWindow],
     refreshing: bool,
     last_error: OpsErrorLog | None,
+    daily_burn: DailyBurn,
     now: datetime,
 ) -> dict:
     reason = pool.ineligibility(account, now=now)
+    if reason is None and daily_burn.over_cap:
+        reason = DAILY_BURN_CAPPED
     checks = [
         _quota_check(account, now=now),
         _status_check(account),
         _token_check(account, now=now),
         _cloudflare_check(account, now=now),
+        _daily_burn_check(daily_burn),
         _windows_check(windows),
         _check(
             "usageCheck",

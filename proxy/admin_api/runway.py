@@ -17,7 +17,9 @@ sent through each account. So, per account and window:
 The pool's runway for a window: the room left on every account whose percent per token is
 known, in tokens, divided by the whole pool's burn rate — as if the traffic moved to whichever
 accounts still have room (the scheduler does that). Resets on the way are ignored, so the
-figure errs early.
+figure errs early. An account over its daily burn cap (``proxy.daily_burn``) is not scheduled
+until 00:00 UTC: its room is left out of the pool's, and each account shows today's burn
+against its cap.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from datetime import datetime, timedelta
 
 from proxy.admin_api.display import china_iso
 from proxy.admin_api.quota_windows import QuotaWindow, quota_windows
+from proxy.daily_burn import daily_burns
 from proxy.models import Account, AccountStatus
 from telemetry.queries.buckets import AccountWindow, bucket_usage_in_windows
 from telemetry.services.buckets import bucket_start_for
@@ -124,6 +127,7 @@ def quota_runway(*, now: datetime) -> dict:
                 asked.append(AccountWindow(account.pk, kind, start))
         asked.append(AccountWindow(account.pk, RECENT_KEY, recent_start))
     sums = bucket_usage_in_windows(asked)
+    burns = daily_burns([account.pk for account in accounts], now=now)
 
     items = []
     pool_room = {kind: 0.0 for kind in WINDOW_KINDS}
@@ -139,7 +143,7 @@ def quota_runway(*, now: datetime) -> dict:
             runway = WindowRunway(kind, window, in_window.total_tokens if in_window else 0, burn)
             account_windows.append(_window_item(runway, now=now))
             room = runway.room_tokens
-            if room is not None:
+            if room is not None and not burns[account.pk].over_cap:
                 pool_room[kind] += room
                 pool_known[kind] += 1
         items.append(
@@ -148,6 +152,7 @@ def quota_runway(*, now: datetime) -> dict:
                 "email": account.email,
                 "status": account.status,
                 "burnTokensPerHour": round(burn, 1),
+                "dailyBurn": burns[account.pk].as_item(iso=china_iso),
                 "windows": account_windows,
             }
         )

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from proxy.admin_api.envelope import unknown_admin_route
 from proxy.admin_api.views import (
     account_actions,
+    account_policies,
     accounts,
     auth,
     dashboard,
@@ -32,6 +33,7 @@ admin_api_patterns = [
     path("accounts/test", account_actions.AccountTestView.as_view()),
     path("accounts/oauth/authorize", account_actions.OAuthAuthorizeView.as_view()),
     path("accounts/oauth/exchange", account_actions.OAuthExchangeView.as_view()),
+    path("accounts/policy", account_policies.AccountPolicyView.as_view()),
     path("keys", keys.KeysView.as_view()),
     path("keys/update", keys.KeyUpdateView.as_view()),
     path("keys/delete", keys.KeyDeleteView.as_view()),

@@ -16,7 +16,7 @@ from django.contrib.admin.utils import quote
 from django.db import connection, transaction
 from django.utils import timezone
 
-from proxy.models import Account, ClientApiKey, RuntimeSettings
+from proxy.models import Account, AccountPolicy, ClientApiKey, RuntimeSettings
 from proxy.services.admin_users import admin_user_create_default
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.runtime_settings import runtime_settings_ensure
@@ -337,3 +337,37 @@ def test_an_add_racing_another_add_of_the_identity_ends_with_one_account(
     assert response.status_code == 302
     [account] = Account.objects.filter(chatgpt_account_id="org-race")
     assert account.access_token == token
+
+
+def test_an_operator_sets_changes_and_clears_an_accounts_daily_burn_cap(operator):
+    # given: an account that burned 2,500 tokens today
+    account = make_account(status="active", label="main")
+    usage_record_create(
+        created_at=timezone.now(),
+        account_id=account.pk,
+        model="gpt-5.4",
+        message="v1 responses completed",
+        input_tokens=2000,
+        output_tokens=500,
+    )
+    url = f"/admin/proxy/account/{quote(account.pk)}/change/"
+
+    # when: a cap is set, the label alone edited, the cap refused at 0, then cleared
+    capped = operator.post(url, browser_submission(operator.get(url), daily_burn_cap_tokens="2000"))
+    listed = operator.get("/admin/proxy/account/").content.decode()
+    relabelled = operator.post(url, browser_submission(operator.get(url), label="renamed"))
+    kept = AccountPolicy.objects.get(pk=account.pk).daily_burn_cap_tokens
+    refused = operator.post(url, browser_submission(operator.get(url), daily_burn_cap_tokens="0"))
+    cleared = operator.post(url, browser_submission(operator.get(url), daily_burn_cap_tokens=""))
+
+    # then
+    assert (capped.status_code, relabelled.status_code, cleared.status_code) == (302, 302, 302)
+    assert "2500 / 2000 tokens · capped until 00:00 UTC" in listed
+    assert kept == 2000
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors["daily_burn_cap_tokens"] == [
+        "must be between 1 and 1000000000000"
+    ]
+    assert not AccountPolicy.objects.filter(pk=account.pk).exists()
+    account.refresh_from_db()
+    assert account.label == "renamed"

@@ -157,7 +157,10 @@
         const w = byKey[key];
         return w ? w.usedPercent + "% · " + when(w) : "-";
       };
-      return [a.email || a.id, a.burnTokensPerHour, cell("codex-five-hour"), cell("codex-weekly")];
+      const burn = a.dailyBurn;
+      const today = burn.dailyBurnCapTokens == null ? String(burn.burnedTodayTokens)
+        : burn.burnedTodayTokens + " / " + burn.dailyBurnCapTokens + (burn.overCap ? " · capped until 00:00 UTC" : "");
+      return [a.email || a.id, a.burnTokensPerHour, cell("codex-five-hour"), cell("codex-weekly"), today];
     });
   }
 

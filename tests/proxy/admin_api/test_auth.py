@@ -34,9 +34,10 @@ PROTECTED = _protected_routes()
 
 
 def test_every_route_but_login_and_status_is_protected():
-    # 39 operations behind authentication; log-in, its status and log-out are public.
-    assert len(PROTECTED) == 39
+    # 42 operations behind authentication; log-in, its status and log-out are public.
+    assert len(PROTECTED) == 42
     assert ("PUT", "/api/admin/keys/policy") in PROTECTED
+    assert ("PUT", "/api/admin/accounts/policy") in PROTECTED
     assert ("GET", "/api/admin/dashboard/runway") in PROTECTED
     assert ("GET", "/api/admin/accounts") in PROTECTED
     assert ("POST", "/api/admin/accounts/import") in PROTECTED

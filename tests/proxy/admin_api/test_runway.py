@@ -10,6 +10,9 @@ import pytest
 
 from proxy.admin_api.display import china_iso
 from proxy.admin_api.runway import quota_runway
+from proxy.models import Account, AccountPolicy
+from proxy.policies.rules import next_day_start
+from proxy.services.account_policies import account_policy_set
 from telemetry.services.ledger import usage_record_create
 from tests.proxy.admin_api.conftest import data_of
 from tests.proxy.factories import make_account
@@ -149,3 +152,40 @@ def test_the_admin_api_and_the_dashboard_summary_carry_it(api, anonymous, pool):
     assert {item["id"] for item in runway["accounts"]} == {"acct_a", "acct_b", "acct_c"}
     assert set(summary["quotaRunway"]["pool"]) == {"five-hour", "weekly"}
     assert anonymous.get("/api/admin/dashboard/runway").status_code == 401
+
+
+def test_a_daily_burn_cap_shows_and_a_capped_accounts_room_is_left_out(pool):
+    # acct_a burned 3,000 + 6,000 tokens today (before NOW); acct_b is used up (room 0).
+    account_policy_set(
+        account=Account.objects.get(pk="acct_a"),
+        daily_burn_cap_tokens=20000,
+        now=NOW,
+    )
+    under = quota_runway(now=NOW)
+    AccountPolicy.objects.filter(pk="acct_a").update(daily_burn_cap_tokens=5000)
+    over = quota_runway(now=NOW)
+
+    def account_a(runway):
+        return next(item for item in runway["accounts"] if item["id"] == "acct_a")
+
+    assert account_a(under)["dailyBurn"] == {
+        "dailyBurnCapTokens": 20000,
+        "burnedTodayTokens": 9000,
+        "overCap": False,
+        "resumesAt": None,
+    }
+    five_hour = under["pool"]["five-hour"]
+    assert (five_hour["roomTokens"], five_hour["accountsForecast"]) == (6000, 2)
+    assert account_a(over)["dailyBurn"] == {
+        "dailyBurnCapTokens": 5000,
+        "burnedTodayTokens": 9000,
+        "overCap": True,
+        "resumesAt": china_iso(next_day_start(NOW)),
+    }
+    # Only acct_b's known room (none) is left: the pool is used up until midnight.
+    five_hour = over["pool"]["five-hour"]
+    assert (five_hour["roomTokens"], five_hour["accountsForecast"], five_hour["outlook"]) == (
+        0,
+        1,
+        "exhausted",
+    )
