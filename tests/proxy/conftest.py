@@ -107,7 +107,8 @@ class UvicornProcess:
             try:
                 if requests.get(f"{self.url}/healthz", timeout=1).status_code == 204:
                     break
-            except requests.ConnectionError:
+            # Refused while it starts; on a loaded machine its first answer may take over 1 s.
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             if time.monotonic() > deadline or self.process.poll() is not None:
                 self.stop()
