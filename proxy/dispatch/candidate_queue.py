@@ -119,7 +119,7 @@ class CandidateQueue:
                 if time.monotonic() >= deadline:
                     self.timed_out = True
                     return None
-                await asyncio.sleep(pause)
+                await asyncio.sleep(waiter.pause_seconds(pause))
                 pause = min(pause * 2, self._wait.longest_pause)
             return None
         finally:

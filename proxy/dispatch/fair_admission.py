@@ -10,6 +10,9 @@ turn has come for it: walking the keys in rotation order, the first waiter, in i
 order, that may use the freed account. A key served moves to the end of the rotation, so with
 keys A and B waiting, freed slots go A, B, A, B, ... whatever their numbers of waiters.
 
+A freed slot waits for the poll of the waiter whose turn it is, so the first ``FRONT_RANKS``
+waiters of each key poll every ``FRONT_PAUSE_SECONDS``; the rest back off as before.
+
 Waiters that died (a killed worker) are pruned by their last poll's age
 (``WAITER_STALE_MS``); a waiter that leaves (timed out, client gone) removes itself. Every key
 of the registry expires ``REGISTRY_TTL_MS`` after the last poll, and after a FLUSHALL each
@@ -49,13 +52,18 @@ REGISTRY_TTL_MS = 2 * WAITER_STALE_MS
 KEYLESS = "-"
 # Waiters read per round trip inside the script while looking for whose turn it is.
 _BATCH = 16
+# The first two waiters of each key poll this often: the turn comes to them next, and a freed
+# slot stays unused until its waiter polls. The others back off (``scheduler.WaitPolicy``).
+FRONT_RANKS = 2
+FRONT_PAUSE_SECONDS = 0.02
 
 # KEYS: 1 rotation, 2 own queue, 3 own record, 4 sequence, 5.. slot keys of the candidates
 # ARGV: 1 now ms, 2 slots stale before ms, 3 max slots, 4 slot id, 5 slot ttl ms, 6 waiter id,
 #       7 client key id, 8 arrival number ('' = none yet), 9 waiters stale before ms,
-#       10 registry ttl ms, 11 queue key prefix, 12 record key prefix, 13.. candidate ids
+#       10 registry ttl ms, 11 queue key prefix, 12 record key prefix, 13 '1' when the
+#       candidates changed since the last poll, 14.. candidate ids
 # Returns {position of the account taken (1-based, 0 = none), latest other start or -1,
-#          the waiter's arrival number}.
+#          the waiter's arrival number, its rank in its key's queue (-1 once served)}.
 _TAKE_TURN = (
     """
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[10])
@@ -78,10 +86,12 @@ elseif tonumber(redis.call('GET', KEYS[4]) or '0') < arrival then
 else
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
-local ids = {}
-for i = 1, count do ids[i] = ARGV[12 + i] end
-redis.call('HSET', KEYS[3], 'key', client_key, 'seen', now,
-           'accounts', ',' .. table.concat(ids, ',') .. ',')
+if ARGV[13] == '1' or redis.call('EXISTS', KEYS[3]) == 0 then
+  local ids = {}
+  for i = 1, count do ids[i] = ARGV[13 + i] end
+  redis.call('HSET', KEYS[3], 'key', client_key, 'accounts', ',' .. table.concat(ids, ',') .. ',')
+end
+redis.call('HSET', KEYS[3], 'seen', now)
 redis.call('PEXPIRE', KEYS[3], ttl)
 redis.call('ZADD', KEYS[2], 'NX', arrival, waiter)
 redis.call('PEXPIRE', KEYS[2], ttl)
@@ -123,7 +133,7 @@ end
 for i = 1, count do
   local slots = KEYS[4 + i]
   redis.call('ZREMRANGEBYSCORE', slots, '-inf', '(' .. ARGV[2])
-  if redis.call('ZCARD', slots) < tonumber(ARGV[3]) and turn_for(ARGV[12 + i]) == waiter then
+  if redis.call('ZCARD', slots) < tonumber(ARGV[3]) and turn_for(ARGV[13 + i]) == waiter then
     local latest = redis.call('ZREVRANGE', slots, 0, 0, 'WITHSCORES')
     redis.call('ZADD', slots, now, ARGV[4])
     redis.call('PEXPIRE', slots, tonumber(ARGV[5]))
@@ -135,11 +145,11 @@ for i = 1, count do
     else
       redis.call('ZREM', KEYS[1], client_key)
     end
-    if #latest > 0 then return {i, latest[2], arrival} end
-    return {i, '-1', arrival}
+    if #latest > 0 then return {i, latest[2], arrival, -1} end
+    return {i, '-1', arrival, -1}
   end
 end
-return {0, '-1', arrival}
+return {0, '-1', arrival, redis.call('ZRANK', KEYS[2], waiter) or -1}
 """
 )
 
@@ -173,7 +183,11 @@ class Waiter:
         self.client_key_id = client_key_id or KEYLESS
         self.waiter_id = os.urandom(12).hex()
         self.arrival: int | None = None
-        # In the registry as far as this side knows (a poll that took no slot left it there).
+        # Its place in its key's queue after the last poll (None: not polled yet, or served).
+        self.rank: int | None = None
+        self._sent_candidates: tuple[str, ...] = ()
+        # Whether the registry may hold this waiter: from its first poll (even one that failed
+        # half-way) until a poll takes a slot, which removes it.
         self.registered = False
 
     def _own_keys(self) -> list[str]:
@@ -197,6 +211,7 @@ class Waiter:
             return None
         now = _now_ms() if now_ms is None else now_ms
         slot_id = os.urandom(12).hex()
+        candidates = tuple(account.id for account in accounts)
         keys = [
             *self._own_keys(),
             redis_keys.fair_sequence(),
@@ -215,17 +230,32 @@ class Waiter:
             REGISTRY_TTL_MS,
             redis_keys.fair_queue(""),
             redis_keys.fair_waiter(""),
-            *(account.id for account in accounts),
+            "1" if candidates != self._sent_candidates else "0",
+            *candidates,
         ]
+        self.registered = True
         redis = await async_redis.get()
-        position, latest, arrival = await _SCRIPTS["take_turn"](keys=keys, args=args, client=redis)
+        position, latest, arrival, rank = await _SCRIPTS["take_turn"](
+            keys=keys, args=args, client=redis
+        )
         self.arrival = int(arrival)
+        self._sent_candidates = candidates
         position = int(position)
-        self.registered = position == 0
         if not position:
+            self.rank = int(rank)
             return None
+        self.registered = False
+        self.rank = None
+        self._sent_candidates = ()
         previous = int(float(_text(latest)))
         return Slot(accounts[position - 1], slot_id, previous if previous >= 0 else None)
+
+    def pause_seconds(self, backoff: float) -> float:
+        """How long to wait before the next poll: short near the front of its key's queue,
+        else ``backoff``."""
+        if self.rank is not None and 0 <= self.rank < FRONT_RANKS:
+            return min(backoff, FRONT_PAUSE_SECONDS)
+        return backoff
 
     async def leave(self) -> None:
         """Give up the place in the registry. Never raises: a waiter that could not leave is

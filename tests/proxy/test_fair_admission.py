@@ -14,7 +14,12 @@ from django.conf import settings
 
 from proxy import redis_keys
 from proxy.dispatch import scheduler
-from proxy.dispatch.fair_admission import REGISTRY_TTL_MS, WAITER_STALE_MS, Waiter
+from proxy.dispatch.fair_admission import (
+    FRONT_PAUSE_SECONDS,
+    REGISTRY_TTL_MS,
+    WAITER_STALE_MS,
+    Waiter,
+)
 from proxy.dispatch.ranking import rank
 from proxy.dispatch.scheduler import SchedulerSettings
 from tests.proxy.factories import make_account_view
@@ -207,3 +212,48 @@ def test_a_flushall_mid_wait_leaves_nothing_wedged(private_redis, settings, name
     ]
     assert int(client.get(redis_keys.fair_sequence())) > max(held_numbers)
     assert client.zcard(redis_keys.account_slots(shared.id)) == 0
+
+
+def test_the_first_two_of_each_key_poll_often_and_the_rest_back_off(names):
+    shared = make_account_view(names("acct"))
+    heavy = [Waiter(names("key-a")) for _ in range(3)]
+    light = Waiter(names("key-b"))
+
+    async def scenario():
+        held = await scheduler.acquire(shared, ONE_SLOT)
+        await _poll_all([*heavy, light], [shared])
+        for waiter in [*heavy, light]:
+            await waiter.leave()
+        await scheduler.release(held)
+
+    asyncio.run(scenario())
+
+    assert [waiter.rank for waiter in [*heavy, light]] == [0, 1, 2, 0]
+    assert [waiter.pause_seconds(0.2) for waiter in [*heavy, light]] == [
+        FRONT_PAUSE_SECONDS,
+        FRONT_PAUSE_SECONDS,
+        0.2,
+        FRONT_PAUSE_SECONDS,
+    ]
+
+
+def test_a_waiter_that_no_longer_wants_an_account_is_not_chosen_for_it(names):
+    first, second = make_account_view(names("first")), make_account_view(names("second"))
+    narrowed = Waiter(names("key-a"))  # its key's turn comes first
+    other = Waiter(names("key-b"))
+
+    async def scenario():
+        held = [await scheduler.acquire(account, ONE_SLOT) for account in (first, second)]
+        await narrowed.take_turn([first, second], ONE_SLOT)
+        await other.take_turn([first], ONE_SLOT)
+        await narrowed.take_turn([second], ONE_SLOT)  # the first was dropped meanwhile
+        await scheduler.release(held[0])
+        taken = await other.take_turn([first], ONE_SLOT)
+        await narrowed.leave()
+        for slot in (taken, held[1]):
+            await scheduler.release(slot)
+        return taken
+
+    taken = asyncio.run(scenario())
+
+    assert taken.account.id == first.id
