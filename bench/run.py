@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from bench.load import LoadResult, introduce_conversations, run_load
+from bench.processes import CpuMeter, postgres_processes, redis_processes, tree
 from bench.project import prepare_project, project_env, web_command, web_env
 from config.embedded import free_port
 
@@ -231,6 +232,26 @@ def print_table(summaries: dict, targets: list[Target], concurrencies: list[int]
         print()
 
 
+def print_cpu_table(summaries: dict, targets: list[Target], concurrencies: list[int]) -> None:
+    """CPU milliseconds per request of each process group while a target was measured: the
+    server (the bare pass-through or the project's web processes), PostgreSQL, Redis, the fake
+    upstream and the load generator. Other work on the machine is not in it."""
+    groups = ("server", "postgres", "redis", "fake", "generator")
+    header = f"{'CPU ms/request':<20}{'conc':>5}" + "".join(f"{group:>10}" for group in groups)
+    header += f"{'all':>10}"
+    print("\n" + header)
+    print("-" * len(header))
+    for concurrency in concurrencies:
+        for target in targets:
+            summary = summaries.get((target.name, concurrency))
+            if summary is None:
+                continue
+            cpu = summary["cpu_ms_per_request"]
+            cells = "".join(f"{cpu.get(group, 0.0):>10.2f}" for group in groups)
+            print(f"{target.name:<20}{concurrency:>5}{cells}{sum(cpu.values()):>10.2f}")
+        print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -286,6 +307,7 @@ def main() -> None:
         )
         wait_for_port(project_port, project)
         project_headers = {"Authorization": f"Bearer {key}"}
+        litellm_process: subprocess.Popen | None = None
         targets = [
             Target(
                 "direct-responses", f"{fake_url}/v1/responses", RESPONSES_BODY, "direct-responses"
@@ -323,6 +345,7 @@ def main() -> None:
             litellm = setup_litellm(fake_url, litellm_port, services, log_dir)
             if litellm is not None:
                 targets.append(litellm)
+                litellm_process = services.processes[-1]
         if arguments.only:
             wanted = set(arguments.only.split(",")) | {"direct-responses", "direct-chat"}
             targets = [target for target in targets if target.name in wanted]
@@ -356,11 +379,29 @@ def main() -> None:
         # All rounds of one (target, concurrency) added up.
         aggregates: dict[tuple[str, int], LoadResult] = {}
         rss = {"before_mib": project_rss_mib(project)}
+        # CPU seconds per process group of each (target, concurrency), all rounds added up.
+        meter = CpuMeter(
+            {
+                "server": lambda: [],  # set per target below
+                "postgres": lambda: postgres_processes(project_environment["DATABASE_URL"]),
+                "redis": lambda: redis_processes(project_environment["REDIS_URL"]),
+                "fake": lambda: tree(fake.pid),
+            }
+        )
+        servers = {
+            **({"litellm-chat": litellm_process} if litellm_process is not None else {}),
+            "bare-responses": bare,
+            **{t.name: project for t in targets if t.name.startswith("project")},
+        }
+        cpu: dict[tuple[str, int], dict[str, float]] = {}
         for round_index in range(arguments.rounds):
             shift = round_index % len(targets)
             order = targets[shift:] + targets[:shift]
             for concurrency in concurrencies:
                 for target in order:
+                    server = servers.get(target.name)
+                    meter.groups["server"] = (lambda pid=server.pid: tree(pid)) if server else list
+                    meter.start()
                     result = asyncio.run(
                         run_load(
                             url=target.url,
@@ -370,6 +411,11 @@ def main() -> None:
                             duration=arguments.duration,
                         )
                     )
+                    spent = meter.stop()
+                    spent["generator"] = result.cpu_seconds
+                    totals = cpu.setdefault((target.name, concurrency), {})
+                    for group, seconds in spent.items():
+                        totals[group] = totals.get(group, 0.0) + seconds
                     aggregates.setdefault((target.name, concurrency), LoadResult()).merge(result)
                     rate = result.requests / result.elapsed_seconds
                     print(
@@ -379,7 +425,13 @@ def main() -> None:
                     )
         rss["after_mib"] = project_rss_mib(project)
         summaries = {key: summarize(aggregate) for key, aggregate in aggregates.items()}
+        for key, summary in summaries.items():
+            requests = max(aggregates[key].requests, 1)
+            summary["cpu_ms_per_request"] = {
+                group: 1000 * seconds / requests for group, seconds in cpu[key].items()
+            }
         print_table(summaries, targets, concurrencies)
+        print_cpu_table(summaries, targets, concurrencies)
         print(
             f"project RSS (all uvicorn processes): {rss['before_mib']:.0f} MiB before,"
             f" {rss['after_mib']:.0f} MiB after the run"
