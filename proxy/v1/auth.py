@@ -179,11 +179,11 @@ async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
 
 async def _snapshot(version: int) -> PoolSnapshot:
     """The pool snapshot at ``version`` (or newer); raises KeyLookupUnavailable when it had to
-    be read again and the database failed (the same 503 as a failed key lookup)."""
+    be read again and the database failed (the same 503 as a failed key lookup). Each reading
+    has the database budget of its own (``proxy.pool_snapshot``)."""
     try:
-        async with asyncio.timeout(DATABASE_ACQUIRE_TIMEOUT_SECONDS):
-            return await pool_snapshot(version)
-    except (PoolTimeout, TimeoutError, psycopg.Error) as error:
+        return await pool_snapshot(version)
+    except (TimeoutError, psycopg.Error) as error:
         logger.warning("pool snapshot read failed: %s", type(error).__name__)
         raise KeyLookupUnavailable from error
 

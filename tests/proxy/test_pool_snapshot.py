@@ -261,3 +261,93 @@ def test_an_account_group_is_the_labels_word(pool_rows):
     assert [account.id for account in snapshot.candidates("team-a")] == ["acct_team"]
     assert [account.id for account in snapshot.candidates("b")] == ["acct_other"]
     assert snapshot.candidates("nobody") == []
+
+
+def _snapshot_at(version: int) -> pool_snapshot.PoolSnapshot:
+    from proxy.dispatch.scheduler import SchedulerSettings
+
+    return pool_snapshot.PoolSnapshot(
+        version=version,
+        aliases={},
+        scheduler_settings=SchedulerSettings("smart", 3, 50),
+        fingerprint=None,
+        accounts=(),
+        label_words=(),
+    )
+
+
+def test_requests_that_find_the_snapshot_old_share_one_reading(monkeypatch):
+    """A burst of requests after a write: one reading for all of them (under load, one reading
+    per request queued one behind the other made requests late by seconds)."""
+    readings = []
+
+    async def read(self):
+        readings.append(1)
+        await asyncio.sleep(0.05)
+        return _snapshot_at(10)
+
+    monkeypatch.setattr(pool_snapshot._Reader, "read", read)
+    pool_snapshot.forget_pool_snapshot()
+
+    async def burst():
+        return await asyncio.gather(*(pool_snapshot.pool_snapshot(10) for _ in range(50)))
+
+    snapshots = asyncio.run(burst())
+
+    assert len(readings) == 1
+    assert {snapshot.version for snapshot in snapshots} == {10}
+
+
+def test_a_request_that_saw_a_newer_version_than_the_reading_in_flight_waits_for_one_more(
+    monkeypatch,
+):
+    versions = iter([5, 9])
+    readings = []
+
+    async def read(self):
+        readings.append(1)
+        await asyncio.sleep(0.05)
+        return _snapshot_at(next(versions))
+
+    monkeypatch.setattr(pool_snapshot._Reader, "read", read)
+    pool_snapshot.forget_pool_snapshot()
+
+    async def overlapping():
+        early = asyncio.ensure_future(pool_snapshot.pool_snapshot(5))
+        await asyncio.sleep(0.01)  # the first reading is in flight
+        late = await pool_snapshot.pool_snapshot(9)
+        return (await early).version, late.version
+
+    assert asyncio.run(overlapping()) == (5, 9)
+    assert len(readings) == 2
+
+
+def test_a_reading_does_not_queue_behind_the_requests_for_the_pools_connections(pool_rows):
+    """Under load every request's key lookup queues for the pool's connections; the reading
+    that they may all be waiting for has a connection of its own."""
+    from proxy.loop_resources import database_pool
+
+    pool_snapshot.forget_pool_snapshot()
+    current = version()
+
+    async def with_the_pool_taken() -> int:
+        pool = await database_pool.get()
+        released = asyncio.Event()
+        holding = []
+
+        async def hold() -> None:
+            async with pool.connection():
+                holding.append(1)
+                await released.wait()
+
+        holders = [asyncio.ensure_future(hold()) for _ in range(pool.max_size)]
+        while len(holding) < pool.max_size:
+            await asyncio.sleep(0.01)
+        try:
+            snapshot = await pool_snapshot.pool_snapshot(current)
+        finally:
+            released.set()
+            await asyncio.gather(*holders)
+        return snapshot.version
+
+    assert _run(with_the_pool_taken()) == current
