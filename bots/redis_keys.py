@@ -40,6 +40,12 @@ def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"
 
 
+def update_unsent_attempts(bot_id: int, update_id: int) -> str:
+    """How many attempts of a webhook update ended without a send permit (not counted toward
+    MAX_ATTEMPTS: the update was not failing, the bot was pacing itself)."""
+    return f"{_prefix()}update_unsent:{bot_id}:{update_id}"
+
+
 # ------------------------------------------------------------------ the outbound limiter
 
 

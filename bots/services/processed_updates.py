@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
+from django_redis import get_redis_connection
+from redis.exceptions import RedisError
 
+from bots import redis_keys
 from bots.models import Bot, ProcessedUpdate, UpdateStatus
 from bots.selectors import processed_update_status
+
+logger = logging.getLogger(__name__)
 
 # A `processing` claim older than this is a crashed attempt that the next delivery takes over.
 STALE_CLAIM_AFTER = timedelta(seconds=60)
 # Telegram stops redelivering an update long before this; older rows only take space.
 RETENTION = timedelta(days=7)
+# How long the count of an update's attempts that got no send permit is kept (Telegram stops
+# redelivering an update within a day).
+UNSENT_ATTEMPTS_TTL_SECONDS = 24 * 3600
 
 
 class ClaimState(enum.StrEnum):
@@ -92,6 +101,56 @@ def processed_update_mark_failed(*, bot_id: int, update_id: int, attempts: int) 
     return _settle(
         bot_id=bot_id, update_id=update_id, attempts=attempts, status=UpdateStatus.FAILED
     )
+
+
+def processed_update_release(*, bot_id: int, update_id: int, attempts: int, now: datetime) -> bool:
+    """Give up this attempt's claim because a call of it got no send permit (the outbound
+    limiter had none within the update's budget, so that call was not made): the next delivery
+    takes the update over at once instead of after 60 s, and this attempt is not counted toward
+    MAX_ATTEMPTS — under a burst an update may wait through many deliveries for its turn in the
+    support group (20 messages a minute), and waiting is not failing.
+
+    The claim stays ``processing`` with its ``attempts``: the take-over adds one as always, so
+    the next attempt knows an earlier one ran (``is_redelivery``); the attempts given up this
+    way are counted apart in Redis and subtracted by the poison check
+    (``processed_update_unsent_attempts``). Returns False when this attempt no longer owns the
+    claim (then nothing is written)."""
+    released = (
+        ProcessedUpdate.objects.filter(
+            bot_id=bot_id,
+            update_id=update_id,
+            status=UpdateStatus.PROCESSING,
+            attempts=attempts,
+        ).update(created_at=now - STALE_CLAIM_AFTER - timedelta(seconds=1))
+        == 1
+    )
+    if not released:
+        return False
+    key = redis_keys.update_unsent_attempts(bot_id, update_id)
+    try:
+        pipeline = get_redis_connection("default").pipeline(transaction=False)
+        pipeline.incr(key)
+        pipeline.expire(key, UNSENT_ATTEMPTS_TTL_SECONDS)
+        pipeline.execute()
+    except RedisError:
+        # Without the count this attempt counts toward MAX_ATTEMPTS, as any other.
+        logger.warning("update %s: could not record an attempt without a permit", update_id)
+    return True
+
+
+def processed_update_unsent_attempts(*, bot_id: int, update_id: int) -> int:
+    """How many attempts of the update were given up for want of a send permit (0 when Redis
+    does not say: then every attempt counts, the stricter reading)."""
+    try:
+        value = get_redis_connection("default").get(
+            redis_keys.update_unsent_attempts(bot_id, update_id)
+        )
+    except RedisError:
+        return 0
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
 
 
 def processed_update_trim(*, now: datetime) -> int:
