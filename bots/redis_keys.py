@@ -40,10 +40,11 @@ def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"
 
 
-def update_unsent_attempts(bot_id: int, update_id: int) -> str:
-    """How many attempts of a webhook update ended without a send permit (not counted toward
-    MAX_ATTEMPTS: the update was not failing, the bot was pacing itself)."""
-    return f"{_prefix()}update_unsent:{bot_id}:{update_id}"
+def update_given_back(bot_id: int, update_id: int) -> str:
+    """HASH of a webhook update's attempts that ended without a send permit: ``unsent`` how
+    many (not counted toward MAX_ATTEMPTS: the bot was pacing itself, the update was not
+    failing), ``card`` 1 when one of them had settled the user's card."""
+    return f"{_prefix()}update_given_back:{bot_id}:{update_id}"
 
 
 # ------------------------------------------------------------------ the outbound limiter

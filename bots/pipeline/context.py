@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.utils import timezone
@@ -33,6 +33,15 @@ class BotContext:
         return self.config.support_chat_id
 
 
+@dataclass
+class AttemptProgress:
+    """What this attempt of an update has settled so far (written as the pipeline goes)."""
+
+    # The user's pinned card shows the names this update carries (posted, edited, or nothing
+    # to change): a later attempt of the same update need not edit it again.
+    card_settled: bool = False
+
+
 @dataclass(frozen=True)
 class UpdateContext(BotContext):
     update_id: int
@@ -40,6 +49,10 @@ class UpdateContext(BotContext):
     # The origin Telegram delivered the update to (scheme and host through trusted proxies):
     # the Turnstile button's origin when PUBLIC_BASE_URL is not set. None: not known.
     request_origin: str | None = None
+    # An earlier attempt of this update, given back for want of a send permit, had settled the
+    # card (``AttemptProgress.card_settled``): this redelivery need not edit it.
+    card_settled_before: bool = False
+    progress: AttemptProgress = field(default_factory=AttemptProgress)
 
     @property
     def is_redelivery(self) -> bool:

@@ -85,10 +85,17 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         return
     if topic.pinned_msg_id is None:
         post_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
-    elif ensured.display_changed or ctx.is_redelivery:
+        ctx.progress.card_settled = True
+    elif ensured.display_changed or (ctx.is_redelivery and not ctx.card_settled_before):
         # user_ensure stores new names first, so an earlier attempt that failed before this step
-        # left the names stored and the card old: a redelivery edits the card whatever it finds.
-        edit_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
+        # left the names stored and the card old: a redelivery edits the card whatever it finds
+        # — unless that attempt settled the card and only waited for a send permit after it
+        # (under a burst every redelivery would spend a card edit, and its wait, for nothing).
+        ctx.progress.card_settled = edit_card(
+            ctx, user=user, topic=topic, verification_enabled=switches.enabled
+        )
+    else:
+        ctx.progress.card_settled = True
     if starting:
         # /start is never relayed: it (re)opens the conversation and greets.
         _send_welcome_if_slot(ctx, user)

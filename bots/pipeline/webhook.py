@@ -50,11 +50,12 @@ from bots.selectors import bot_current_id
 from bots.services.deletion_fence import DeletionInProgress
 from bots.services.processed_updates import (
     ClaimState,
+    GivenBack,
     processed_update_claim,
+    processed_update_given_back,
     processed_update_mark_failed,
     processed_update_mark_processed,
     processed_update_release,
-    processed_update_unsent_attempts,
 )
 from bots.storable_text import storable_update
 from bots.verification.flow import handle_verification_callback
@@ -92,6 +93,7 @@ class Ownership:
 
     bot_id: int
     attempts: int
+    card_settled_before: bool = False  # an attempt given back had settled the user's card
 
 
 def webhook_handle(
@@ -128,6 +130,7 @@ def webhook_handle(
         attempts=claimed.attempts,
         now=now,
         request_origin=origin,
+        card_settled_before=claimed.card_settled_before,
     )
     try:
         route_update(context, update)
@@ -161,6 +164,7 @@ def _release(context: UpdateContext) -> None:
             update_id=context.update_id,
             attempts=context.attempts,
             now=context.now,
+            card_settled=context.progress.card_settled,
         )
     except DatabaseError:
         logger.exception("update %s: could not give the claim back", context.update_id)
@@ -177,16 +181,24 @@ def _claim(update_id: int, *, config: BotConfig, now: datetime) -> Ownership | E
         return OK
     if claim.state == ClaimState.IN_FLIGHT:
         return TEMPORARY_FAILURE
-    if (
-        claim.attempts >= config.max_attempts
-        # Attempts that only waited for a send permit are not failures (module docstring).
-        and claim.attempts - processed_update_unsent_attempts(bot_id=bot_id, update_id=update_id)
-        >= config.max_attempts
-    ):
+    # A redelivery: what earlier attempts given back for want of a permit left (one Redis call).
+    given_back = (
+        processed_update_given_back(bot_id=bot_id, update_id=update_id)
+        if claim.attempts > 0
+        else GivenBack()
+    )
+    # Attempts that only waited for a send permit are not failures (module docstring).
+    if claim.attempts - given_back.attempts >= config.max_attempts:
         processed_update_mark_failed(bot_id=bot_id, update_id=update_id, attempts=claim.attempts)
-        logger.error("update %s failed %s times; skipped as poison", update_id, claim.attempts)
+        logger.error(
+            "update %s failed %s times; skipped as poison",
+            update_id,
+            claim.attempts - given_back.attempts,
+        )
         return OK
-    return Ownership(bot_id=bot_id, attempts=claim.attempts)
+    return Ownership(
+        bot_id=bot_id, attempts=claim.attempts, card_settled_before=given_back.card_settled
+    )
 
 
 def route_update(context: UpdateContext, update: Mapping) -> None:

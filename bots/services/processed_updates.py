@@ -21,9 +21,9 @@ logger = logging.getLogger(__name__)
 STALE_CLAIM_AFTER = timedelta(seconds=60)
 # Telegram stops redelivering an update long before this; older rows only take space.
 RETENTION = timedelta(days=7)
-# How long the count of an update's attempts that got no send permit is kept (Telegram stops
+# How long the record of an update's attempts that got no send permit is kept (Telegram stops
 # redelivering an update within a day).
-UNSENT_ATTEMPTS_TTL_SECONDS = 24 * 3600
+GIVEN_BACK_TTL_SECONDS = 24 * 3600
 
 
 class ClaimState(enum.StrEnum):
@@ -103,7 +103,9 @@ def processed_update_mark_failed(*, bot_id: int, update_id: int, attempts: int) 
     )
 
 
-def processed_update_release(*, bot_id: int, update_id: int, attempts: int, now: datetime) -> bool:
+def processed_update_release(
+    *, bot_id: int, update_id: int, attempts: int, now: datetime, card_settled: bool = False
+) -> bool:
     """Give up this attempt's claim because a call of it got no send permit (the outbound
     limiter had none within the update's budget, so that call was not made): the next delivery
     takes the update over at once instead of after 60 s, and this attempt is not counted toward
@@ -112,9 +114,9 @@ def processed_update_release(*, bot_id: int, update_id: int, attempts: int, now:
 
     The claim stays ``processing`` with its ``attempts``: the take-over adds one as always, so
     the next attempt knows an earlier one ran (``is_redelivery``); the attempts given up this
-    way are counted apart in Redis and subtracted by the poison check
-    (``processed_update_unsent_attempts``). Returns False when this attempt no longer owns the
-    claim (then nothing is written)."""
+    way are counted apart in Redis and subtracted by the poison check, beside whether one of
+    them had settled the user's card (``card_settled``; ``processed_update_given_back``).
+    Returns False when this attempt no longer owns the claim (then nothing is written)."""
     released = (
         ProcessedUpdate.objects.filter(
             bot_id=bot_id,
@@ -126,31 +128,39 @@ def processed_update_release(*, bot_id: int, update_id: int, attempts: int, now:
     )
     if not released:
         return False
-    key = redis_keys.update_unsent_attempts(bot_id, update_id)
+    key = redis_keys.update_given_back(bot_id, update_id)
     try:
         pipeline = get_redis_connection("default").pipeline(transaction=False)
-        pipeline.incr(key)
-        pipeline.expire(key, UNSENT_ATTEMPTS_TTL_SECONDS)
+        pipeline.hincrby(key, "unsent", 1)
+        if card_settled:
+            pipeline.hset(key, "card", 1)
+        pipeline.expire(key, GIVEN_BACK_TTL_SECONDS)
         pipeline.execute()
     except RedisError:
-        # Without the count this attempt counts toward MAX_ATTEMPTS, as any other.
+        # Without the record this attempt counts toward MAX_ATTEMPTS, as any other, and the
+        # next one edits the card again.
         logger.warning("update %s: could not record an attempt without a permit", update_id)
     return True
 
 
-def processed_update_unsent_attempts(*, bot_id: int, update_id: int) -> int:
-    """How many attempts of the update were given up for want of a send permit (0 when Redis
-    does not say: then every attempt counts, the stricter reading)."""
+@dataclass(frozen=True)
+class GivenBack:
+    """The attempts of an update given back for want of a send permit."""
+
+    attempts: int = 0
+    card_settled: bool = False  # one of them had settled the user's card
+
+
+def processed_update_given_back(*, bot_id: int, update_id: int) -> GivenBack:
+    """What ``processed_update_release`` recorded for the update (nothing when Redis does not
+    say: then every attempt counts and the card is edited again, the cautious reading)."""
     try:
-        value = get_redis_connection("default").get(
-            redis_keys.update_unsent_attempts(bot_id, update_id)
+        unsent, card = get_redis_connection("default").hmget(
+            redis_keys.update_given_back(bot_id, update_id), ["unsent", "card"]
         )
-    except RedisError:
-        return 0
-    try:
-        return max(0, int(value or 0))
-    except ValueError:
-        return 0
+        return GivenBack(attempts=max(0, int(unsent or 0)), card_settled=card == b"1")
+    except (RedisError, ValueError):
+        return GivenBack()
 
 
 def processed_update_trim(*, now: datetime) -> int:

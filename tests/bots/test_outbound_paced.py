@@ -260,3 +260,39 @@ def test_a_call_waiting_for_its_permit_gives_its_database_connection_back(
         assert connection.connection is not None
         assert BotUser.objects.count() == 0
     assert telegram.calls() == []
+
+
+def test_a_redelivery_edits_no_card_that_the_given_back_attempt_had_settled(
+    group_of_three, webhook, telegram, user, clock
+):
+    """The first delivery found the card current and only waited for the relay's permit: its
+    redelivery relays without editing the card first (an edit Telegram would refuse as "message
+    is not modified", and a wait for a permit the relay needs more)."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="no edit needed")
+    assert webhook.deliver(update).status_code == 500
+    _group_minute_passes(telegram)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(update)
+
+    assert [call.method for call in telegram.calls()] == ["sendMessage"]
+    assert topic_texts(telegram, topic.thread_id).count("no edit needed") == 1
+
+
+def test_a_redelivery_still_edits_the_card_when_the_given_back_attempt_could_not(
+    group_of_three, webhook, telegram, user, clock
+):
+    """New names were stored by the first delivery, whose card edit got no permit either: the
+    redelivery (where the names no longer look new) edits the card, then relays."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    renamed = telegram.user(user.id, "Robert", last_name="Stone", username="bob")
+    update = telegram.private_message(renamed, text="call me Robert")
+    assert webhook.deliver(update).status_code == 500
+    _group_minute_passes(telegram)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(update)
+
+    assert [call.method for call in telegram.calls()] == ["editMessageText", "sendMessage"]
+    assert topic_texts(telegram, topic.thread_id)[0].startswith("昵称：Robert Stone (@bob)")
