@@ -33,13 +33,17 @@ class BotContext:
         return self.config.support_chat_id
 
 
+# Steps of an update's pipeline that an attempt may settle and a later attempt of the same
+# update need not repeat (recorded when an attempt is given back for want of a send permit).
+CARD_SETTLED = "card"  # the user's pinned card shows the names this update carries
+MESSAGE_COUNTED = "counted"  # the message passed the user's rate gate (counted once)
+
+
 @dataclass
 class AttemptProgress:
     """What this attempt of an update has settled so far (written as the pipeline goes)."""
 
-    # The user's pinned card shows the names this update carries (posted, edited, or nothing
-    # to change): a later attempt of the same update need not edit it again.
-    card_settled: bool = False
+    settled: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,17 @@ class UpdateContext(BotContext):
     # The origin Telegram delivered the update to (scheme and host through trusted proxies):
     # the Turnstile button's origin when PUBLIC_BASE_URL is not set. None: not known.
     request_origin: str | None = None
-    # An earlier attempt of this update, given back for want of a send permit, had settled the
-    # card (``AttemptProgress.card_settled``): this redelivery need not edit it.
-    card_settled_before: bool = False
+    # The steps an earlier attempt of this update settled before it was given back for want
+    # of a send permit (CARD_SETTLED, MESSAGE_COUNTED): this redelivery does not repeat them.
+    settled_before: frozenset[str] = frozenset()
     progress: AttemptProgress = field(default_factory=AttemptProgress)
+
+    def settled(self, step: str) -> bool:
+        """Whether ``step`` is settled for this update: by this attempt or a given-back one."""
+        return step in self.settled_before or step in self.progress.settled
+
+    def settle(self, step: str) -> None:
+        self.progress.settled.add(step)
 
     @property
     def is_redelivery(self) -> bool:

@@ -93,7 +93,7 @@ class Ownership:
 
     bot_id: int
     attempts: int
-    card_settled_before: bool = False  # an attempt given back had settled the user's card
+    settled_before: frozenset[str] = frozenset()  # steps settled by attempts given back
 
 
 def webhook_handle(
@@ -130,7 +130,7 @@ def webhook_handle(
         attempts=claimed.attempts,
         now=now,
         request_origin=origin,
-        card_settled_before=claimed.card_settled_before,
+        settled_before=claimed.settled_before,
     )
     try:
         route_update(context, update)
@@ -164,7 +164,7 @@ def _release(context: UpdateContext) -> None:
             update_id=context.update_id,
             attempts=context.attempts,
             now=context.now,
-            card_settled=context.progress.card_settled,
+            settled=context.progress.settled | context.settled_before,
         )
     except DatabaseError:
         logger.exception("update %s: could not give the claim back", context.update_id)
@@ -196,9 +196,7 @@ def _claim(update_id: int, *, config: BotConfig, now: datetime) -> Ownership | E
             claim.attempts - given_back.attempts,
         )
         return OK
-    return Ownership(
-        bot_id=bot_id, attempts=claim.attempts, card_settled_before=given_back.card_settled
-    )
+    return Ownership(bot_id=bot_id, attempts=claim.attempts, settled_before=given_back.settled)
 
 
 def route_update(context: UpdateContext, update: Mapping) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,6 +25,7 @@ RETENTION = timedelta(days=7)
 # How long the record of an update's attempts that got no send permit is kept (Telegram stops
 # redelivering an update within a day).
 GIVEN_BACK_TTL_SECONDS = 24 * 3600
+UNSENT_FIELD = "unsent"
 
 
 class ClaimState(enum.StrEnum):
@@ -104,7 +106,7 @@ def processed_update_mark_failed(*, bot_id: int, update_id: int, attempts: int) 
 
 
 def processed_update_release(
-    *, bot_id: int, update_id: int, attempts: int, now: datetime, card_settled: bool = False
+    *, bot_id: int, update_id: int, attempts: int, now: datetime, settled: Iterable[str] = ()
 ) -> bool:
     """Give up this attempt's claim because a call of it got no send permit (the outbound
     limiter had none within the update's budget, so that call was not made): the next delivery
@@ -114,8 +116,9 @@ def processed_update_release(
 
     The claim stays ``processing`` with its ``attempts``: the take-over adds one as always, so
     the next attempt knows an earlier one ran (``is_redelivery``); the attempts given up this
-    way are counted apart in Redis and subtracted by the poison check, beside whether one of
-    them had settled the user's card (``card_settled``; ``processed_update_given_back``).
+    way are counted apart in Redis and subtracted by the poison check, beside the pipeline
+    steps they settled (``settled``: the card, the rate count; ``processed_update_given_back``)
+    so that a redelivery does not repeat them.
     Returns False when this attempt no longer owns the claim (then nothing is written)."""
     released = (
         ProcessedUpdate.objects.filter(
@@ -131,14 +134,14 @@ def processed_update_release(
     key = redis_keys.update_given_back(bot_id, update_id)
     try:
         pipeline = get_redis_connection("default").pipeline(transaction=False)
-        pipeline.hincrby(key, "unsent", 1)
-        if card_settled:
-            pipeline.hset(key, "card", 1)
+        pipeline.hincrby(key, UNSENT_FIELD, 1)
+        for step in settled:
+            pipeline.hset(key, step, 1)
         pipeline.expire(key, GIVEN_BACK_TTL_SECONDS)
         pipeline.execute()
     except RedisError:
         # Without the record this attempt counts toward MAX_ATTEMPTS, as any other, and the
-        # next one edits the card again.
+        # next one repeats the steps (a redundant card edit, the message counted twice).
         logger.warning("update %s: could not record an attempt without a permit", update_id)
     return True
 
@@ -148,18 +151,22 @@ class GivenBack:
     """The attempts of an update given back for want of a send permit."""
 
     attempts: int = 0
-    card_settled: bool = False  # one of them had settled the user's card
+    settled: frozenset[str] = frozenset()  # the pipeline steps one of them settled
 
 
 def processed_update_given_back(*, bot_id: int, update_id: int) -> GivenBack:
     """What ``processed_update_release`` recorded for the update (nothing when Redis does not
-    say: then every attempt counts and the card is edited again, the cautious reading)."""
+    say: then every attempt counts and the steps are repeated, the cautious reading)."""
     try:
-        unsent, card = get_redis_connection("default").hmget(
-            redis_keys.update_given_back(bot_id, update_id), ["unsent", "card"]
+        record = get_redis_connection("default").hgetall(
+            redis_keys.update_given_back(bot_id, update_id)
         )
-        return GivenBack(attempts=max(0, int(unsent or 0)), card_settled=card == b"1")
-    except (RedisError, ValueError):
+        fields = {name.decode(): value for name, value in record.items()}
+        return GivenBack(
+            attempts=max(0, int(fields.pop(UNSENT_FIELD, 0))),
+            settled=frozenset(name for name, value in fields.items() if value == b"1"),
+        )
+    except (RedisError, ValueError, UnicodeDecodeError):
         return GivenBack()
 
 

@@ -16,7 +16,7 @@ from bots.conf import load_config
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage
 from bots.outbound.limiter import OutboundLimiter, Priority
 from bots.outbound.paced import NoSendPermit, PacedTelegramClient, outbound_priority
-from tests.bots.helpers import open_conversation, table_state, topic_texts
+from tests.bots.helpers import dm_texts, open_conversation, table_state, topic_texts, user_row
 
 
 @pytest.fixture
@@ -296,3 +296,24 @@ def test_a_redelivery_still_edits_the_card_when_the_given_back_attempt_could_not
 
     assert [call.method for call in telegram.calls()] == ["editMessageText", "sendMessage"]
     assert topic_texts(telegram, topic.thread_id)[0].startswith("昵称：Robert Stone (@bob)")
+
+
+def test_a_message_brought_back_by_many_deliveries_passes_the_users_rate_gate_once(
+    group_of_three, bot_settings, webhook, telegram, user, clock
+):
+    """MAX_MESSAGES_PER_MINUTE is 3 here: four deliveries of one message within the minute,
+    each given back for want of a permit, count it once — the user is not taken for a flooder
+    (unverified, challenged, the message dropped) for the bot's own pacing."""
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "3"
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="patience")
+
+    statuses = [webhook.deliver(update).status_code for _ in range(4)]
+    _group_minute_passes(telegram)
+    webhook.deliver_ok(update)
+
+    assert statuses == [500] * 4
+    assert topic_texts(telegram, topic.thread_id).count("patience") == 1
+    assert user_row(telegram, user).is_verified
+    assert user_row(telegram, user).rate_count == 2  # "hello" and "patience"
+    assert dm_texts(telegram, user) == []  # no over-limit notice, no challenge
