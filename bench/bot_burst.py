@@ -335,8 +335,6 @@ def _bot_env(telegram, *, limits: Limits, secret: str, budget_ms: int | None) ->
         "TELEGRAM_CHAT_INTERVAL_MS": str(round(limits.chat_interval * 1000)),
         "TELEGRAM_GROUP_SENDS_PER_WINDOW": str(limits.group_per_window),
         "TELEGRAM_GROUP_WINDOW_SECONDS": str(max(1, round(limits.group_window))),
-        # Every user writes once per run (throughput: a few times a minute at most).
-        "MAX_MESSAGES_PER_MINUTE": "1000",
     }
     if budget_ms is not None:
         env["TELEGRAM_SEND_BUDGET_MS"] = str(budget_ms)
