@@ -309,7 +309,8 @@ async def deliver_like_telegram(
                 background.add(task)
                 task.add_done_callback(background.discard)
 
-    connector = aiohttp.TCPConnector(limit=connections)
+    # Under uvicorn's keep-alive timeout (5 s): no delivery on a connection it just closed.
+    connector = aiohttp.TCPConnector(limit=connections, keepalive_timeout=4)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await asyncio.gather(*(connection_loop(session) for _ in range(connections)))
     return deliveries
