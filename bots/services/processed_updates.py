@@ -118,19 +118,10 @@ def processed_update_release(
     the next attempt knows an earlier one ran (``is_redelivery``); the attempts given up this
     way are counted apart in Redis and subtracted by the poison check, beside the pipeline
     steps they settled (``settled``: the card, the rate count; ``processed_update_given_back``)
-    so that a redelivery does not repeat them.
-    Returns False when this attempt no longer owns the claim (then nothing is written)."""
-    released = (
-        ProcessedUpdate.objects.filter(
-            bot_id=bot_id,
-            update_id=update_id,
-            status=UpdateStatus.PROCESSING,
-            attempts=attempts,
-        ).update(created_at=now - STALE_CLAIM_AFTER - timedelta(seconds=1))
-        == 1
-    )
-    if not released:
-        return False
+    so that a redelivery does not repeat them. The record is written first, so the delivery
+    that takes the claim over finds it (an attempt whose claim was meanwhile taken over after
+    60 s is still recorded: it too only waited). Returns False when this attempt no longer owns
+    the claim."""
     key = redis_keys.update_given_back(bot_id, update_id)
     try:
         pipeline = get_redis_connection("default").pipeline(transaction=False)
@@ -143,7 +134,15 @@ def processed_update_release(
         # Without the record this attempt counts toward MAX_ATTEMPTS, as any other, and the
         # next one repeats the steps (a redundant card edit, the message counted twice).
         logger.warning("update %s: could not record an attempt without a permit", update_id)
-    return True
+    return (
+        ProcessedUpdate.objects.filter(
+            bot_id=bot_id,
+            update_id=update_id,
+            status=UpdateStatus.PROCESSING,
+            attempts=attempts,
+        ).update(created_at=now - STALE_CLAIM_AFTER - timedelta(seconds=1))
+        == 1
+    )
 
 
 @dataclass(frozen=True)
