@@ -10,6 +10,10 @@ deletes first takes a permit from the shared limiter (``bots.outbound.limiter``)
   idempotency claim keeps it exactly-once). A call below live priority (a card edit) waits at
   most a quarter of the budget, leaving the rest to the update's relay. Jobs wait as long as a
   call's own timeout allows.
+* While a call waits for its permit, the thread's database connection goes back to the pool
+  (outside a transaction): a burst of webhooks waiting their turn in the support group must
+  not hold every pooled connection and starve the requests that need one (the proxy, the
+  admin, the webhooks that do have a permit). The next query takes a connection again.
 * A 429 is learned: its ``retry_after`` blocks the bucket for every process (the group's, or the
   bot's), and a short one (≤ IN_PLACE_RETRY_MAX_SECONDS) is retried once in place — after the
   limiter lets the call through again, inside the same budget.
@@ -22,6 +26,8 @@ import contextvars
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from django.db import connection
 
 from bots.clients.telegram import (
     IN_PLACE_RETRY_MAX_SECONDS,
@@ -140,13 +146,25 @@ class PacedTelegramClient(TelegramClient):
             if priority != Priority.LIVE:
                 timeout = min(timeout, self._budget * LOWER_PRIORITY_SHARE)
         permit = self.limiter.acquire(
-            chat_id=chat_id, priority=priority, timeout=timeout, counted=counted, weight=weight
+            chat_id=chat_id,
+            priority=priority,
+            timeout=timeout,
+            counted=counted,
+            weight=weight,
+            on_wait=release_database_connection,
         )
         if permit is None:
             raise NoSendPermit(
                 method=method, status=None, description="no send permit within the budget"
             )
         return permit
+
+
+def release_database_connection(seconds: float = 0.0) -> None:
+    """Give this thread's database connection back to the pool while it waits (module
+    docstring). Inside a transaction nothing is done: the transaction needs its connection."""
+    if connection.connection is not None and not connection.in_atomic_block:
+        connection.close()
 
 
 def _is_chat_id(value: object) -> bool:

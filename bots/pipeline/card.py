@@ -105,23 +105,25 @@ def post_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     )
 
 
-def edit_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enabled: bool) -> None:
-    """Edit the topic's card to show ``user`` as given, best effort (never raises).
+def edit_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enabled: bool) -> bool:
+    """Edit the topic's card to show ``user`` as given, best effort (never raises). Returns
+    whether Telegram took the edit (False too for a topic without a card: nothing to edit).
 
     ``verification_enabled`` is the switch this message read (settings are read once per
-    message). A topic without a card has nothing to edit.
+    message).
     """
     if topic.pinned_msg_id is None:
-        return
+        return False
     text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
     # Card edits yield to live relays in the shared outbound limiter.
     with outbound_priority(Priority.CARD):
-        best_effort(
+        edited = best_effort(
             "card refresh",
             lambda: ctx.client.edit_message_text(
                 chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
             ),
         )
+    return edited is not None
 
 
 def refresh_card(ctx: BotContext, *, user_id: int, verification_enabled: bool) -> None:

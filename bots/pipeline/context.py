@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.utils import timezone
@@ -33,6 +33,19 @@ class BotContext:
         return self.config.support_chat_id
 
 
+# Steps of an update's pipeline that an attempt may settle and a later attempt of the same
+# update need not repeat (recorded when an attempt is given back for want of a send permit).
+CARD_SETTLED = "card"  # the user's pinned card shows the names this update carries
+MESSAGE_COUNTED = "counted"  # the message passed the user's rate gate (counted once)
+
+
+@dataclass
+class AttemptProgress:
+    """What this attempt of an update has settled so far (written as the pipeline goes)."""
+
+    settled: set[str] = field(default_factory=set)
+
+
 @dataclass(frozen=True)
 class UpdateContext(BotContext):
     update_id: int
@@ -40,6 +53,17 @@ class UpdateContext(BotContext):
     # The origin Telegram delivered the update to (scheme and host through trusted proxies):
     # the Turnstile button's origin when PUBLIC_BASE_URL is not set. None: not known.
     request_origin: str | None = None
+    # The steps an earlier attempt of this update settled before it was given back for want
+    # of a send permit (CARD_SETTLED, MESSAGE_COUNTED): this redelivery does not repeat them.
+    settled_before: frozenset[str] = frozenset()
+    progress: AttemptProgress = field(default_factory=AttemptProgress)
+
+    def settled(self, step: str) -> bool:
+        """Whether ``step`` is settled for this update: by this attempt or a given-back one."""
+        return step in self.settled_before or step in self.progress.settled
+
+    def settle(self, step: str) -> None:
+        self.progress.settled.add(step)
 
     @property
     def is_redelivery(self) -> bool:

@@ -17,7 +17,7 @@ from bots.pipeline.albums import album_id, collect_album_item
 from bots.pipeline.card import edit_card, post_card, refresh_card
 from bots.pipeline.classify import command_name, is_positive_integer
 from bots.pipeline.content import Content, extract_content
-from bots.pipeline.context import UpdateContext
+from bots.pipeline.context import CARD_SETTLED, MESSAGE_COUNTED, UpdateContext
 from bots.pipeline.failures import required
 from bots.pipeline.relay import relay_inbound
 from bots.pipeline.replies_mapping import reply_target_in_topic
@@ -71,24 +71,34 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
     if switches.enabled and _needs_verification(ctx, user):
         _hold_for_verification(ctx, ensured, switches, starting=starting)
         return
-    if not user_count_message(
-        bot_id=ctx.bot_id,
-        user_id=user.user_id,
-        now=ctx.now,
-        limit=ctx.config.max_messages_per_minute,
-    ):
-        _overflow(ctx, user, switches)
-        return
+    # A message is counted once: a redelivery of an attempt given back for want of a send
+    # permit (a burst may bring it back many times a minute) does not count it again.
+    if not ctx.settled(MESSAGE_COUNTED):
+        if not user_count_message(
+            bot_id=ctx.bot_id,
+            user_id=user.user_id,
+            now=ctx.now,
+            limit=ctx.config.max_messages_per_minute,
+        ):
+            _overflow(ctx, user, switches)
+            return
+        ctx.settle(MESSAGE_COUNTED)
 
     topic = resolve_topic(ctx, user)
     if topic is None:
         return
     if topic.pinned_msg_id is None:
         post_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
-    elif ensured.display_changed or ctx.is_redelivery:
+        ctx.settle(CARD_SETTLED)
+    elif ensured.display_changed or (ctx.is_redelivery and not ctx.settled(CARD_SETTLED)):
         # user_ensure stores new names first, so an earlier attempt that failed before this step
-        # left the names stored and the card old: a redelivery edits the card whatever it finds.
-        edit_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
+        # left the names stored and the card old: a redelivery edits the card whatever it finds
+        # — unless that attempt settled the card and only waited for a send permit after it
+        # (under a burst every redelivery would spend a card edit, and its wait, for nothing).
+        if edit_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled):
+            ctx.settle(CARD_SETTLED)
+    else:
+        ctx.settle(CARD_SETTLED)
     if starting:
         # /start is never relayed: it (re)opens the conversation and greets.
         _send_welcome_if_slot(ctx, user)

@@ -15,6 +15,13 @@ after its pipeline finished.
 | poison                                         | 200, status failed              |
 | ignore / success                               | 200, status processed           |
 | retryable failure                              | 500, status stays processing    |
+| a call got no send permit within the budget    | 500, claim given up, not counted|
+
+A call that got no send permit from the outbound limiter was not made: the update is not
+failing, the bot is pacing itself (a burst into the support group, 20 messages a minute). Its
+claim is given up at once (``processed_update_release``): the next delivery takes it over
+without waiting out the 60 s, and such attempts do not count toward MAX_ATTEMPTS, so a burst
+never turns a user's message into poison.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from django.db import DatabaseError
 from bots.auth import secret_matches
 from bots.clients.telegram import TelegramError
 from bots.conf import BotConfig, load_config
+from bots.outbound.paced import NoSendPermit
 from bots.pipeline.broadcast.creation import handle_broadcast_command
 from bots.pipeline.classify import UpdateKind, classify_update, is_integer
 from bots.pipeline.context import UpdateContext
@@ -42,9 +50,12 @@ from bots.selectors import bot_current_id
 from bots.services.deletion_fence import DeletionInProgress
 from bots.services.processed_updates import (
     ClaimState,
+    GivenBack,
     processed_update_claim,
+    processed_update_given_back,
     processed_update_mark_failed,
     processed_update_mark_processed,
+    processed_update_release,
 )
 from bots.storable_text import storable_update
 from bots.verification.flow import handle_verification_callback
@@ -82,6 +93,7 @@ class Ownership:
 
     bot_id: int
     attempts: int
+    settled_before: frozenset[str] = frozenset()  # steps settled by attempts given back
 
 
 def webhook_handle(
@@ -118,6 +130,7 @@ def webhook_handle(
         attempts=claimed.attempts,
         now=now,
         request_origin=origin,
+        settled_before=claimed.settled_before,
     )
     try:
         route_update(context, update)
@@ -128,6 +141,10 @@ def webhook_handle(
     except DeletionInProgress as error:
         logger.info("update %s: %s; left for redelivery", update_id, error)
         return TEMPORARY_FAILURE
+    except NoSendPermit as error:
+        logger.info("update %s: %s; given back for redelivery", update_id, error)
+        _release(context)
+        return TEMPORARY_FAILURE
     except TelegramError as error:
         # str(error) is sanitized (method, status, description): no token, no URL.
         logger.warning("update %s: %s; left for redelivery", update_id, error)
@@ -136,6 +153,21 @@ def webhook_handle(
         logger.exception("update %s failed; left for redelivery", update_id)
         return TEMPORARY_FAILURE
     return OK
+
+
+def _release(context: UpdateContext) -> None:
+    """Give the claim back uncounted (module docstring); a failure to do so leaves the claim
+    as a failed attempt's (taken over after 60 s, counted)."""
+    try:
+        processed_update_release(
+            bot_id=context.bot_id,
+            update_id=context.update_id,
+            attempts=context.attempts,
+            now=context.now,
+            settled=context.progress.settled | context.settled_before,
+        )
+    except DatabaseError:
+        logger.exception("update %s: could not give the claim back", context.update_id)
 
 
 def _claim(update_id: int, *, config: BotConfig, now: datetime) -> Ownership | EndpointResult:
@@ -149,11 +181,22 @@ def _claim(update_id: int, *, config: BotConfig, now: datetime) -> Ownership | E
         return OK
     if claim.state == ClaimState.IN_FLIGHT:
         return TEMPORARY_FAILURE
-    if claim.attempts >= config.max_attempts:
+    # A redelivery: what earlier attempts given back for want of a permit left (one Redis call).
+    given_back = (
+        processed_update_given_back(bot_id=bot_id, update_id=update_id)
+        if claim.attempts > 0
+        else GivenBack()
+    )
+    # Attempts that only waited for a send permit are not failures (module docstring).
+    if claim.attempts - given_back.attempts >= config.max_attempts:
         processed_update_mark_failed(bot_id=bot_id, update_id=update_id, attempts=claim.attempts)
-        logger.error("update %s failed %s times; skipped as poison", update_id, claim.attempts)
+        logger.error(
+            "update %s failed %s times; skipped as poison",
+            update_id,
+            claim.attempts - given_back.attempts,
+        )
         return OK
-    return Ownership(bot_id=bot_id, attempts=claim.attempts)
+    return Ownership(bot_id=bot_id, attempts=claim.attempts, settled_before=given_back.settled)
 
 
 def route_update(context: UpdateContext, update: Mapping) -> None:

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import enum
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
+from django_redis import get_redis_connection
+from redis.exceptions import RedisError
 
+from bots import redis_keys
 from bots.models import Bot, ProcessedUpdate, UpdateStatus
 from bots.selectors import processed_update_status
+
+logger = logging.getLogger(__name__)
 
 # A `processing` claim older than this is a crashed attempt that the next delivery takes over.
 STALE_CLAIM_AFTER = timedelta(seconds=60)
 # Telegram stops redelivering an update long before this; older rows only take space.
 RETENTION = timedelta(days=7)
+# How long the record of an update's attempts that got no send permit is kept (Telegram stops
+# redelivering an update within a day).
+GIVEN_BACK_TTL_SECONDS = 24 * 3600
+UNSENT_FIELD = "unsent"
 
 
 class ClaimState(enum.StrEnum):
@@ -92,6 +103,70 @@ def processed_update_mark_failed(*, bot_id: int, update_id: int, attempts: int) 
     return _settle(
         bot_id=bot_id, update_id=update_id, attempts=attempts, status=UpdateStatus.FAILED
     )
+
+
+def processed_update_release(
+    *, bot_id: int, update_id: int, attempts: int, now: datetime, settled: Iterable[str] = ()
+) -> bool:
+    """Give up this attempt's claim because a call of it got no send permit (the outbound
+    limiter had none within the update's budget, so that call was not made): the next delivery
+    takes the update over at once instead of after 60 s, and this attempt is not counted toward
+    MAX_ATTEMPTS — under a burst an update may wait through many deliveries for its turn in the
+    support group (20 messages a minute), and waiting is not failing.
+
+    The claim stays ``processing`` with its ``attempts``: the take-over adds one as always, so
+    the next attempt knows an earlier one ran (``is_redelivery``); the attempts given up this
+    way are counted apart in Redis and subtracted by the poison check, beside the pipeline
+    steps they settled (``settled``: the card, the rate count; ``processed_update_given_back``)
+    so that a redelivery does not repeat them. The record is written first, so the delivery
+    that takes the claim over finds it (an attempt whose claim was meanwhile taken over after
+    60 s is still recorded: it too only waited). Returns False when this attempt no longer owns
+    the claim."""
+    key = redis_keys.update_given_back(bot_id, update_id)
+    try:
+        pipeline = get_redis_connection("default").pipeline(transaction=False)
+        pipeline.hincrby(key, UNSENT_FIELD, 1)
+        for step in settled:
+            pipeline.hset(key, step, 1)
+        pipeline.expire(key, GIVEN_BACK_TTL_SECONDS)
+        pipeline.execute()
+    except RedisError:
+        # Without the record this attempt counts toward MAX_ATTEMPTS, as any other, and the
+        # next one repeats the steps (a redundant card edit, the message counted twice).
+        logger.warning("update %s: could not record an attempt without a permit", update_id)
+    return (
+        ProcessedUpdate.objects.filter(
+            bot_id=bot_id,
+            update_id=update_id,
+            status=UpdateStatus.PROCESSING,
+            attempts=attempts,
+        ).update(created_at=now - STALE_CLAIM_AFTER - timedelta(seconds=1))
+        == 1
+    )
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """The attempts of an update given back for want of a send permit."""
+
+    attempts: int = 0
+    settled: frozenset[str] = frozenset()  # the pipeline steps one of them settled
+
+
+def processed_update_given_back(*, bot_id: int, update_id: int) -> GivenBack:
+    """What ``processed_update_release`` recorded for the update (nothing when Redis does not
+    say: then every attempt counts and the steps are repeated, the cautious reading)."""
+    try:
+        record = get_redis_connection("default").hgetall(
+            redis_keys.update_given_back(bot_id, update_id)
+        )
+        fields = {name.decode(): value for name, value in record.items()}
+        return GivenBack(
+            attempts=max(0, int(fields.pop(UNSENT_FIELD, 0))),
+            settled=frozenset(name for name, value in fields.items() if value == b"1"),
+        )
+    except (RedisError, ValueError, UnicodeDecodeError):
+        return GivenBack()
 
 
 def processed_update_trim(*, now: datetime) -> int:

@@ -212,6 +212,33 @@ def test_a_rate_limit_answers_429_with_retry_after_and_lets_calls_through_again(
     assert all(earlier.at <= later.at for earlier, later in zip(calls, calls[1:], strict=False))
 
 
+def test_telegrams_group_limit_answers_429_with_the_retry_after_of_its_window(telegram, chat):
+    """``enforce_telegram_limits`` (off unless a test or bench turns it on): messages into one
+    group beyond ``group_per_window`` in any ``group_window`` get 429 with the seconds until the
+    window's oldest message ages out; topic creation counts; private chats are not a group."""
+    alice = telegram.user(5005, "Alice")
+    telegram.met(alice)
+    telegram.enforce_telegram_limits(chat_interval=0.01, group_per_window=2, group_window=2.0)
+
+    first = _call(telegram, "createForumTopic", chat_id=chat, name="Ann")
+    time.sleep(0.02)
+    second = _call(telegram, "sendMessage", chat_id=chat, text="two")
+    time.sleep(0.02)
+    third = _call(telegram, "sendMessage", chat_id=chat, text="three")
+    private = _call(telegram, "sendMessage", chat_id=alice.id, text="a private chat")
+
+    assert [first[0], second[0], third[0], private[0]] == [200, 200, 429, 200]
+    assert third[1] == {
+        "ok": False,
+        "error_code": 429,
+        "description": "Too Many Requests: retry after 2",
+        "parameters": {"retry_after": 2},
+    }
+    assert [message.text for message in telegram.bot_messages(chat)] == ["two"]
+    time.sleep(2.05)  # the window of the first two has passed
+    assert _call(telegram, "sendMessage", chat_id=chat, text="three")[0] == 200
+
+
 def test_reset_forgets_everything(telegram, chat):
     telegram.create_topic_by_hand("Ann")
     telegram.limit_rate(1)

@@ -7,13 +7,16 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.db import connection, transaction
+from django_redis import get_redis_connection
 
+from bots import redis_keys
 from bots.clients.telegram import TelegramRetryableError
 from bots.conf import load_config
-from bots.models import RelayedMessage
-from bots.outbound.limiter import Priority
+from bots.models import BotUser, ProcessedUpdate, RelayedMessage
+from bots.outbound.limiter import OutboundLimiter, Priority
 from bots.outbound.paced import NoSendPermit, PacedTelegramClient, outbound_priority
-from tests.bots.helpers import open_conversation, table_state, topic_texts
+from tests.bots.helpers import dm_texts, open_conversation, table_state, topic_texts, user_row
 
 
 @pytest.fixture
@@ -150,3 +153,167 @@ def test_an_album_takes_one_permit_per_item(group_of_three, telegram):
     with pytest.raises(NoSendPermit):
         client.send_message(chat_id=chat, text="a fourth message this minute")
     assert [call.method for call in telegram.calls()] == ["sendMediaGroup"]
+
+
+# ------------------------------------------------------------------ waiting is not failing
+
+
+def _claim(telegram, update) -> tuple[str, int]:
+    row = ProcessedUpdate.objects.get(bot_id=telegram.bot.id, update_id=update["update_id"])
+    return row.status, row.attempts
+
+
+def _group_minute_passes(telegram) -> None:
+    """The group's window ends for the limiter (its count restarts), the clock left alone."""
+    get_redis_connection("default").delete(
+        redis_keys.outbound_group(telegram.bot.id, telegram.support_chat_id)
+    )
+
+
+def test_deliveries_that_got_no_send_permit_never_make_the_update_poison(
+    group_of_three, webhook, telegram, user, clock
+):
+    """MAX_ATTEMPTS is 3: five deliveries that each waited in vain for the full group are not
+    five failures — the sixth, once the group has room, relays the message (once)."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="waited")
+    telegram.forget_calls()
+
+    statuses = []
+    for _ in range(5):
+        statuses.append(webhook.deliver(update).status_code)
+        clock.advance(seconds=61)  # later redeliveries, whatever Telegram's pace
+
+    assert statuses == [500] * 5
+    assert telegram.calls() == []
+    assert _claim(telegram, update) == ("processing", 4)
+
+    _group_minute_passes(telegram)
+    webhook.deliver_ok(update)
+    webhook.deliver_ok(update)  # a duplicate changes nothing
+
+    assert topic_texts(telegram, topic.thread_id).count("waited") == 1
+    assert _claim(telegram, update) == ("processed", 5)
+    assert RelayedMessage.objects.filter(user_id=user.id, direction="in").count() == 2
+
+
+def test_an_update_without_a_send_permit_is_taken_over_by_the_next_delivery_at_once(
+    group_of_three, webhook, telegram, user, clock
+):
+    """Its claim is given back: the redelivery does not wait out the 60 s of a crashed one."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="next in line")
+
+    assert webhook.deliver(update).status_code == 500
+
+    _group_minute_passes(telegram)
+    webhook.deliver_ok(update)
+
+    assert topic_texts(telegram, topic.thread_id).count("next in line") == 1
+    assert _claim(telegram, update) == ("processed", 1)
+
+
+def test_a_failure_after_waiting_is_still_counted(group_of_three, webhook, telegram, user, clock):
+    """Only the attempts that got no permit are not counted: a delivery that had its permit
+    and failed counts as ever, so a real poison update is still given up."""
+    open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="poison")
+    assert webhook.deliver(update).status_code == 500  # no permit: not counted
+    _group_minute_passes(telegram)
+    telegram.fail("sendMessage", status=502, times=100)
+
+    statuses = []
+    for _ in range(4):
+        statuses.append(webhook.deliver(update).status_code)
+        clock.advance(seconds=61)
+        _group_minute_passes(telegram)
+
+    assert statuses == [500, 500, 500, 200]
+    assert _claim(telegram, update) == ("failed", 4)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_waiting_for_its_permit_gives_its_database_connection_back(
+    group_of_three, bot_row, telegram
+):
+    """A burst of webhooks waiting for the support group must not hold every pooled
+    connection; inside a transaction the connection is kept (the transaction needs it)."""
+    limiter = OutboundLimiter(bot_id=telegram.bot.id, limits=load_config().outbound_limits)
+    for _ in range(3):  # the group's three of this minute, in flight
+        assert limiter.acquire(chat_id=telegram.support_chat_id, timeout=1) is not None
+    client = _client(budget_seconds=0.2)
+    assert BotUser.objects.count() == 0  # the thread holds a connection now
+    assert connection.connection is not None
+
+    with pytest.raises(NoSendPermit):
+        client.send_message(chat_id=telegram.support_chat_id, text="waits in vain")
+
+    assert connection.connection is None
+    assert BotUser.objects.count() == 0  # and takes one again when it needs it
+
+    with transaction.atomic():
+        BotUser.objects.count()
+        with pytest.raises(NoSendPermit):
+            _client(budget_seconds=0.2).send_message(
+                chat_id=telegram.support_chat_id, text="waits inside a transaction"
+            )
+        assert connection.connection is not None
+        assert BotUser.objects.count() == 0
+    assert telegram.calls() == []
+
+
+def test_a_redelivery_edits_no_card_that_the_given_back_attempt_had_settled(
+    group_of_three, webhook, telegram, user, clock
+):
+    """The first delivery found the card current and only waited for the relay's permit: its
+    redelivery relays without editing the card first (an edit Telegram would refuse as "message
+    is not modified", and a wait for a permit the relay needs more)."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="no edit needed")
+    assert webhook.deliver(update).status_code == 500
+    _group_minute_passes(telegram)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(update)
+
+    assert [call.method for call in telegram.calls()] == ["sendMessage"]
+    assert topic_texts(telegram, topic.thread_id).count("no edit needed") == 1
+
+
+def test_a_redelivery_still_edits_the_card_when_the_given_back_attempt_could_not(
+    group_of_three, webhook, telegram, user, clock
+):
+    """New names were stored by the first delivery, whose card edit got no permit either: the
+    redelivery (where the names no longer look new) edits the card, then relays."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    renamed = telegram.user(user.id, "Robert", last_name="Stone", username="bob")
+    update = telegram.private_message(renamed, text="call me Robert")
+    assert webhook.deliver(update).status_code == 500
+    _group_minute_passes(telegram)
+    telegram.forget_calls()
+
+    webhook.deliver_ok(update)
+
+    assert [call.method for call in telegram.calls()] == ["editMessageText", "sendMessage"]
+    assert topic_texts(telegram, topic.thread_id)[0].startswith("昵称：Robert Stone (@bob)")
+
+
+def test_a_message_brought_back_by_many_deliveries_passes_the_users_rate_gate_once(
+    group_of_three, bot_settings, webhook, telegram, user, clock
+):
+    """MAX_MESSAGES_PER_MINUTE is 3 here: four deliveries of one message within the minute,
+    each given back for want of a permit, count it once — the user is not taken for a flooder
+    (unverified, challenged, the message dropped) for the bot's own pacing."""
+    bot_settings.MAX_MESSAGES_PER_MINUTE = "3"
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    update = telegram.private_message(user, text="patience")
+
+    statuses = [webhook.deliver(update).status_code for _ in range(4)]
+    _group_minute_passes(telegram)
+    webhook.deliver_ok(update)
+
+    assert statuses == [500] * 4
+    assert topic_texts(telegram, topic.thread_id).count("patience") == 1
+    assert user_row(telegram, user).is_verified
+    assert user_row(telegram, user).rate_count == 2  # "hello" and "patience"
+    assert dm_texts(telegram, user) == []  # no over-limit notice, no challenge

@@ -484,3 +484,33 @@ def test_the_body_is_read_as_telegram_sends_it(client, webhook, telegram, user, 
 
     assert response.status_code == 200
     assert _copies_in_topic(telegram, "héllo ✓") == 1
+
+
+# ------------------------------------------------------------------ the hot path's statements
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_returning_user_s_update_costs_at_most_eight_statements_as_the_web_process_runs_it(
+    webhook, telegram, user, clock
+):
+    """Issue 23's budget, counted as the web process runs the view: autocommit (no test
+    transaction around it), every statement the connection executes — the bot, the claim, the
+    user, the switches, the rate count, the binding, the ledger row, the claim settled.
+    (test_topics_and_relay counts the same path inside the test's transaction.)"""
+    make_user(user, bot_id=telegram.bot.id, now=clock.now)
+    webhook.deliver_ok(telegram.private_message(user, text="hello"))  # topic and card exist now
+    clock.advance(seconds=5)
+    statements: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        webhook.deliver_ok(telegram.private_message(user, text="again"))
+
+    assert len(statements) <= 8, statements
+    assert not any(sql.lstrip().upper().startswith("SAVEPOINT") for sql in statements)
+    assert [message.text for message in telegram.topic_messages(Topic.objects.get().thread_id)][
+        1:
+    ] == ["hello", "again"]
