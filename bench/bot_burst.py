@@ -54,6 +54,8 @@ from pathlib import Path
 from bench.stores import prepared_store_env
 
 ROOT = Path(__file__).resolve().parent.parent
+# Updates sent before the throughput clock starts (the worker opens its connections).
+WARM_UP_UPDATES = 20
 RESULTS = ROOT / "bench" / "results"
 FIRST_USER_ID = 60_000_001
 ADMIN_ID = 111111111
@@ -580,7 +582,7 @@ def measure_throughput(*, users: int, duration: float, connections: int) -> dict
                     connector=aiohttp.TCPConnector(limit=connections)
                 ) as session:
                     # Warm-up: the worker's first requests open its connections.
-                    for _ in range(20):
+                    for _ in range(WARM_UP_UPDATES):
                         async with session.post(url, data=next(bodies), headers=headers) as r:
                             await r.read()
                     begin = time.monotonic()
@@ -688,6 +690,7 @@ def main() -> None:
             f" each a new message relayed)\n"
             f"  answers {result['webhook_answers']}, latency p50 {result['latency_ms_p50']} ms,"
             f" p99 {result['latency_ms_p99']} ms, relayed {result['relayed']}"
+            f" (with the {WARM_UP_UPDATES} of the warm-up)"
         )
         return
     result = measure_burst(
