@@ -313,6 +313,9 @@ class FakeCodexUpstream:
         self.in_flight: dict[str, int] = defaultdict(int)
         self.max_in_flight: dict[str, int] = defaultdict(int)
         self.disconnects: list[str] = []
+        # Raised by reset(): a request that began before it (an earlier test's, still waiting
+        # out its delay) leaves nothing in the counters the next test reads.
+        self._generation = 0
         self.models_payload: dict | None = None
         # token -> models payload, when plans differ
         self.models_by_token: dict[str, dict] = {}
@@ -347,8 +350,16 @@ class FakeCodexUpstream:
         with self._lock:
             self._programs[token].extend(replies)
 
+    def note_disconnect(self, token: str, generation: int) -> None:
+        """Record that ``token``'s caller went away, unless its request began before the last
+        reset (an earlier test's)."""
+        with self._lock:
+            if generation == self._generation:
+                self.disconnects.append(token)
+
     def reset(self) -> None:
         with self._lock:
+            self._generation += 1
             self._programs.clear()
             self.in_flight.clear()
             self.max_in_flight.clear()
@@ -474,20 +485,24 @@ class FakeCodexUpstream:
         token = self._token(request)
         reply = self._next_reply(token)
         with self._lock:
+            generation = self._generation
             self.in_flight[token] += 1
             self.max_in_flight[token] = max(self.max_in_flight[token], self.in_flight[token])
         try:
-            return await self._answer(request, token, reply)
+            return await self._answer(request, token, reply, generation)
         finally:
             with self._lock:
-                self.in_flight[token] -= 1
+                if generation == self._generation:
+                    self.in_flight[token] -= 1
 
     async def _responses_websocket(self, request: web.Request) -> web.StreamResponse:
         from tests.fakes.codex_websocket import serve_websocket
 
         return await serve_websocket(self, request)
 
-    async def _answer(self, request: web.Request, token: str, reply: Reply) -> web.StreamResponse:
+    async def _answer(
+        self, request: web.Request, token: str, reply: Reply, generation: int
+    ) -> web.StreamResponse:
         if reply.first_byte_delay:
             await asyncio.sleep(reply.first_byte_delay)
         if reply.kind == "drop":
@@ -545,8 +560,7 @@ class FakeCodexUpstream:
             if reply.kind == "ok":
                 self._remember(token, events)
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-            with self._lock:
-                self.disconnects.append(token)
+            self.note_disconnect(token, generation)
             raise
         return response
 

@@ -134,13 +134,15 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
                 continue
             reply = fake._next_reply(token)
             with fake._lock:
+                generation = fake._generation
                 fake.in_flight[token] += 1
                 fake.max_in_flight[token] = max(fake.max_in_flight[token], fake.in_flight[token])
             try:
-                outcome = await _answer(fake, request, socket, token, reply, body)
+                outcome = await _answer(fake, request, socket, token, reply, body, generation)
             finally:
                 with fake._lock:
-                    fake.in_flight[token] -= 1
+                    if generation == fake._generation:
+                        fake.in_flight[token] -= 1
             if outcome == "closed":
                 break
             if outcome:
@@ -159,6 +161,7 @@ async def _answer(
     token: str,
     reply: Reply,
     body: dict,
+    generation: int,
 ) -> str | None:
     """Answer one request; returns the completed response id, "closed" when the socket is gone,
     or None."""
@@ -203,12 +206,10 @@ async def _answer(
             await socket.close()
             return "closed"
     except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-        with fake._lock:
-            fake.disconnects.append(token)
+        fake.note_disconnect(token, generation)
         raise
     if socket.closed:
-        with fake._lock:
-            fake.disconnects.append(token)
+        fake.note_disconnect(token, generation)
         return "closed"
     fake._remember(token, events)
     last = events[-1] if events else {}
