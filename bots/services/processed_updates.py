@@ -78,17 +78,17 @@ def processed_update_claim(*, bot_id: int, update_id: int, now: datetime) -> Upd
     return UpdateClaim(ClaimState.DUPLICATE)
 
 
-def _settle(*, bot_id: int, update_id: int, attempts: int, status: UpdateStatus) -> bool:
-    # Only the owner of this attempt settles it: after a take-over the newer attempt owns the row.
-    return (
-        ProcessedUpdate.objects.filter(
-            bot_id=bot_id,
-            update_id=update_id,
-            status=UpdateStatus.PROCESSING,
-            attempts=attempts,
-        ).update(status=status)
-        == 1
+def _owned_claim(*, bot_id: int, update_id: int, attempts: int):
+    """The claim row while this attempt still owns it: after a take-over the newer attempt
+    owns the row (its ``attempts`` is higher), and only the owner may settle or release it."""
+    return ProcessedUpdate.objects.filter(
+        bot_id=bot_id, update_id=update_id, status=UpdateStatus.PROCESSING, attempts=attempts
     )
+
+
+def _settle(*, bot_id: int, update_id: int, attempts: int, status: UpdateStatus) -> bool:
+    owned = _owned_claim(bot_id=bot_id, update_id=update_id, attempts=attempts)
+    return owned.update(status=status) == 1
 
 
 def processed_update_mark_processed(*, bot_id: int, update_id: int, attempts: int) -> bool:
@@ -134,15 +134,8 @@ def processed_update_release(
         # Without the record this attempt counts toward MAX_ATTEMPTS, as any other, and the
         # next one repeats the steps (a redundant card edit, the message counted twice).
         logger.warning("update %s: could not record an attempt without a permit", update_id)
-    return (
-        ProcessedUpdate.objects.filter(
-            bot_id=bot_id,
-            update_id=update_id,
-            status=UpdateStatus.PROCESSING,
-            attempts=attempts,
-        ).update(created_at=now - STALE_CLAIM_AFTER - timedelta(seconds=1))
-        == 1
-    )
+    owned = _owned_claim(bot_id=bot_id, update_id=update_id, attempts=attempts)
+    return owned.update(created_at=now - STALE_CLAIM_AFTER - timedelta(seconds=1)) == 1
 
 
 @dataclass(frozen=True)
