@@ -79,7 +79,10 @@ def deliver_like_telegram(
                 return redelivered
             redelivered.append(len(pending))
             time.sleep(1.2)
-            clock.advance(seconds=61)
+            # Only the bot's own clock jumps (the user's per-minute gate, the claims' leases):
+            # the limiter and the fake's limits run on real time, the windows scaled to pass
+            # in the 1.2 s above — a 429's block still in force stays in force.
+            clock.advance(seconds=61, outbound_limiter=False)
     raise AssertionError(f"{len(pending)} updates never acknowledged")
 
 
