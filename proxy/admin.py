@@ -16,6 +16,7 @@ from proxy.admin_account_policy import burn_text
 from proxy.admin_key_policy import KeyPolicyInline, save_policy_formset
 from proxy.admin_pages import AccountPagesMixin, ClientKeyPagesMixin
 from proxy.daily_burn import daily_burns
+from proxy.forms import RuntimeSettingsForm
 from proxy.models import (
     Account,
     AccountCookie,
@@ -54,6 +55,7 @@ class AdminUserAdmin(ReadOnlyAdmin):
 
 @admin.register(RuntimeSettings)
 class RuntimeSettingsAdmin(admin.ModelAdmin):
+    form = RuntimeSettingsForm
     list_display = (
         "rotation_strategy",
         "max_concurrent_per_account",

@@ -42,6 +42,43 @@ def builtin_catalog() -> list[dict[str, Any]]:
     ]
 
 
+MOST_ALIASES = 500
+LONGEST_MODEL_NAME = 200
+
+
+class InvalidAliases(ValueError):
+    """An alias map an operator may not save; the message says why, for the operator."""
+
+
+def checked_aliases(raw: Any) -> dict[str, str]:
+    """The alias map an operator writes (admin API or console), names and targets trimmed.
+
+    Raises InvalidAliases for anything but an object of model names to model names: more than
+    ``MOST_ALIASES`` pairs, a name or target empty or over ``LONGEST_MODEL_NAME`` characters,
+    or an alias equal to its target (spec §1.6 "alias ≠ target enforced on write": such a pair
+    renames nothing, and at request time it would be dropped without a word).
+    """
+    if not isinstance(raw, dict):
+        raise InvalidAliases("model aliases must be an object of alias names to model names")
+    if len(raw) > MOST_ALIASES:
+        raise InvalidAliases(f"at most {MOST_ALIASES} aliases")
+    cleaned: dict[str, str] = {}
+    for name, target in raw.items():
+        if not isinstance(name, str) or not isinstance(target, str):
+            raise InvalidAliases("alias names and their targets must be strings")
+        name, target = name.strip(), target.strip()
+        if not name or len(name) > LONGEST_MODEL_NAME:
+            raise InvalidAliases(f"alias names must be 1–{LONGEST_MODEL_NAME} characters")
+        if not target or len(target) > LONGEST_MODEL_NAME:
+            raise InvalidAliases(
+                f"the target of {name!r} must be 1–{LONGEST_MODEL_NAME} characters"
+            )
+        if name == target:
+            raise InvalidAliases(f"the alias {name!r} cannot be its own target")
+        cleaned[name] = target
+    return cleaned
+
+
 def clean_aliases(raw: Any) -> dict[str, str]:
     """The alias map with names trimmed and empty or self-referencing pairs dropped."""
     if not isinstance(raw, dict):

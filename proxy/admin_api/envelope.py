@@ -18,6 +18,8 @@ from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
+from proxy.v1.errors import request_id_for
+
 logger = logging.getLogger(__name__)
 
 
@@ -155,7 +157,9 @@ def admin_bad_request(request: HttpRequest, exception: Exception) -> JsonRespons
 
 
 def unknown_admin_route(request: HttpRequest, path: str = "") -> JsonResponse:
-    """Any other path under /api/admin: the envelope's 404 (with no-store, like every answer)."""
+    """Any other path under /api/admin: the envelope's 404 (with no-store, like every answer),
+    echoing the request id as every unknown /api path does (spec §1.3)."""
     response = JsonResponse(error_body(BodyCode.NOT_FOUND, "API route not found"), status=404)
     response["Cache-Control"] = "no-store"
+    response["x-request-id"] = request_id_for(request)
     return response

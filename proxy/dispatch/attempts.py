@@ -93,6 +93,28 @@ def _broken_read(error: codex.CodexTransportError | SSEFrameTooLarge) -> Attempt
     return AttemptFailure(FailureKind.UPSTREAM_UNAVAILABLE, detail=error.detail, in_stream=True)
 
 
+def _of_stream(
+    failure: AttemptFailure, stream: codex.CodexStream | codex.CodexWebSocketStream
+) -> AttemptFailure:
+    """``failure``, seen in the 200 stream ``stream``, with what that answer said: its headers
+    (the rate limits a failed stream still reports, the trace ids) and the WebSocket pool's
+    decision, for the ledger."""
+    failure.in_stream = True
+    failure.headers = stream.headers
+    failure.websocket_pool = getattr(stream, "pool_decision", None)
+    return failure
+
+
+def _failed_before_output(progress: StreamProgress) -> bool:
+    """The stream ended with a failure event before any real output: nothing was sent, so it
+    is the request's error answer (spec §1.7), not a stream to relay."""
+    return (
+        progress.terminal_event is not None
+        and progress.terminal_event not in SUCCESS_TERMINAL_EVENTS
+        and not progress.output_seen
+    )
+
+
 class _SSEStrategy:
     call = codex.Call.RESPONSES
     transport = "http_sse"  # set per attempt: "websocket" or "http_sse" (transport_choice)
@@ -194,21 +216,28 @@ class StreamStrategy(_SSEStrategy):
                 failure = observe(frames, progress, request)
                 if failure is not None:
                     stream.close()
-                    return failure
+                    return _of_stream(failure, stream)
                 if progress.output_seen or progress.terminal_event or held >= COMMIT_PREFETCH_LIMIT:
                     break
             else:
                 if not progress.terminal_event:
                     stream.release()
-                    return AttemptFailure(
-                        FailureKind.UPSTREAM_UNAVAILABLE,
-                        detail="upstream stream ended before any output",
-                        response_id=progress.response_id,
-                        in_stream=True,
+                    return _of_stream(
+                        AttemptFailure(
+                            FailureKind.UPSTREAM_UNAVAILABLE,
+                            detail="upstream stream ended before any output",
+                            response_id=progress.response_id,
+                        ),
+                        stream,
                     )
         except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
-            return _broken_read(error)
+            return _of_stream(_broken_read(error), stream)
+        if _failed_before_output(progress):
+            # A failure the rotation does not move on from (e.g. ``invalid_prompt``): the
+            # client gets the original's error answer, not the upstream's event.
+            stream.close()
+            return _of_stream(classify_failed_event(progress.terminal or {}), stream)
         return Committed(
             slot=slot,
             attempt_index=attempt_index,
@@ -252,31 +281,34 @@ class CompleteStrategy(_SSEStrategy):
                 observe(frames, progress, request)
         except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
-            return _broken_read(error)
+            return _of_stream(_broken_read(error), stream)
         stream.release()
         terminal = progress.terminal
         if progress.terminal_event is None or terminal is None:
-            return AttemptFailure(
-                FailureKind.UPSTREAM_UNAVAILABLE,
-                detail="upstream stream ended before response.completed",
-                response_id=progress.response_id,
-                in_stream=True,
+            return _of_stream(
+                AttemptFailure(
+                    FailureKind.UPSTREAM_UNAVAILABLE,
+                    detail="upstream stream ended before response.completed",
+                    response_id=progress.response_id,
+                ),
+                stream,
             )
         if progress.terminal_event not in SUCCESS_TERMINAL_EVENTS:
-            failure = classify_failed_event(terminal)
-            failure.in_stream = True
-            return failure
+            return _of_stream(classify_failed_event(terminal), stream)
         response_object = terminal.get("response")
         if not isinstance(response_object, dict):
-            return AttemptFailure(
-                FailureKind.INVALID_SSE, detail="terminal event without response", in_stream=True
+            return _of_stream(
+                AttemptFailure(FailureKind.INVALID_SSE, detail="terminal event without response"),
+                stream,
             )
         if is_empty_completion(response_object):
-            return AttemptFailure(
-                FailureKind.EMPTY_RESPONSE,
-                detail="upstream completed with no output",
-                response_id=response_object.get("id"),
-                in_stream=True,
+            return _of_stream(
+                AttemptFailure(
+                    FailureKind.EMPTY_RESPONSE,
+                    detail="upstream completed with no output",
+                    response_id=response_object.get("id"),
+                ),
+                stream,
             )
         return Committed(
             slot=slot,

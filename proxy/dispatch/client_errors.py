@@ -13,6 +13,7 @@ from proxy.dispatch.failures import (
     ROTATING_KINDS,
     AttemptFailure,
     FailureKind,
+    history_error_code,
     json_or_none,
 )
 
@@ -85,14 +86,20 @@ _OPS_MESSAGES = {
 }
 DISPATCH_FAILED = "v1 responses dispatch failed"
 STREAM_FAILED_BEFORE_OUTPUT = "v1 responses upstream stream failed before any output"
+# A stream client's request that a ``response.failed`` ended before its first byte (spec §7.1
+# "per pre-commit stream failure").
+STREAM_FAILED = "v1 responses stream failed"
 
 
-def ops_message(failure: AttemptFailure | None) -> str:
+def ops_message(failure: AttemptFailure | None, *, stream: bool = False) -> str:
     """The ops message of a request that ended with ``failure``: what the upstream did when it
     refused the request or broke its stream before any output; "dispatch failed" when the pool
-    ran out on HTTP answers (or had no account: ``failure`` None)."""
+    ran out on HTTP answers (or had no account: ``failure`` None). ``stream``: the client
+    asked for a stream."""
     if failure is None:
         return DISPATCH_FAILED
+    if stream and failure.kind == FailureKind.RESPONSE_FAILED and failure.in_stream:
+        return STREAM_FAILED
     if failure.kind in _OPS_MESSAGES:
         return _OPS_MESSAGES[failure.kind]
     if failure.in_stream:
@@ -133,6 +140,38 @@ def failed_event_status(code: str) -> int:
     return 502
 
 
+RESPONSE_FAILED_MESSAGE = "Upstream Codex response failed"
+UPSTREAM_REQUEST_FAILED_MESSAGE = "Upstream Codex request failed"
+
+
+def _kind_for_status(status: int) -> tuple[str, str]:
+    """(type, code) of an upstream refusal by the client's status, as the original's
+    ``responses_error_kind_for_status``: 429 rate limit, 402 quota, 401/403 the key, any other
+    4xx ``codex_client_error``, anything else ``codex_api_error``."""
+    if status == 429:
+        return "rate_limit_error", "rate_limit_exceeded"
+    if status == 402:
+        return "insufficient_quota", "insufficient_quota"
+    if status in (401, 403):
+        return "invalid_request_error", "invalid_api_key"
+    if 400 <= status < 500:
+        return "invalid_request_error", "codex_client_error"
+    return "server_error", "codex_api_error"
+
+
+def response_failed_error(failure: AttemptFailure) -> ClientError:
+    """The client's error for a terminal ``response.failed`` / ``error`` event that ended the
+    request before any output (spec §1.7 "response.failed status mapping"): the status by the
+    upstream code, type and code by that status, the original's fixed message (the upstream's
+    own text stays in the ops row). A history code the dispatch could not recover is the
+    original's ``previous_response_unavailable``."""
+    if history_error_code(failure) is not None:
+        return PREVIOUS_RESPONSE_UNAVAILABLE
+    status = failed_event_status(failure.code or "")
+    error_type, code = _kind_for_status(status)
+    return ClientError(status, error_type, code, RESPONSE_FAILED_MESSAGE)
+
+
 def _type_for_status(status: int) -> str:
     if status == 429:
         return "rate_limit_error"
@@ -168,12 +207,7 @@ def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
             return INVALID_UPSTREAM
         return ClientError(503, "server_error", "upstream_error", message)
     if kind == FailureKind.RESPONSE_FAILED:
-        status = failed_event_status(failure.code or "")
-        error_type = "server_error" if status >= 500 else _type_for_status(status)
-        code = "codex_api_error" if status >= 500 else (failure.code or "response_failed")
-        return ClientError(
-            status, error_type, code, failure.detail or "Upstream Codex response failed"
-        )
+        return response_failed_error(failure)
     if kind == FailureKind.INVALID_SSE:
         return INVALID_UPSTREAM
     if kind == FailureKind.CONTINUATION_UNAVAILABLE:
@@ -188,20 +222,7 @@ def client_error_for(failure: AttemptFailure, count: int) -> ClientError:
         )
     if not (400 <= status < 500 or status == 503):
         status = 502
-    if status == 429:
-        return ClientError(
-            429, "rate_limit_error", "rate_limit_exceeded", "Upstream Codex request failed"
-        )
-    if status == 402:
-        return ClientError(
-            402, "insufficient_quota", "insufficient_quota", "Upstream Codex request failed"
-        )
-    if status in (401, 403):
-        return ClientError(
-            status, "invalid_request_error", "invalid_api_key", "Upstream Codex request failed"
-        )
     if 400 <= status < 500:
-        return ClientError(
-            status, "invalid_request_error", "codex_client_error", "Upstream Codex request failed"
-        )
-    return ClientError(status, "server_error", "upstream_error", "Upstream Codex request failed")
+        error_type, code = _kind_for_status(status)
+        return ClientError(status, error_type, code, UPSTREAM_REQUEST_FAILED_MESSAGE)
+    return ClientError(status, "server_error", "upstream_error", UPSTREAM_REQUEST_FAILED_MESSAGE)

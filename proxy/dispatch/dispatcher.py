@@ -166,6 +166,7 @@ class Dispatch:
             upstream_headers=committed.upstream_headers,
             progress=committed.progress,
             response_object=committed.response_object,
+            websocket_pool=getattr(committed.stream, "pool_decision", None),
         )
 
     def _finish(self, *, served: Served | None = None, end: StreamEnd | None = None) -> None:

@@ -101,6 +101,9 @@ class AttemptFailure:
     # Whether the failure showed in the 200 SSE stream (an event, a cut, no output), not as
     # an HTTP status.
     in_stream: bool = False
+    # How the upstream WebSocket pool served the attempt (``{kind, reason?}``), when it ran
+    # over a pooled WebSocket stream; the ledger's ``websocketPool``.
+    websocket_pool: dict[str, str] | None = None
 
     @property
     def rotates(self) -> bool:

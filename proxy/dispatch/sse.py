@@ -121,12 +121,16 @@ def sse_event(event_type: str, payload: dict) -> bytes:
     return f"event: {event_type}\ndata: {json.dumps(payload)}\n\n".encode()
 
 
+STREAM_DISCONNECTED_CODE = "stream_disconnected"
+STREAM_DISCONNECTED_MESSAGE = "Upstream stream closed before response.completed"
+
+
 def stream_disconnected_event(response_id: str | None, detail: str | None = None) -> bytes:
     """The synthetic ``response.failed`` for an upstream that ended without a terminal event."""
-    message = "Upstream stream closed before response.completed"
+    message = STREAM_DISCONNECTED_MESSAGE
     if detail:
         message = f"{message}: {detail}"
-    error = {"type": "server_error", "code": "stream_disconnected", "message": message}
+    error = {"type": "server_error", "code": STREAM_DISCONNECTED_CODE, "message": message}
     payload = {
         "type": "response.failed",
         "response": {

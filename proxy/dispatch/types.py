@@ -168,6 +168,8 @@ class Served:
     progress: StreamProgress | None = None
     response_object: dict | None = None
     compact_payload: object = None
+    # How the upstream WebSocket pool served it (``{kind, reason?}``); None over HTTP.
+    websocket_pool: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

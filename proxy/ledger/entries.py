@@ -15,7 +15,18 @@ from django.utils import timezone
 
 from proxy.dispatch.client_errors import failed_event_status, ops_message
 from proxy.dispatch.failures import ROTATING_KINDS, FailureKind
+from proxy.dispatch.sse import STREAM_DISCONNECTED_CODE, STREAM_DISCONNECTED_MESSAGE
 from proxy.dispatch.types import DispatchReport, Served
+from proxy.ledger.answer_metadata import answer_metadata, image_tool_declared
+from proxy.ledger.attempt_facts import (
+    QUOTA_SYNCED_FAILURES,
+    SHORT_DETAIL,
+    counted_usage,
+    failure_event,
+    failure_metadata,
+    upstream_request_id,
+    usage_tokens,
+)
 from proxy.services.account_usage import AccountUsageIncrement
 from telemetry.services.facts import ErrorFact, UsageFact
 
@@ -28,8 +39,10 @@ class LedgerEntry:
     errors: list[ErrorFact] = field(default_factory=list)
     account_usage: list[tuple[str, AccountUsageIncrement]] = field(default_factory=list)
     cookies: list[tuple[str, list[dict]]] = field(default_factory=list)
-    # (account id, upstream headers) of a success whose rate-limit headers update the quota.
-    quota_sync: tuple[str, dict[str, str]] | None = None
+    # (account id, upstream headers) of each 200 answer whose rate-limit headers update the
+    # quota: successes, and streams that failed or were cut (spec §4.3; the original synced
+    # every answer's headers as it arrived).
+    quota_syncs: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     models_etag: str | None = None
     # When the request ended (the ledger's lag is measured from here).
     finished_monotonic: float = field(default_factory=time.monotonic)
@@ -68,40 +81,6 @@ def _base_metadata(report: DispatchReport) -> dict[str, Any]:
     }
 
 
-def _upstream_request_id(headers: dict[str, str]) -> str | None:
-    return (
-        headers.get("x-request-id")
-        or headers.get("x-openai-request-id")
-        or headers.get("openai-request-id")
-        or headers.get("request-id")
-    )
-
-
-def _tokens(usage: dict) -> dict[str, int | None]:
-    """The token columns of a usage object (Responses API shape)."""
-    input_details = usage.get("input_tokens_details") or {}
-    output_details = usage.get("output_tokens_details") or {}
-    return {
-        "input_tokens": usage.get("input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cached_tokens": input_details.get("cached_tokens"),
-        "reasoning_tokens": output_details.get("reasoning_tokens"),
-    }
-
-
-def _counted_usage(usage: dict) -> AccountUsageIncrement:
-    """What an answered attempt adds to its account's counters."""
-    tokens = _tokens(usage)
-    return AccountUsageIncrement(
-        counted_request=True,
-        input_tokens=tokens["input_tokens"] or 0,
-        output_tokens=tokens["output_tokens"] or 0,
-        cached_tokens=tokens["cached_tokens"] or 0,
-        reasoning_tokens=tokens["reasoning_tokens"] or 0,
-        total_tokens=usage.get("total_tokens"),
-    )
-
-
 @dataclass(frozen=True)
 class _Moment:
     """When the entry is built: every row of one request shares it."""
@@ -135,16 +114,18 @@ def _served_columns(report: DispatchReport, answer: _Answer, base_metadata: dict
         "transport": report.transport,
         "attempt_index": served.attempt_index,
         "response_id": answer.response_id,
-        "upstream_request_id": _upstream_request_id(headers),
+        "upstream_request_id": upstream_request_id(headers),
         "latency_ms": moment.latency_ms,
     }
-    # Columns of usage_records are not repeated in its metadata (seed §2.7).
+    # Columns of usage_records are not repeated in its metadata (seed §2.7): the effective
+    # model is its ``model``/``upstream_model``, so only the ops row carries ``effectiveModel``.
     metadata = {
         **{key: value for key, value in base_metadata.items() if key != "requestedModel"},
         "modelsEtag": headers.get("x-models-etag"),
         "reasoningIncluded": headers.get("x-reasoning-included"),
         "cfRay": headers.get("cf-ray"),
         "accountEmail": served.account.email,
+        **answer_metadata(headers, served.websocket_pool),
     }
     return columns, metadata
 
@@ -166,11 +147,11 @@ def _record_success(
     served = answer.served
     columns, metadata = _served_columns(report, answer, base_metadata, moment)
     service_tier = request.body.get("service_tier")
-    entry.quota_sync = (served.account.id, served.upstream_headers)
+    entry.quota_syncs.append((served.account.id, served.upstream_headers))
     entry.models_etag = served.upstream_headers.get("x-models-etag")
     entry.usage = UsageFact(
         **columns,
-        **_tokens(answer.usage),
+        **usage_tokens(answer.usage),
         message=message,
         status_code=200,
         requested_model=request.requested_model,
@@ -187,6 +168,7 @@ def _record_attempt_failures(
     """Counters of the attempts that failed, and a row per transient failure that moved the
     request on (spec §7.1); the other rotations (429, 401, ...) show up as account state."""
     request = report.request
+    image_declared = image_tool_declared(request.body)
     for note in report.notes:
         failure = note.failure
         if failure is None:
@@ -196,9 +178,16 @@ def _record_attempt_failures(
                 (note.account_id, AccountUsageIncrement(counted_request=True))
             )
         if failure.kind == FailureKind.EMPTY_RESPONSE:
+            # An empty completion of a request that asked for an image is a failed image
+            # request too (spec §3.6).
             entry.account_usage.append(
-                (note.account_id, AccountUsageIncrement(empty_response=True))
+                (
+                    note.account_id,
+                    AccountUsageIncrement(empty_response=True, image_request_failed=image_declared),
+                )
             )
+        if failure.in_stream and failure.headers and failure.kind in QUOTA_SYNCED_FAILURES:
+            entry.quota_syncs.append((note.account_id, failure.headers))
         is_final = failure is report.final_failure
         if failure.kind == FailureKind.UPSTREAM_UNAVAILABLE and not is_final:
             entry.errors.append(
@@ -217,8 +206,10 @@ def _record_attempt_failures(
                     attempt_index=note.index,
                     failure_class=failure.kind.value,
                     latency_ms=moment.latency_ms,
+                    upstream_request_id=upstream_request_id(failure.headers),
                     metadata={
                         **base_metadata,
+                        **failure_metadata(failure, request.model),
                         "errorKind": failure.kind.value,
                         "error": failure.short_text(),
                         "failureSource": "upstream",
@@ -237,35 +228,46 @@ def _record_dispatch_failure(
     # Without an attempt failure the proxy itself refused: no account, or the key's policy.
     failure_class = failure.kind.value if failure else error.code
     last = report.notes[-1] if report.notes else None
+    # A stream client gets a server-side failure as a 200 SSE failure event (spec §1.7).
+    client_status = 200 if request.failures_as_events and error.status >= 500 else error.status
+    metadata = {
+        **base_metadata,
+        "failed": True,
+        "errorKind": failure_class,
+        "error": (failure.short_text() if failure else error.message),
+        "upstreamCode": failure.code if failure else None,
+        "exhaustedCount": report.exhausted_count
+        if failure and failure.kind in ROTATING_KINDS
+        else None,
+        "failureSource": "upstream" if failure else "proxy",
+        "effectiveModel": request.model,
+    }
+    if failure is not None:
+        metadata.update(failure_metadata(failure, request.model))
+        if failure.kind == FailureKind.RESPONSE_FAILED:
+            # The upstream's own words; the client got the original's fixed message.
+            metadata["failureEvent"] = failure_event(failure)
+            metadata["failureMessage"] = failure.detail[:SHORT_DETAIL]
     entry.errors.append(
         ErrorFact(
             request_id=request.request_id,
             client_api_key_id=request.client_api_key_id,
             route=request.route,
             created_at=moment.now,
-            message=ops_message(failure),
+            message=ops_message(failure, stream=request.stream),
             provider="openai",
             account_id=last.account_id if last else None,
             model=request.model,
             status_code=error.status,
-            client_status_code=error.status,
+            client_status_code=client_status,
             upstream_status_code=failure.upstream_status if failure else None,
             transport=report.transport if last else None,
             attempt_index=last.index if last else None,
             failure_class=failure_class,
             response_id=failure.response_id if failure else None,
+            upstream_request_id=upstream_request_id(failure.headers) if failure else None,
             latency_ms=moment.latency_ms,
-            metadata={
-                **base_metadata,
-                "failed": True,
-                "errorKind": failure_class,
-                "error": (failure.short_text() if failure else error.message),
-                "upstreamCode": failure.code if failure else None,
-                "exhaustedCount": report.exhausted_count
-                if failure and failure.kind in ROTATING_KINDS
-                else None,
-                "failureSource": "upstream" if failure else "proxy",
-            },
+            metadata=metadata,
         )
     )
 
@@ -281,7 +283,7 @@ def _record_compact(entry, report: DispatchReport, base_metadata: dict, moment: 
         response_id=payload.get("id") if isinstance(payload.get("id"), str) else None,
         usage=usage,
     )
-    entry.account_usage.append((served.account.id, _counted_usage(usage)))
+    entry.account_usage.append((served.account.id, counted_usage(usage)))
     _record_success(
         entry, report, answer, base_metadata, moment, message="v1 responses compact completed"
     )
@@ -314,7 +316,14 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
     answer = _Answer(
         served=served, response_id=progress.response_id or response.get("id"), usage=usage
     )
-    entry.account_usage.append((served.account.id, _counted_usage(usage)))
+    entry.account_usage.append(
+        (
+            served.account.id,
+            counted_usage(
+                usage, response=response, image_declared=image_tool_declared(request.body)
+            ),
+        )
+    )
     end = report.end
     failed_badly = (
         end.stream_error or end.synthetic_failure or end.client_cancelled or end.server_shutdown
@@ -338,6 +347,9 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
         return entry
 
     # The stream was committed but did not end well: cancelled, cut, or a terminal failure.
+    # Its rate limits still count (the original synced them when the answer arrived).
+    entry.quota_syncs.append((served.account.id, served.upstream_headers))
+    upstream_code = failure_event = failure_message = None
     if end.client_cancelled:
         status, failure_class, source = 499, "client_cancelled", "client"
         detail = "the client closed the connection before the response ended"
@@ -349,12 +361,18 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
         code = str(error.get("code") or "") if isinstance(error, dict) else ""
         status, failure_class, source = failed_event_status(code), "response_failed", "upstream"
         detail = str(error.get("message") or "") if isinstance(error, dict) else ""
+        upstream_code, failure_event, failure_message = code or None, terminal_event, detail
     else:
         status, source = 502, "proxy"
         failure_class = (
             "invalid_sse" if end.stream_error and "SSE" in end.stream_error else "missing_completed"
         )
         detail = end.stream_error or "ended without response.completed"
+        # What the client was sent in its place (proxy.dispatch.sse.stream_disconnected_event).
+        upstream_code, failure_event = STREAM_DISCONNECTED_CODE, "response.failed"
+        failure_message = STREAM_DISCONNECTED_MESSAGE + (
+            f": {end.stream_error}" if end.stream_error else ""
+        )
     columns, metadata = _served_columns(report, answer, base_metadata, moment)
     entry.errors.append(
         ErrorFact(
@@ -365,11 +383,15 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
             failure_class=failure_class,
             metadata={
                 **metadata,
+                "effectiveModel": columns["model"],
                 "failed": True,
                 "errorKind": failure_class,
+                "upstreamCode": upstream_code,
+                "failureEvent": failure_event,
+                "failureMessage": (failure_message or "")[:SHORT_DETAIL] or None,
                 "failureSource": source,
                 "synthetic": end.synthetic_failure,
-                "failureDetail": detail[:200],
+                "failureDetail": detail[:SHORT_DETAIL],
                 "firstTokenMs": progress.first_token_ms,
             },
         )

@@ -363,8 +363,7 @@ async def _write_extras(batch: list[LedgerEntry]) -> None:
                 await account_cookies_store(account_id=account_id, cookies=cookies, now=now)
             except Exception:
                 logger.warning("could not store upstream cookies", exc_info=True)
-        if entry.quota_sync is not None:
-            account_id, headers = entry.quota_sync
+        for account_id, headers in entry.quota_syncs:
             newest_quota.pop(account_id, None)  # keep insertion order = newest last
             newest_quota[account_id] = headers
     for account_id, headers in newest_quota.items():

@@ -1,5 +1,6 @@
 """Quota writes (spec §4.3): a usage snapshot applied to its account, and the passive sync
-from the rate-limit headers of a successful answer. One statement each.
+from the rate-limit headers of an answer (a success, or a stream that failed or was cut). One
+statement each.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ async def account_quota_apply(account_id: str, snapshot: QuotaSnapshot, *, now: 
 async def account_quota_sync_passive(
     account_id: str, headers: dict[str, str], *, now: datetime
 ) -> bool:
-    """Apply the rate-limit headers of a successful answer (spec §4.3 "passive sync").
+    """Apply the rate-limit headers of a 200 answer (spec §4.3 "passive sync"): a success, or
+    a stream that failed or broke off, whose headers said where the account's quota stands.
 
     Returns whether the headers carried a window. One statement, merged with the stored quota
     in SQL; a snapshot identical to the stored one writes nothing.

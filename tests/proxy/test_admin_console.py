@@ -213,6 +213,27 @@ def test_runtime_settings_are_edited_through_the_service(
     assert int(redis_client.get(version_key)) == before + 1
 
 
+def test_an_alias_equal_to_its_target_is_refused_by_the_settings_page(
+    operator, redis_client, settings
+):
+    # Spec §1.6 "alias ≠ target enforced on write", as the admin API refuses it (400 there).
+    runtime_settings_ensure(now=timezone.now())
+    version_key = f"{settings.REDIS_KEY_PREFIX}settings:version"
+    before = int(redis_client.get(version_key) or 0)
+    form = operator.get("/admin/proxy/runtimesettings/1/change/").context["adminform"].form
+    data = {name: form.initial.get(name) for name in form.fields}
+    data.update({"rotation_strategy": "sticky", "model_aliases_json": '{"gpt-5.4": "gpt-5.4"}'})
+
+    response = operator.post("/admin/proxy/runtimesettings/1/change/", data)
+
+    assert response.status_code == 200  # the form again, with its error
+    errors = response.context["adminform"].form.errors
+    assert errors == {"model_aliases_json": ["the alias 'gpt-5.4' cannot be its own target"]}
+    stored = RuntimeSettings.objects.get()
+    assert (stored.rotation_strategy, stored.model_aliases_json) == ("smart", {})
+    assert int(redis_client.get(version_key) or 0) == before
+
+
 def test_fact_search_is_exact_on_ids_or_words_of_the_message(operator):
     now = timezone.now()
     usage_record_create(

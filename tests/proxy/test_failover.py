@@ -297,7 +297,11 @@ def test_sse_failure_codes_move_on_with_their_account_effect(
     assert _account(account_a).status == status
 
 
-def test_a_non_rotating_sse_failure_is_forwarded(pool, proxy, upstream, client_key):
+def test_a_non_rotating_sse_failure_is_the_originals_failure_answer(
+    pool, proxy, upstream, client_key
+):
+    # context_length_exceeded matches no code of the spec §1.7 mapping: 502, which a stream
+    # client gets as a 200 SSE failure event of the original's kind (not the upstream's event).
     upstream.program(
         "tok-a", Reply(kind="failed", code="context_length_exceeded", message="too long")
     )
@@ -306,15 +310,19 @@ def test_a_non_rotating_sse_failure_is_forwarded(pool, proxy, upstream, client_k
 
     assert response.status_code == 200
     assert b"event: response.failed" in response.content
+    assert b'"code": "codex_api_error"' in response.content
+    assert b"too long" not in response.content
     assert response.content.endswith(b"data: [DONE]\n\n")
     assert upstream.tokens_called() == ["tok-a"]
     proxy.drain()
     error = OpsErrorLog.objects.get()
-    assert (error.message, error.failure_class, error.client_status_code) == (
-        "v1 responses stream failed",
-        "response_failed",
-        200,
-    )
+    assert (
+        error.message,
+        error.failure_class,
+        error.status_code,
+        error.client_status_code,
+    ) == ("v1 responses stream failed", "response_failed", 502, 200)
+    assert error.metadata_json["failureMessage"] == "too long"
 
 
 def test_an_empty_non_stream_completion_moves_on_and_is_counted(pool, proxy, upstream, client_key):

@@ -408,6 +408,21 @@ def test_unknown_v1_and_api_paths_are_json_404(proxy):
         assert response.json() == {"code": 40401, "message": "API route not found", "data": None}
 
 
+def test_the_json_404_of_an_unknown_path_echoes_the_request_id(proxy):
+    # Spec §1.3: every answer carries x-request-id, the client's when well-formed, else ours.
+    for path in ("/v1/nothing-here", "/api/other", "/api/admin/unknown", "/v1"):
+        given = requests.get(
+            f"{proxy.url}{path}", headers={"x-request-id": "req_404.check-1"}, timeout=5
+        )
+        generated = requests.get(
+            f"{proxy.url}{path}", headers={"x-request-id": "not valid!"}, timeout=5
+        )
+
+        assert (given.status_code, given.headers["x-request-id"]) == (404, "req_404.check-1")
+        assert generated.status_code == 404
+        assert re.fullmatch(r"req_[0-9a-f-]{36}", generated.headers["x-request-id"])
+
+
 def test_an_unreachable_redis_gives_a_json_500_not_a_html_page(
     upstream, client_key, private_redis, transactional_db
 ):

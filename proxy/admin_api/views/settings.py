@@ -18,6 +18,7 @@ from proxy.admin_api.envelope import ApiError, BodyCode, bad_request, ok
 from proxy.admin_api.schema import ANY_DATA
 from proxy.admin_api.views.base import AdminAPIView
 from proxy.models import RotationStrategy, RuntimeSettings
+from proxy.models_catalog import LONGEST_MODEL_NAME, InvalidAliases, checked_aliases
 from proxy.services.admin_api_key import (
     admin_api_key_delete,
     admin_api_key_exists,
@@ -26,9 +27,6 @@ from proxy.services.admin_api_key import (
 from proxy.services.runtime_settings import runtime_settings_ensure, runtime_settings_update
 
 logger = logging.getLogger(__name__)
-
-MOST_ALIASES = 500
-LONGEST_MODEL_NAME = 200
 
 
 class SettingsSerializer(serializers.Serializer):
@@ -45,17 +43,10 @@ class SettingsSerializer(serializers.Serializer):
     rotationStrategy = serializers.ChoiceField(choices=RotationStrategy.values, required=False)
 
     def validate_modelAliases(self, aliases: dict) -> dict:
-        if len(aliases) > MOST_ALIASES:
-            raise serializers.ValidationError(f"at most {MOST_ALIASES} aliases")
-        cleaned = {}
-        for name, target in aliases.items():
-            name, target = str(name).strip(), target.strip()
-            if not name or len(name) > LONGEST_MODEL_NAME:
-                raise serializers.ValidationError("alias names must be 1–200 characters")
-            if not target:
-                raise serializers.ValidationError(f"the target of {name!r} is empty")
-            cleaned[name] = target
-        return cleaned
+        try:
+            return checked_aliases(aliases)
+        except InvalidAliases as error:
+            raise serializers.ValidationError(str(error)) from None
 
 
 # API field → runtime_settings column

@@ -37,7 +37,13 @@ from proxy.clients.codex.errors import (
 )
 from proxy.clients.codex.transport import SAME_ACCOUNT_5XX_RETRIES, TRANSPORT_ERRORS, responses_url
 from proxy.clients.codex.ws_errors import error_frame_status, frame_headers
-from proxy.clients.codex.ws_pool import Lease, UpstreamSocket, identity_of, websocket_pool
+from proxy.clients.codex.ws_pool import (
+    Lease,
+    UpstreamSocket,
+    identity_of,
+    pool_decision,
+    websocket_pool,
+)
 from proxy.clients.codex.ws_reading import (
     ClosedCleanly,
     event_timeout,
@@ -102,6 +108,7 @@ class CodexWebSocketStream:
         self._pending: tuple[str, str] | None = first
         self.headers = headers
         self.reused = lease.reused
+        self.pool_decision = dict(lease.decision)
         # The upgrade's cookies are reported by the socket's first response only.
         self.set_cookies = () if self.reused else self._socket.set_cookies
         self._completed = False
@@ -268,7 +275,8 @@ async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_loca
                 pool.drop(lease)
                 raise CodexContinuationUnavailable("reused_connection_lost") from None
             if not fresh:
-                pool.forget_socket(lease)  # retry_after_stale_reuse
+                pool.forget_socket(lease)
+                lease.decision = pool_decision("retry_after_stale_reuse")
                 continue
             if "first-event timeout" in detail and fresh_silences == 0:
                 fresh_silences += 1

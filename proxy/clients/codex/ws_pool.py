@@ -64,6 +64,13 @@ class UpstreamSocket:
         return now - self.opened_at >= settings.CODEX_WS_MAX_AGE_SECONDS
 
 
+def pool_decision(kind: str, reason: str | None = None) -> dict[str, str]:
+    """How the pool served a request, as the ledger's ``websocketPool`` records it: ``kind``
+    new (a fresh pooled socket), reuse (an idle one), bypass (a one-shot socket, ``reason``
+    busy, cap or disabled) or retry_after_stale_reuse (a reused socket died first)."""
+    return {"kind": kind} if reason is None else {"kind": kind, "reason": reason}
+
+
 @dataclass(eq=False)
 class Lease:
     """A request's hold on a key: ``pooled`` (it owns the key's slot) or one-shot."""
@@ -73,6 +80,7 @@ class Lease:
     pooled: bool
     socket: UpstreamSocket | None = None
     reserved_at: float = field(default_factory=time.monotonic)
+    decision: dict[str, str] = field(default_factory=lambda: pool_decision("new"))
 
     @property
     def reused(self) -> bool:
@@ -97,7 +105,7 @@ class WebSocketPool:
         cap."""
         self._ensure_sweeper()
         if key in self._leased:
-            return Lease(key, account_id, pooled=False)
+            return Lease(key, account_id, pooled=False, decision=pool_decision("bypass", "busy"))
         socket = self._idle.pop(key, None)
         if socket is not None and (
             socket.dead
@@ -109,10 +117,12 @@ class WebSocketPool:
             socket = None
         at_cap = self._pooled_count(account_id) >= settings.CODEX_WS_POOL_MAX_PER_ACCOUNT
         if socket is None and at_cap:
-            return Lease(key, account_id, pooled=False)
+            reason = "disabled" if settings.CODEX_WS_POOL_MAX_PER_ACCOUNT == 0 else "cap"
+            return Lease(key, account_id, pooled=False, decision=pool_decision("bypass", reason))
         lease = Lease(key, account_id, pooled=True, socket=socket)
         if socket is not None:
             self.reused += 1
+            lease.decision = pool_decision("reuse")
         self._leased[key] = lease
         return lease
 

@@ -140,6 +140,12 @@ def test_settings_get_and_partial_post(api):
             'rotationStrategy: "random" is not a valid choice.',
         ),
         ({"modelAliases": {"a": ""}}, 40001, "modelAliases.a: This field may not be blank."),
+        # Spec §1.6 "alias ≠ target enforced on write" (trimmed first).
+        (
+            {"modelAliases": {"fast": "gpt-5.4-mini", "gpt-5.4": " gpt-5.4 "}},
+            40001,
+            "modelAliases: the alias 'gpt-5.4' cannot be its own target",
+        ),
         (
             {"refreshMarginSeconds": "soon"},
             40001,
