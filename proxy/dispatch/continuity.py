@@ -13,6 +13,13 @@ account on a rotatable failure — both only when the chain can be rebuilt — e
 ``previous_response_unavailable`` (or 503 ``continuation_connection_busy``). An unknown
 ("external") previous id gets exactly one account, untouched, and the upstream's answer.
 
+Every record belongs to the client key whose request produced it (``clientKeyId``, issue 34).
+A record of another key — or of none: written before the field existed — is never honoured: its
+id is answered as one that never existed (``proxy.dispatch.unknown_previous``: no upstream
+call, no replay, no routing hint), its turn state reaches nobody else's request, and its
+replay node no other key's history. The conversation's preference (the scheduler's script)
+only looks at the key's own records, in the key's own conversation index.
+
 Redis failures degrade to normal scheduling; they are logged without keys or values.
 """
 
@@ -42,7 +49,8 @@ logger = logging.getLogger(__name__)
 # A response id longer than this is nobody's (it would only make a long Redis key): an unknown
 # previous id, and no record for such a response.
 MAX_RESPONSE_ID_LENGTH = 256
-# KEYS[1]: the record of the previous response. Returns it, or nothing.
+# KEYS[1]: the record of the previous response. Returns it, or nothing (whose key it is, is
+# checked by the caller: another key's is answered as never existing).
 # The record comes back without its replay turns (up to 2 MiB the request path never needs:
 # the node's parentResponseId/depth/totalBytes are kept). Records are written by
 # proxy.runtime_state.affinity with default json separators, the replay node last and its
@@ -119,8 +127,14 @@ class Continuity:
     variant_hash: str
     previous_response_id: str | None = None
     # The previous response's record (managed), or the conversation's newest matching one;
-    # its replay node without the turns (parentResponseId, depth, totalBytes).
+    # its replay node without the turns (parentResponseId, depth, totalBytes, clientKeyId).
+    # Only ever the request's own key's record.
     record: dict | None = None
+    # The request's client key: the only key whose records and nodes this request may use.
+    client_key_id: str | None = None
+    # The previous id has a record, but not of this key (or of no key): the request is
+    # answered as if the id never existed (``proxy.dispatch.unknown_previous``).
+    foreign: bool = False
     # Rebuilt lazily (one Redis script call), only when a recovery needs it.
     _history: list | None = field(default=None, repr=False)
     _history_read: bool = field(default=False, repr=False)
@@ -131,7 +145,7 @@ class Continuity:
 
     @property
     def external(self) -> bool:
-        return self.previous_response_id is not None and self.record is None
+        return self.previous_response_id is not None and self.record is None and not self.foreign
 
     @property
     def preferred_account_id(self) -> str | None:
@@ -146,24 +160,45 @@ class Continuity:
 
     @property
     def stored_turn_state(self) -> str | None:
-        value = self.record.get("turnState") if self.managed else None
+        """The turn state the previous response left — only ever this key's own record's."""
+        if not self.managed or not owned_by(self.record, self.client_key_id):
+            return None
+        value = self.record.get("turnState")
         return value if isinstance(value, str) and value else None
 
     async def history(self) -> list | None:
         """The managed chain's full history (oldest first), or None when it cannot be rebuilt."""
         if not self._history_read:
             self._history_read = True
-            self._history = await _read_history(self.previous_response_id)
+            self._history = await _read_history(self.previous_response_id, self.client_key_id)
         return self._history
 
 
-async def look_up(*, previous_response_id: str, conversation_id: str, variant: str) -> Continuity:
-    """The record of ``previous_response_id`` (managed) or nothing (external): one Redis round
-    trip; a Redis failure is logged and means "nothing known"."""
+def owned_by(record: object, client_key_id: str | None) -> bool:
+    """Whether ``record`` is ``client_key_id``'s (a record naming no key is nobody's)."""
+    return (
+        isinstance(record, dict)
+        and bool(client_key_id)
+        and isinstance(record.get("clientKeyId"), str)
+        and record["clientKeyId"] == client_key_id
+    )
+
+
+async def look_up(
+    *,
+    previous_response_id: str,
+    conversation_id: str,
+    variant: str,
+    client_key_id: str | None,
+) -> Continuity:
+    """The record of ``previous_response_id`` when it is ``client_key_id``'s (managed), a
+    record of another key or of none (foreign), or nothing (external): one Redis round trip; a
+    Redis failure is logged and means "nothing known"."""
     continuity = Continuity(
         conversation_id=conversation_id,
         variant_hash=variant,
         previous_response_id=previous_response_id,
+        client_key_id=client_key_id,
     )
     if len(previous_response_id) > MAX_RESPONSE_ID_LENGTH:
         return continuity
@@ -176,14 +211,19 @@ async def look_up(*, previous_response_id: str, conversation_id: str, variant: s
         )
         if found:
             record = json.loads(found)
-            continuity.record = record if isinstance(record, dict) else None
+            if owned_by(record, client_key_id):
+                continuity.record = record
+            else:
+                # Dropped here: nothing of another key's record goes further.
+                continuity.foreign = True
     except Exception as error:
         logger.warning("affinity lookup failed (%s); scheduling normally", type(error).__name__)
     return continuity
 
 
-async def _read_history(response_id: str) -> list | None:
-    """One script call: the records of the chain, child to root; then the history."""
+async def _read_history(response_id: str, client_key_id: str | None) -> list | None:
+    """One script call: the records of the chain, child to root; then the history (only when
+    every record and node of it is ``client_key_id``'s)."""
     try:
         redis = await async_redis.get()
         found = await _CHAIN_SCRIPT(
@@ -201,7 +241,7 @@ async def _read_history(response_id: str) -> list | None:
             records[member] = json.loads(found[index + 1])
         except ValueError:
             return None
-    return reconstruct(response_id, records)
+    return reconstruct(response_id, records, client_key_id=client_key_id)
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -301,6 +341,7 @@ def affinity_write(report: DispatchReport, continuity: Continuity | None) -> Aff
         parent_replay=continuity.record.get("replay") if continuity.managed else None,
         external_previous=continuity.external,
         client_body_bytes=request.body_bytes,
+        client_key_id=request.client_api_key_id,
     )
 
 

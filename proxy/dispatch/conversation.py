@@ -2,6 +2,11 @@
 id (``lc_…``) that keys affinity (``cpr:affinity:v2:conv:<id>``) and the upstream WebSocket
 pool, and the stable key that anchors it when the client sent no id of its own.
 
+A conversation belongs to the client key that started it (issue 34): the key's id is part of
+the id, so two keys sending the same ``prompt_cache_key`` (or session id, or first message)
+have two conversations — neither is steered to the other's account nor shares its pooled
+upstream socket.
+
 The local conversation id is never sent upstream; the per-account pseudonyms of the client's
 own ids are (``proxy.dispatch.upstream_request``).
 """
@@ -52,13 +57,14 @@ def stable_key(body: dict) -> str:
     return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
-def local_conversation_id(body: dict, client: ClientIdentity) -> str:
-    """``lc_`` + pseudonym(local-conversation, -, anchor); the anchor is the client's
-    prompt_cache_key, else its session id, else its thread id, else the stable key."""
+def local_conversation_id(body: dict, client: ClientIdentity, client_key_id: str | None) -> str:
+    """``lc_`` + pseudonym(local-conversation, client key id, anchor); the anchor is the
+    client's prompt_cache_key, else its session id, else its thread id, else the stable key.
+    (The spec leaves the pseudonym's middle part empty; the key id there is ours.)"""
     anchor = (
         client.values.get("prompt-cache-key")
         or client.values.get("session-id")
         or client.values.get("thread-id")
         or stable_key(body)
     )
-    return "lc_" + identity.pseudonym("local-conversation", "", anchor)
+    return "lc_" + identity.pseudonym("local-conversation", client_key_id or "", anchor)

@@ -64,6 +64,7 @@ from proxy.dispatch.types import (
     Served,
     StreamEnd,
 )
+from proxy.dispatch.unknown_previous import never_existed
 from proxy.dispatch.upstream_request import request_headers
 from proxy.ledger import affinity
 from proxy.ledger import writer as ledger
@@ -214,7 +215,10 @@ class Dispatch:
             )
         settings = request.scheduler_settings
         if self._strategy.call is codex.Call.COMPACT:
-            # No chain to continue: a previous id is tried on one account, untouched.
+            # No chain to continue: a previous id is tried on one account, untouched — unless
+            # it is another key's (issue 34): then it never existed, and nothing is sent.
+            if request.previous_response_id and (await self._look_up(variant="")).foreign:
+                return self._foreign(eligible, compact=True)
             return CandidateQueue(
                 eligible, settings, limit=1 if request.previous_response_id else None
             )
@@ -223,18 +227,21 @@ class Dispatch:
             # The conversation's preference is looked up by the script that orders the
             # candidates and takes the slot: no Redis round trip of its own (spec §5.2).
             self._continuity = Continuity(
-                conversation_id=request.conversation_id, variant_hash=variant
+                conversation_id=request.conversation_id,
+                variant_hash=variant,
+                client_key_id=request.client_api_key_id,
             )
             return CandidateQueue(
                 eligible,
                 settings,
-                conversation=ConversationLookup(request.conversation_id, variant),
+                conversation=ConversationLookup(
+                    request.conversation_id, variant, request.client_api_key_id
+                ),
             )
-        continuity = self._continuity = await look_up(
-            previous_response_id=request.previous_response_id,
-            conversation_id=request.conversation_id,
-            variant=variant,
-        )
+        continuity = self._continuity = await self._look_up(variant)
+        if continuity.foreign:
+            self._continuity = None
+            return self._foreign(eligible)
         if continuity.external:
             # Unknown previous id (spec §5.3): exactly one account, the id untouched, its answer
             # as it is — never fanned out, never replayed.
@@ -244,6 +251,23 @@ class Dispatch:
         self._others = [account for account in eligible if account.id != owner_id]
         self._sent = owner_request(request, continuity)
         return CandidateQueue([a for a in eligible if a.id == owner_id], settings)
+
+    def _foreign(self, eligible: list[AccountView], *, compact: bool = False) -> CandidateQueue:
+        """Another key's previous id (issue 34): answered as an id that never existed, with no
+        upstream call — not routed to its account, not replayed, no record left. As for an
+        unknown id, a pool with no account to try answers that first (an empty queue)."""
+        if not eligible:
+            return CandidateQueue([], self.request.scheduler_settings)
+        self._fail(never_existed(self.request, compact=compact))
+
+    async def _look_up(self, variant: str) -> Continuity:
+        request = self.request
+        return await look_up(
+            previous_response_id=request.previous_response_id,
+            conversation_id=request.conversation_id,
+            variant=variant,
+            client_key_id=request.client_api_key_id,
+        )
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""

@@ -8,6 +8,10 @@ the way in: the upstream ``id`` of every top-level item and ``encrypted_content`
 depth are removed (both are bound to the account that produced them); ``call_id`` and the
 other protocol links stay.
 
+Each node names the client key whose turn it holds (``clientKeyId``, issue 34), and so does
+its record: a history is rebuilt only from nodes of the key asking for it, so a chain can never
+carry another key's turns into a request.
+
 Pure functions: no Redis here (``proxy.dispatch.continuity`` reads, ``proxy.ledger.affinity``
 writes).
 """
@@ -65,6 +69,7 @@ def build_node(
     parent_replay: dict | None,
     turn_input: Any,
     turn_output: list,
+    client_key_id: str | None = None,
 ) -> dict | None:
     """The replay node of a completed turn, or None when it would break a cap (2 MiB node,
     16 MiB chain, depth 128) — the response itself is not affected.
@@ -82,6 +87,7 @@ def build_node(
         "parentResponseId": parent_response_id,
         "depth": depth,
         "totalBytes": 0,
+        "clientKeyId": client_key_id,
         "turnInput": sanitized(as_items(turn_input)),
         "turnOutput": sanitized(turn_output),
     }
@@ -96,16 +102,28 @@ def build_node(
     return node
 
 
-def reconstruct(response_id: str, records: dict[str, dict]) -> list | None:
+def _owned_node(record: Any, client_key_id: str | None) -> dict | None:
+    """The record's node when both the record and its node are ``client_key_id``'s."""
+    node = record.get("replay") if isinstance(record, dict) else None
+    if not isinstance(node, dict) or not client_key_id:
+        return None
+    if record.get("clientKeyId") != client_key_id or node.get("clientKeyId") != client_key_id:
+        return None
+    return node
+
+
+def reconstruct(
+    response_id: str, records: dict[str, dict], *, client_key_id: str | None
+) -> list | None:
     """The full history up to and including ``response_id`` (every turn's input then its
     output, oldest first), from the affinity ``records`` by response id; None when a link is
-    missing, has no node, or the chain breaks its depth or size."""
+    missing, has no node, belongs to another client key than ``client_key_id`` (or to none),
+    or the chain breaks its depth or size."""
     turns: list[dict] = []
     current: str | None = response_id
     while current is not None:
-        record = records.get(current)
-        node = record.get("replay") if isinstance(record, dict) else None
-        if not isinstance(node, dict) or len(turns) >= MAX_DEPTH:
+        node = _owned_node(records.get(current), client_key_id)
+        if node is None or len(turns) >= MAX_DEPTH:
             return None
         turns.append(node)
         current = node.get("parentResponseId")

@@ -36,12 +36,12 @@ CURSOR_TTL_SECONDS = 7 * 24 * 3600
 #   fair-admission rotation (when it exists, requests are waiting: take no slot)
 # ARGV: strategy, now_ms, stale_before_ms, max_slots, slot_id, slot_ttl_ms, load_weight,
 #       rotate (1/0), cursor_ttl_s, affinity record key prefix ('' = no lookup), variant hash,
-#       scan size, then n pairs (account id, base score)
+#       scan size, client key id, then n pairs (account id, base score)
 # With a lookup, the account of the conversation's newest affinity record of the same variant
-# (spec §5.2, the script of proxy.dispatch.continuity in its "conversation" mode, dangling index
-# members removed on the way) goes first when it is a candidate: the preference costs no
-# round trip of its own. Returns {acquired id or '', latest other start or '-1', preferred
-# account id or '', the order...}.
+# and of the same client key (spec §5.2, issue 34; a record of another key or of none is
+# passed over; dangling index members removed on the way) goes first when it is a candidate:
+# the preference costs no round trip of its own. Returns {acquired id or '', latest other
+# start or '-1', preferred account id or '', the order...}.
 _ORDER_AND_ACQUIRE = """
 local strategy = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -53,19 +53,26 @@ if redis.call('HGET', KEYS[1], 'strategy') ~= strategy then
 end
 local cursor = redis.call('HINCRBY', KEYS[1], 'cursor', 1) - 1
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[9]))
-local n = (#ARGV - 12) / 2
+local n = (#ARGV - 13) / 2
 local entries = {}
 local top = nil
 for i = 1, n do
   local key = KEYS[i + 1]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[3])
   local slots = redis.call('ZCARD', key)
-  local score = tonumber(ARGV[12 + 2 * i]) + load_weight * (1 - slots / max_slots)
-  entries[i] = {index = i, id = ARGV[11 + 2 * i], score = score, slots = slots}
+  local score = tonumber(ARGV[13 + 2 * i]) + load_weight * (1 - slots / max_slots)
+  entries[i] = {index = i, id = ARGV[12 + 2 * i], score = score, slots = slots}
   if top == nil or score > top then top = score end
 end
--- The record's own fields come first (the client's turns last), so the first match of a
--- key is the record's own: a client item carrying the same key comes after it.
+-- The record's own fields come first and its replay node (the client's turns) last: only the
+-- part before the node is searched, so a client item carrying the same key is never taken for
+-- the record's own (JSON escapes the quotes of string values: the first unescaped marker is
+-- the record's).
+local function own_fields(raw)
+  local at = string.find(raw, ', "replay": ', 1, true)
+  if not at then return raw end
+  return string.sub(raw, 1, at)
+end
 local function field_of(raw, marker)
   local at = string.find(raw, marker, 1, true)
   if not at then return nil end
@@ -82,9 +89,13 @@ if ARGV[10] ~= '' then
     local raw = redis.call('GET', ARGV[10] .. member)
     if not raw then
       redis.call('ZREM', index_key, member)
-    elseif field_of(raw, '"variantHash": "') == ARGV[11] then
-      preferred = field_of(raw, '{"accountId": "') or ''
-      break
+    else
+      local own = own_fields(raw)
+      if ARGV[13] ~= '' and field_of(own, '"clientKeyId": "') == ARGV[13]
+          and field_of(own, '"variantHash": "') == ARGV[11] then
+        preferred = field_of(own, '{"accountId": "') or ''
+        break
+      end
     end
   end
   if preferred ~= '' then
@@ -203,11 +214,13 @@ def _decode(value) -> str:
 
 @dataclass(frozen=True)
 class ConversationLookup:
-    """The conversation whose newest affinity record of ``variant_hash`` names the account to
-    prefer (spec §5.2), looked up inside the order-and-acquire script."""
+    """The conversation whose newest affinity record of ``variant_hash`` and of
+    ``client_key_id`` names the account to prefer (spec §5.2), looked up inside the
+    order-and-acquire script. (None: no record is anyone's preference.)"""
 
     conversation_id: str
     variant_hash: str
+    client_key_id: str | None = None
 
 
 # How many of a conversation's newest records the preference looks at for a matching variant.
@@ -253,6 +266,7 @@ async def order_and_acquire(
         redis_keys.affinity_response("") if conversation is not None else "",
         conversation.variant_hash if conversation is not None else "",
         PREFERENCE_SCAN,
+        (conversation.client_key_id or "") if conversation is not None else "",
     ]
     for account, score in zip(accounts, ranking.base_scores, strict=True):
         args += [account.id, repr(score)]

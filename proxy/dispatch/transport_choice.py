@@ -65,6 +65,7 @@ async def open_stream(
                 conversation_id=request.conversation_id,
                 previous_response_id=request.previous_response_id,
                 connection_local=is_connection_local(request),
+                owner=request.client_api_key_id,
             )
         except codex.CodexTransportError:
             if mode is TransportMode.WEBSOCKET_REQUIRED:

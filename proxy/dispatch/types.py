@@ -88,8 +88,8 @@ class DispatchRequest:
     @functools.cached_property
     def conversation_id(self) -> str:
         """The local conversation id (``lc_…``, spec §2.5): affinity and the WebSocket pool's
-        key; never sent upstream."""
-        return local_conversation_id(self.body, self.client_identity)
+        key, the client key's own; never sent upstream."""
+        return local_conversation_id(self.body, self.client_identity, self.client_api_key_id)
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started_monotonic) * 1000)

@@ -66,6 +66,9 @@ class AffinityWrite:
     external_previous: bool = False
     # The size of the client's request body: how much sanitizing the node will take.
     client_body_bytes: int = 0
+    # The client key whose request this was: the record and its node are that key's alone
+    # (None: nobody's — no request may continue or replay it).
+    client_key_id: str | None = None
 
     def fields(self) -> dict[str, Any]:
         replay = None
@@ -75,6 +78,7 @@ class AffinityWrite:
                 parent_replay=self.parent_replay,
                 turn_input=self.turn_input,
                 turn_output=self.turn_output,
+                client_key_id=self.client_key_id,
             )
         return {
             "turnState": self.turn_state,
@@ -96,6 +100,7 @@ def prepare(write: AffinityWrite) -> PreparedRecord | None:
             conversation_id=write.conversation_id,
             created_at=write.created_at,
             fields=write.fields(),
+            client_key_id=write.client_key_id,
         )
     except Exception as error:  # a bug in the node's building: the answer was sent already
         logger.warning("affinity record not built (%s)", type(error).__name__)

@@ -43,9 +43,14 @@ def record_json(
     conversation_id: str | None,
     created_at: datetime,
     fields: dict[str, Any] | None = None,
+    client_key_id: str | None = None,
 ) -> str:
     """The stored JSON of one record (seed §4B.3 fields, ``fields`` carrying the rest: turnState,
     instructionsHash, inputTokens, functionCallIds, variantHash, continuationScope, replay).
+
+    ``clientKeyId`` (our extension of the seed's record, issue 34) is the client key whose
+    request produced the response: only that key's requests may continue it, be steered by it
+    or replay it. A record without one (written before it existed) is nobody's.
 
     The replay node (up to 2 MiB) comes last, so that the request path's lookup script can
     match the variant and return the record without it by position, without decoding it
@@ -54,6 +59,7 @@ def record_json(
     replay = fields.pop("replay", None)
     record = {
         "accountId": account_id,
+        "clientKeyId": client_key_id,
         "conversationId": conversation_id,
         **fields,
         "createdAt": created_at.isoformat(),
@@ -70,9 +76,10 @@ def affinity_record(
     created_at: datetime,
     fields: dict[str, Any] | None = None,
     ttl_seconds: int = AFFINITY_TTL_SECONDS,
+    client_key_id: str | None = None,
 ) -> None:
-    """Record that ``account_id`` produced ``response_id`` (one MULTI transaction; the request
-    path writes its records in batches, ``proxy.ledger.affinity``).
+    """Record that ``account_id`` produced ``response_id`` for ``client_key_id`` (one MULTI
+    transaction; the request path writes its records in batches, ``proxy.ledger.affinity``).
 
     Index members older than the TTL are pruned on the way.
     """
@@ -81,6 +88,7 @@ def affinity_record(
         conversation_id=conversation_id,
         created_at=created_at,
         fields=fields,
+        client_key_id=client_key_id,
     )
     score = _epoch_ms(created_at)
     oldest_kept = score - ttl_seconds * 1000

@@ -620,6 +620,10 @@ class FakeCodexUpstream:
             if isinstance(body, dict | list):
                 return web.json_response(body, status=reply.status, headers=reply.headers)
             return web.Response(status=reply.status, text=body, headers=reply.headers)
+        previous = (await request.json()).get("previous_response_id")
+        if reply.kind == "ok" and previous and not self._knows(token, previous):
+            # As on /codex/responses: an account knows only the response ids it produced.
+            return web.json_response(previous_response_not_found(previous), status=400)
         payload = self.compact_payload or {
             "id": f"resp_{uuid.uuid4().hex}",
             "object": "response.compaction",

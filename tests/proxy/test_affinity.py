@@ -280,6 +280,7 @@ def test_the_records_keys_values_and_ttls_after_real_requests(
     one, two = _record(redis_client, first["id"]), _record(redis_client, second["id"])
     assert set(one) == {
         "accountId",
+        "clientKeyId",  # our extension (issue 34): whose the conversation is
         "conversationId",
         "turnState",
         "instructionsHash",
@@ -291,6 +292,7 @@ def test_the_records_keys_values_and_ttls_after_real_requests(
         "createdAt",
     }
     assert one["accountId"] == two["accountId"] == account_id
+    assert one["clientKeyId"] == two["clientKeyId"] == client_key.id
     assert one["conversationId"].startswith("lc_")
     assert two["conversationId"] == one["conversationId"]
     assert one["instructionsHash"] == hashlib.sha256(b"Be brief.").hexdigest()
@@ -303,6 +305,7 @@ def test_the_records_keys_values_and_ttls_after_real_requests(
     assert one["continuationScope"] == "persisted"
     assert one["replay"] == {
         "parentResponseId": None,
+        "clientKeyId": client_key.id,
         "turnInput": [_user("hello")],
         "turnOutput": _without_ids(first["output"]),
         "depth": 1,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from proxy.dispatch.conversation import local_conversation_id, stable_key
 from proxy.dispatch.upstream_request import read_client_identity
 
+KEY = "key_a"
+
 
 def _body(**extra):
     return {
@@ -35,17 +37,38 @@ def test_stable_key_is_uuid_shaped_and_ignores_leading_system_reminders():
 
 def test_conversation_id_anchors_on_the_clients_own_ids_first():
     body = _body(prompt_cache_key="pck-1")
-    by_key = local_conversation_id(body, read_client_identity(body, {}))
+    by_key = local_conversation_id(body, read_client_identity(body, {}), KEY)
     assert by_key.startswith("lc_")
     # The same prompt_cache_key with other content is the same conversation ...
     other = _body(prompt_cache_key="pck-1", input="something else")
-    assert local_conversation_id(other, read_client_identity(other, {})) == by_key
+    assert local_conversation_id(other, read_client_identity(other, {}), KEY) == by_key
     # ... a session id anchors when there is no prompt_cache_key ...
-    session_a = local_conversation_id(_body(), read_client_identity(_body(), {"session-id": "s1"}))
-    session_b = local_conversation_id(_body(), read_client_identity(_body(), {"session-id": "s2"}))
+    session_a = local_conversation_id(
+        _body(), read_client_identity(_body(), {"session-id": "s1"}), KEY
+    )
+    session_b = local_conversation_id(
+        _body(), read_client_identity(_body(), {"session-id": "s2"}), KEY
+    )
     assert session_a != session_b
     # ... and without any id, the first turn's content does (a new first message, a new one).
-    no_ids = local_conversation_id(_body(), read_client_identity(_body(), {}))
-    again = local_conversation_id(_body(), read_client_identity(_body(), {}))
+    no_ids = local_conversation_id(_body(), read_client_identity(_body(), {}), KEY)
+    again = local_conversation_id(_body(), read_client_identity(_body(), {}), KEY)
     assert no_ids == again != session_a
     assert "pck-1" not in by_key
+
+
+def test_the_same_anchor_under_another_client_key_is_another_conversation():
+    """Issue 34: a conversation belongs to the key that started it — key B sending key A's
+    prompt_cache_key (or session id, or first message) has a conversation of its own, so it is
+    neither steered to A's account nor given A's pooled upstream socket."""
+    for body, headers in (
+        (_body(prompt_cache_key="pck-1"), {}),
+        (_body(), {"session-id": "s1"}),
+        (_body(), {"thread-id": "t1"}),
+        (_body(), {}),
+    ):
+        identity = read_client_identity(body, headers)
+        of_a = local_conversation_id(body, identity, "key_a")
+        assert of_a == local_conversation_id(body, identity, "key_a")
+        assert of_a != local_conversation_id(body, identity, "key_b")
+        assert of_a != local_conversation_id(body, identity, None)

@@ -120,7 +120,7 @@ def test_ids_and_encrypted_content_are_stripped_call_ids_kept():
     ]
 
 
-def _records(count: int) -> dict[str, dict]:
+def _records(count: int, key: str | None = "key_a") -> dict[str, dict]:
     records, parent, replay = {}, None, None
     for index in range(count):
         replay = build_node(
@@ -128,14 +128,15 @@ def _records(count: int) -> dict[str, dict]:
             parent_replay=replay,
             turn_input=f"q{index}",
             turn_output=[{"type": "message", "id": f"m{index}", "content": f"a{index}"}],
+            client_key_id=key,
         )
-        records[f"resp_{index}"] = {"replay": replay}
+        records[f"resp_{index}"] = {"clientKeyId": key, "replay": replay}
         parent = f"resp_{index}"
     return records
 
 
 def test_the_history_is_rebuilt_oldest_first_from_the_parent_links():
-    history = reconstruct("resp_2", _records(3))
+    history = reconstruct("resp_2", _records(3), client_key_id="key_a")
 
     assert history == [
         item
@@ -150,10 +151,28 @@ def test_the_history_is_rebuilt_oldest_first_from_the_parent_links():
 def test_a_missing_link_or_node_means_no_history():
     records = _records(3)
     del records["resp_0"]
-    assert reconstruct("resp_2", records) is None
+    assert reconstruct("resp_2", records, client_key_id="key_a") is None
     records = _records(3)
     records["resp_1"]["replay"] = None
-    assert reconstruct("resp_2", records) is None
+    assert reconstruct("resp_2", records, client_key_id="key_a") is None
+
+
+def test_a_history_is_rebuilt_only_from_the_asking_keys_own_records_and_nodes():
+    """Issue 34: another key's turns never reach a replay, nor do nodes written before records
+    named their key (nobody's)."""
+    assert reconstruct("resp_2", _records(3), client_key_id="key_b") is None
+    assert reconstruct("resp_2", _records(3, key=None), client_key_id=None) is None
+    # One link of the chain of another key (its record, or only its node) breaks the chain.
+    records = _records(3)
+    records["resp_0"]["clientKeyId"] = "key_b"
+    assert reconstruct("resp_2", records, client_key_id="key_a") is None
+    records = _records(3)
+    records["resp_1"]["replay"]["clientKeyId"] = "key_b"
+    assert reconstruct("resp_2", records, client_key_id="key_a") is None
+    # A node of the era before the field (no clientKeyId at all).
+    records = _records(3)
+    del records["resp_0"]["replay"]["clientKeyId"], records["resp_0"]["clientKeyId"]
+    assert reconstruct("resp_2", records, client_key_id="key_a") is None
 
 
 def test_the_replay_body_drops_the_previous_id_and_prepends_the_history():
@@ -284,7 +303,10 @@ def test_a_redis_failure_while_looking_up_means_nothing_known(monkeypatch, caplo
 
     async def look() -> continuity.Continuity:
         return await continuity.look_up(
-            previous_response_id="resp_secretish", conversation_id="lc_x", variant="v"
+            previous_response_id="resp_secretish",
+            conversation_id="lc_x",
+            variant="v",
+            client_key_id="key_a",
         )
 
     with caplog.at_level(logging.WARNING):
@@ -298,14 +320,27 @@ def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redi
     unique = uuid.uuid4().hex
     conversation = f"lc_{unique}"
     # A client's item may carry any key; the script must not take it for the record's own.
-    tricky = [{"type": "message", "variantHash": "wanted000000", "accountId": "acct_evil"}]
+    tricky = [
+        {
+            "type": "message",
+            "variantHash": "wanted000000",
+            "accountId": "acct_evil",
+            "clientKeyId": "key_b",
+        }
+    ]
     node = build_node(
-        parent_response_id=None, parent_replay=None, turn_input=tricky, turn_output=[]
+        parent_response_id=None,
+        parent_replay=None,
+        turn_input=tricky,
+        turn_output=[],
+        client_key_id="key_a",
     )
     now = datetime.now(UTC)
-    for response, account, variant, created in (
-        ("old", "acct_right", "wanted000000", now - timedelta(seconds=1)),
-        ("new", "acct_other", "other0000000", now),
+    for response, account, variant, created, key in (
+        ("old", "acct_right", "wanted000000", now - timedelta(seconds=2), "key_a"),
+        ("new", "acct_other", "other0000000", now - timedelta(seconds=1), "key_a"),
+        # Newest, same variant, but written before records named their key: nobody's.
+        ("legacy", "acct_evil", "wanted000000", now, None),
     ):
         affinity_record(
             response_id=f"resp_{response}_{unique}",
@@ -313,29 +348,49 @@ def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redi
             conversation_id=conversation,
             created_at=created,
             fields={"turnState": "ts", "variantHash": variant, "replay": node},
+            client_key_id=key,
         )
-    summary = {"parentResponseId": None, "depth": 1, "totalBytes": node["totalBytes"]}
+    summary = {
+        "parentResponseId": None,
+        "depth": 1,
+        "totalBytes": node["totalBytes"],
+        "clientKeyId": "key_a",
+    }
     candidates = [account_view(name) for name in ("acct_other", "acct_evil", "acct_right")]
 
-    async def order_for(variant: str) -> tuple[list[str], str | None]:
+    async def order_for(variant: str, key: str | None) -> tuple[list[str], str | None]:
         order, slot, preferred = await scheduler.order_and_acquire(
             rank(candidates, "round_robin"),
             scheduler.SchedulerSettings("round_robin", 10, 0),
-            conversation=scheduler.ConversationLookup(conversation, variant),
+            conversation=scheduler.ConversationLookup(conversation, variant, key),
         )
         await scheduler.release(slot)
         return [candidate.id for candidate in order], preferred
 
-    wanted_order, wanted = asyncio.run(order_for("wanted000000"))
-    unknown_order, unknown = asyncio.run(order_for("nothing00000"))
-    managed = asyncio.run(
-        continuity.look_up(
-            previous_response_id=f"resp_new_{unique}", conversation_id="lc_y", variant="v"
+    def look_up(response: str, key: str | None) -> continuity.Continuity:
+        return asyncio.run(
+            continuity.look_up(
+                previous_response_id=f"resp_{response}_{unique}",
+                conversation_id="lc_y",
+                variant="v",
+                client_key_id=key,
+            )
         )
-    )
+
+    wanted_order, wanted = asyncio.run(order_for("wanted000000", "key_a"))
+    unknown_order, unknown = asyncio.run(order_for("nothing00000", "key_a"))
+    _, other_key = asyncio.run(order_for("wanted000000", "key_b"))
+    _, no_key = asyncio.run(order_for("wanted000000", None))
+    managed = look_up("new", "key_a")
 
     assert (wanted, wanted_order[0]) == ("acct_right", "acct_right")
     assert unknown is None and sorted(unknown_order) == sorted(wanted_order)
+    assert other_key is None and no_key is None  # issue 34: another key's records steer nobody
     assert managed.managed and managed.preferred_account_id == "acct_other"
     assert managed.record["replay"] == summary and managed.stored_turn_state == "ts"
     assert managed.record_conversation_id == conversation
+    # Another key's record, or one of nobody's: neither managed nor external, nothing of it kept.
+    for found in (look_up("new", "key_b"), look_up("new", None), look_up("legacy", "key_a")):
+        assert found.foreign and not found.managed and not found.external
+        assert found.record is None and found.stored_turn_state is None
+        assert found.preferred_account_id is None

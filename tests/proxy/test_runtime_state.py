@@ -124,6 +124,7 @@ def test_affinity_record_sets_expiry_and_both_indexes(redis_client, unique):
         conversation_id=f"conv_{unique}",
         created_at=created,
         fields={"variantHash": "abc123abc123", "turnState": "ts"},
+        client_key_id=f"key_{unique}",
     )
 
     record = affinity_get(f"resp_{unique}")
@@ -131,6 +132,7 @@ def test_affinity_record_sets_expiry_and_both_indexes(redis_client, unique):
         "variantHash": "abc123abc123",
         "turnState": "ts",
         "accountId": f"acct_{unique}",
+        "clientKeyId": f"key_{unique}",  # our extension (issue 34)
         "conversationId": f"conv_{unique}",
         "createdAt": created.isoformat(),
         "replay": None,  # always present (seed §4B.3), last

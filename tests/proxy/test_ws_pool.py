@@ -277,6 +277,62 @@ def test_connection_local_continuation_errors(upstream):
 
 
 @pytest.mark.django_db
+def test_a_pooled_socket_serves_only_its_owners_continuations(upstream):
+    """Issue 34: even when the proxy knows nothing of a response id (its record lost to a
+    FLUSHALL), another client key's connection-local continuation never finds the socket that
+    produced it, and a socket is never handed to another owner under the same pool key."""
+
+    async def scenario() -> tuple[list[str], str]:
+        call = {"headers": _headers("tok-ws"), "account_id": "acct_ws"}
+        stream = await codex.open_websocket_responses(
+            body=_body(store=False), conversation_id="lc_a", owner="key_a", **call
+        )
+        await _read(stream)
+        from proxy.clients.codex.ws_pool import websocket_pool
+
+        [socket] = websocket_pool.get_or_create()._idle.values()
+        owned = socket.latest_response_id
+        reasons = []
+        for conversation in ("lc_b", "lc_a"):
+            try:
+                await codex.open_websocket_responses(
+                    body=_body(store=False, previous_response_id=owned),
+                    conversation_id=conversation,
+                    previous_response_id=owned,
+                    connection_local=True,
+                    owner="key_b",
+                    **call,
+                )
+            except codex.CodexContinuationUnavailable as error:
+                reasons.append(error.reason)
+        # The owner's own continuation is served on that socket (the control).
+        stream = await codex.open_websocket_responses(
+            body=_body(store=False, previous_response_id=owned),
+            conversation_id="lc_other_turn",
+            previous_response_id=owned,
+            connection_local=True,
+            owner="key_a",
+            **call,
+        )
+        await _read(stream)
+        # Under the very same pool key another owner gets a socket of its own.
+        stream = await codex.open_websocket_responses(
+            body=_body(store=False), conversation_id="lc_a", owner="key_b", **call
+        )
+        await _read(stream)
+        return reasons, owned
+
+    reasons, owned = _run(scenario())
+
+    assert reasons == ["pool_unavailable", "pool_unavailable"]
+    sent = upstream.websocket_requests()
+    assert [request.json().get("previous_response_id") for request in sent] == [None, owned, None]
+    first, continued, other_owner = (request.extra["connection"] for request in sent)
+    assert first == continued != other_owner
+    assert upstream.ws_connections["tok-ws"] == 2
+
+
+@pytest.mark.django_db
 def test_a_lost_connection_local_socket_is_reported_not_replaced(upstream):
     async def scenario() -> str:
         call = {"headers": _headers("tok-ws"), "account_id": "acct_ws"}

@@ -231,21 +231,22 @@ def _lease_for(
     previous_response_id: str | None,
     connection_local: bool,
     account_id: str,
+    owner: str | None,
 ) -> Lease:
     pool = websocket_pool.get_or_create()
     if not connection_local:
-        return pool.lease((*key_prefix, conversation_id), account_id, identity)
-    key = pool.socket_for_response(key_prefix, previous_response_id or "")
+        return pool.lease((*key_prefix, conversation_id), account_id, identity, owner)
+    key = pool.socket_for_response(key_prefix, previous_response_id or "", owner)
     if key is None:
-        conversation_key = (*key_prefix, conversation_id)
-        if pool.is_leased(conversation_key):
+        held = pool.held_by((*key_prefix, conversation_id), owner)
+        if held == "leased":
             raise CodexContinuationUnavailable("connection_busy")
-        if pool.idle_socket(conversation_key) is not None:
+        if held == "idle":
             raise CodexContinuationUnavailable("latest_response_mismatch")
         raise CodexContinuationUnavailable("pool_unavailable")
     if pool.is_leased(key):
         raise CodexContinuationUnavailable("connection_busy")
-    lease = pool.lease(key, account_id)
+    lease = pool.lease(key, account_id, owner=owner)
     if lease.socket is None:
         # The socket was found dead or expired when it was taken out.
         pool.drop(lease)
@@ -309,12 +310,14 @@ async def open_websocket_responses(
     conversation_id: str,
     previous_response_id: str | None = None,
     connection_local: bool = False,
+    owner: str | None = None,
 ) -> CodexWebSocketStream:
     """Send ``body`` (the fields of the HTTP call's JSON body) as a ``response.create`` frame
     and return the stream once its first event
     arrived. ``connection_local``: the request continues ``previous_response_id`` that only the
-    socket which produced it knows (``store:false``). Raises CodexHTTPError,
-    CodexTransportError, CodexContinuationUnavailable."""
+    socket which produced it knows (``store:false``) — and only a socket of ``owner`` (the
+    client key) may be it. Raises CodexHTTPError, CodexTransportError,
+    CodexContinuationUnavailable."""
     key_prefix = (settings.CODEX_UPSTREAM_BASE, account_id)
     for try_number in range(SAME_ACCOUNT_5XX_RETRIES + 1):
         lease = _lease_for(
@@ -324,6 +327,7 @@ async def open_websocket_responses(
             previous_response_id=previous_response_id,
             connection_local=connection_local,
             account_id=account_id,
+            owner=owner,
         )
         try:
             stream_headers, (kind, raw) = await _exchange(

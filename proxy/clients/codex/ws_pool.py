@@ -7,7 +7,9 @@ one-shot sockets too. A pooled socket lives at most ``CODEX_WS_MAX_AGE_SECONDS``
 closes sockets after about an hour, §11.15); a sweep every ``CODEX_WS_SWEEP_SECONDS`` closes
 dead or expired idle sockets and forgets reservations older than the max age. Each socket
 remembers the id of the latest response it completed, for connection-local continuations
-(``store:false`` with a previous id known only to that socket).
+(``store:false`` with a previous id known only to that socket), and whose (the opaque owner —
+the client key — of the requests it carried): a continuation finds only its owner's sockets
+(issue 34; the conversation id of the key already makes the key the owner's alone).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class UpstreamSocket:
     identity: str = ""
     # Requests this socket has carried (a reused socket may have died while idle).
     uses: int = 0
+    # Whose requests it carries (the client key): only theirs may continue its responses.
+    owner: str | None = None
 
     @property
     def dead(self) -> bool:
@@ -81,6 +85,7 @@ class Lease:
     socket: UpstreamSocket | None = None
     reserved_at: float = field(default_factory=time.monotonic)
     decision: dict[str, str] = field(default_factory=lambda: pool_decision("new"))
+    owner: str | None = None
 
     @property
     def reused(self) -> bool:
@@ -99,42 +104,65 @@ class WebSocketPool:
 
     # -- what the requests do
 
-    def lease(self, key: PoolKey, account_id: str, identity: str | None = None) -> Lease:
-        """The key's idle socket (alive, not expired, opened with ``identity`` when given) or a
-        reservation to open one; a one-shot lease when the key is busy or the account is at its
-        cap."""
+    def lease(
+        self, key: PoolKey, account_id: str, identity: str | None = None, owner: str | None = None
+    ) -> Lease:
+        """The key's idle socket (alive, not expired, opened with ``identity`` when given,
+        ``owner``'s) or a reservation to open one; a one-shot lease when the key is busy or the
+        account is at its cap."""
         self._ensure_sweeper()
         if key in self._leased:
-            return Lease(key, account_id, pooled=False, decision=pool_decision("bypass", "busy"))
+            return Lease(
+                key,
+                account_id,
+                pooled=False,
+                decision=pool_decision("bypass", "busy"),
+                owner=owner,
+            )
         socket = self._idle.pop(key, None)
         if socket is not None and (
             socket.dead
             or socket.expired(time.monotonic())
             # A refreshed token or an updated fingerprint: the opening's headers are stale.
             or (identity is not None and socket.identity != identity)
+            # Another owner's socket under this key: never carried over.
+            or socket.owner != owner
         ):
             self._close(socket)
             socket = None
         at_cap = self._pooled_count(account_id) >= settings.CODEX_WS_POOL_MAX_PER_ACCOUNT
         if socket is None and at_cap:
             reason = "disabled" if settings.CODEX_WS_POOL_MAX_PER_ACCOUNT == 0 else "cap"
-            return Lease(key, account_id, pooled=False, decision=pool_decision("bypass", reason))
-        lease = Lease(key, account_id, pooled=True, socket=socket)
+            return Lease(
+                key,
+                account_id,
+                pooled=False,
+                decision=pool_decision("bypass", reason),
+                owner=owner,
+            )
+        lease = Lease(key, account_id, pooled=True, socket=socket, owner=owner)
         if socket is not None:
             self.reused += 1
             lease.decision = pool_decision("reuse")
         self._leased[key] = lease
         return lease
 
-    def socket_for_response(self, key_prefix: tuple[str, str], response_id: str) -> PoolKey | None:
-        """The key of the pooled socket (idle or leased) of this base URL and account whose
-        latest response is ``response_id``."""
+    def socket_for_response(
+        self, key_prefix: tuple[str, str], response_id: str, owner: str | None = None
+    ) -> PoolKey | None:
+        """The key of ``owner``'s pooled socket (idle or leased) of this base URL and account
+        whose latest response is ``response_id``."""
         for key, socket in self._idle.items():
-            if key[:2] == key_prefix and socket.latest_response_id == response_id:
+            if (
+                key[:2] == key_prefix
+                and socket.owner == owner
+                and socket.latest_response_id == response_id
+            ):
                 return key
         for key, lease in self._leased.items():
             if (
                 key[:2] == key_prefix
+                and lease.owner == owner
                 and lease.socket is not None
                 and lease.socket.latest_response_id == response_id
             ):
@@ -144,8 +172,14 @@ class WebSocketPool:
     def is_leased(self, key: PoolKey) -> bool:
         return key in self._leased
 
-    def idle_socket(self, key: PoolKey) -> UpstreamSocket | None:
-        return self._idle.get(key)
+    def held_by(self, key: PoolKey, owner: str | None) -> str | None:
+        """How ``owner`` holds the key's pooled slot: "leased", "idle", or None (not at all, or
+        another owner does)."""
+        lease = self._leased.get(key)
+        if lease is not None:
+            return "leased" if lease.owner == owner else None
+        socket = self._idle.get(key)
+        return "idle" if socket is not None and socket.owner == owner else None
 
     def give_back(self, lease: Lease) -> None:
         """The lease's socket completed its response: pooled → idle again; one-shot → closed."""
@@ -156,6 +190,7 @@ class WebSocketPool:
             return
         socket.uses += 1
         if lease.pooled and not socket.dead and not socket.expired(time.monotonic()):
+            socket.owner = lease.owner
             self._idle[lease.key] = socket
         else:
             self._close(socket)
