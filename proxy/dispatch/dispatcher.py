@@ -48,6 +48,7 @@ from proxy.dispatch.continuity import (
 from proxy.dispatch.cookies import captured_cookies, cookie_header
 from proxy.dispatch.eligibility_wait import wait_for_an_account
 from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.dispatch.keep_alive import KeepAlive
 from proxy.dispatch.relay import StreamRelay
 from proxy.dispatch.scheduler import ConversationLookup, Slot
 from proxy.dispatch.token_retry import (
@@ -106,6 +107,9 @@ class Dispatch:
         self._others: list[AccountView] = []
         self._sent: DispatchRequest = request
         self._replay_spent = False
+        # The held slot and the key's in-flight entry stay alive however long the call runs
+        # (item 6 of issue 34); a committed stream's relay keeps its own.
+        self._keep_alive = KeepAlive(request)
 
     # ------------------------------------------------------------------------- entry points
 
@@ -118,6 +122,8 @@ class Dispatch:
         except BaseException:
             self._finish()
             raise
+        finally:
+            self._keep_alive.stop()
         return StreamRelay(
             self.request,
             committed,
@@ -135,6 +141,7 @@ class Dispatch:
             served = self._served(committed)
             return committed
         finally:
+            self._keep_alive.stop()
             self._finish(served=served)
 
     async def compact(self) -> CompactResult:
@@ -154,6 +161,7 @@ class Dispatch:
             )
             return result
         finally:
+            self._keep_alive.stop()
             self._finish(served=served)
 
     # ------------------------------------------------------------------------- the report
@@ -246,6 +254,7 @@ class Dispatch:
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
+        self._keep_alive.start()
         if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
             self._fail(refused.error, retry_after=refused.retry_after_seconds)
         queue = await self._queue()
@@ -265,6 +274,7 @@ class Dispatch:
             slot = await queue.next_slot(client_key_id=self.request.client_api_key_id)
             if slot is None:
                 break
+            self._keep_alive.slot = slot
             try:
                 outcome = await self._attempt_with_refresh(slot)
                 if owner and isinstance(outcome, AttemptFailure):
@@ -277,6 +287,7 @@ class Dispatch:
             if not isinstance(outcome, AttemptFailure):
                 self._note(slot)
                 return outcome
+            self._keep_alive.slot = None
             await scheduler.release(slot)
             self._note(slot, outcome)
             if outcome.rotates:

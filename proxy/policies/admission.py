@@ -223,10 +223,3 @@ def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
 async def await_pending_settlements() -> None:
     """Wait for the settlements scheduled so far (tests, graceful stop)."""
     await affinity.await_pending_writes()
-
-
-async def heartbeat(request: DispatchRequest) -> None:
-    """Keep a long stream's in-flight slot alive (no-op without a policy)."""
-    member = in_flight_member(request)
-    if member is not None:
-        await counters.heartbeat(request.key_policy, member)

@@ -330,14 +330,3 @@ def live_usage(redis, key_id: str, periods: Periods, *, at_ms: int) -> LiveUsage
         day_spend_micro=None if day is None else int(day),
         month_spend_micro=None if month is None else int(month),
     )
-
-
-async def heartbeat(policy: KeyPolicy, member: str) -> None:
-    """A long stream is alive: its in-flight member's score and the ZSET's TTL move on."""
-    try:
-        redis = await async_redis.get()
-        async with redis.pipeline(transaction=True) as pipeline:
-            queue_heartbeat(pipeline, policy, member, at_ms=now_ms())
-            await pipeline.execute()
-    except Exception:
-        logger.warning("key policy heartbeat failed", exc_info=True)
