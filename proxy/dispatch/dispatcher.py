@@ -107,9 +107,7 @@ class Dispatch:
         self._others: list[AccountView] = []
         self._sent: DispatchRequest = request
         self._replay_spent = False
-        # The held slot and the key's in-flight entry stay alive however long the call runs
-        # (item 6 of issue 34); a committed stream's relay keeps its own.
-        self._keep_alive = KeepAlive(request)
+        self._keep_alive = KeepAlive(request)  # while it walks; a committed stream's relay too
 
     # ------------------------------------------------------------------------- entry points
 
@@ -122,8 +120,6 @@ class Dispatch:
         except BaseException:
             self._finish()
             raise
-        finally:
-            self._keep_alive.stop()
         return StreamRelay(
             self.request,
             committed,
@@ -141,7 +137,6 @@ class Dispatch:
             served = self._served(committed)
             return committed
         finally:
-            self._keep_alive.stop()
             self._finish(served=served)
 
     async def compact(self) -> CompactResult:
@@ -161,7 +156,6 @@ class Dispatch:
             )
             return result
         finally:
-            self._keep_alive.stop()
             self._finish(served=served)
 
     # ------------------------------------------------------------------------- the report
@@ -254,16 +248,16 @@ class Dispatch:
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
-        self._keep_alive.start()
-        if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
-            self._fail(refused.error, retry_after=refused.retry_after_seconds)
-        queue = await self._queue()
-        if self._continuity is not None and self._continuity.managed:
-            outcome = await self._walk_queue(queue, owner=True)
-            if not isinstance(outcome, AttemptFailure | None):
-                return outcome
-            queue = await self._recover(outcome, owner_timed_out=queue.timed_out)
-        return await self._walk_queue(queue, owner=False)
+        with self._keep_alive:  # the slot held and the key's in-flight entry stay alive
+            if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
+                self._fail(refused.error, retry_after=refused.retry_after_seconds)
+            queue = await self._queue()
+            if self._continuity is not None and self._continuity.managed:
+                outcome = await self._walk_queue(queue, owner=True)
+                if not isinstance(outcome, AttemptFailure | None):
+                    return outcome
+                queue = await self._recover(outcome, owner_timed_out=queue.timed_out)
+            return await self._walk_queue(queue, owner=False)
 
     async def _walk_queue(
         self, queue: CandidateQueue, *, owner: bool
@@ -287,7 +281,6 @@ class Dispatch:
             if not isinstance(outcome, AttemptFailure):
                 self._note(slot)
                 return outcome
-            self._keep_alive.slot = None
             await scheduler.release(slot)
             self._note(slot, outcome)
             if outcome.rotates:

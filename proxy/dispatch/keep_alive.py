@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 
 class KeepAlive:
-    """Refreshes ``slot`` (settable, None while none is held) and ``request``'s in-flight
-    member until ``stop()``. Start it with ``start()`` on the event loop that runs the call."""
+    """Refreshes ``slot`` (settable; the dispatch sets each slot it takes — a released one's
+    refresh is a no-op, ZADD XX) and ``request``'s in-flight member from ``start()`` to
+    ``stop()`` (or as a ``with`` block), on the event loop that runs the call."""
 
     def __init__(self, request: DispatchRequest, slot: Slot | None = None) -> None:
         self.request = request
@@ -45,6 +46,12 @@ class KeepAlive:
         if self._timer is None:
             self._schedule()
         return self
+
+    def __enter__(self) -> KeepAlive:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         """No more refreshes (a refresh already under way finishes: ZADD XX never revives a
