@@ -20,7 +20,8 @@ The call runs in a task of its own, which the client's leaving (the /v1 handler 
 view) does not cancel: it finishes and its answer is stored, so the retry gets it instead of a
 second upstream call. Only a graceful stop ends it (the claim is then given back). Every write
 after the claim (store, extend, give back) is a Lua compare on the claim's exact value: a claim
-that lapsed and was taken by another request is never overwritten, extended or deleted.
+that lapsed and was taken by another request is never overwritten, extended or deleted (a
+record that is simply gone — a FLUSHALL — is taken back by the call still running).
 
 Streams ignore the header (their answer is not a value that can be replayed byte for byte).
 An answer larger than ``IDEMPOTENCY_MAX_STORED_BYTES`` is not stored (the claim is given back).
@@ -101,10 +102,12 @@ def _replay(record: dict, request_id: str) -> HttpResponse:
 
 # KEYS[1] the record; ARGV[1] this call's pending claim (the exact value it wrote), then:
 # store — ARGV[2] the answer's record, ARGV[3] its TTL (s); extend — ARGV[2] the claim's TTL (s).
-# Each acts only while the record is still this call's claim: a claim that lapsed and was
-# taken by another request is never overwritten, extended or deleted (seed §2.9.3).
+# Each acts only while the record is still this call's claim, or is gone (a FLUSHALL: the call
+# still running takes it back): a claim another request took is never overwritten, extended or
+# deleted (seed §2.9.3).
 _STORE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
 return 1
 """
@@ -113,8 +116,10 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
 """
 _EXTEND = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-return redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+return 1
 """
 _SCRIPTS = {
     name: AsyncScript(None, source.encode())
@@ -178,7 +183,7 @@ class Claim:
             logger.warning("idempotency: answer not stored: %s", type(error).__name__)
             return
         if not stored:
-            logger.warning("idempotency: the claim lapsed during the call; answer not stored")
+            logger.warning("idempotency: another request holds the key now; answer not stored")
 
     # -- keeping the claim while the call runs (however long it takes)
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import redis
 import requests
 from django.conf import settings
 from django.utils import timezone
@@ -390,3 +391,24 @@ def test_a_graceful_stop_ends_a_call_whose_client_left_and_gives_its_claim_back(
     assert json.loads(claimed)["state"] == "pending"
     assert redis_client.get(_claim_name(client_key)) is None
     assert redis_client.zcard(redis_keys.account_slots(account.pk)) == 0
+
+
+def test_a_flushall_during_a_call_still_stores_its_answer(
+    private_proxy, private_redis, upstream, client_key
+):
+    """Redis loses the claim mid-call (FLUSHALL): the call, still running and with nobody else
+    holding the key, stores its answer all the same — the client's retry gets it."""
+    make_pool_account("tok-a")
+    upstream.program("tok-a", Reply(first_byte_delay=1.5))
+    client = redis.Redis.from_url(private_redis.url)
+    with pytest.raises(requests.Timeout):
+        _call(private_proxy, client_key, timeout=0.5)
+    _wait_until(lambda: upstream.in_flight["tok-a"] == 1, "the call upstream")
+    client.flushall()
+    _wait_until(lambda: client.get(_claim_name(client_key)) is not None, "the answer stored")
+
+    retried = _call(private_proxy, client_key)
+
+    assert json.loads(client.get(_claim_name(client_key)))["state"] == "done"
+    assert retried.status_code == 200 and retried.headers["idempotent-replayed"] == "true"
+    assert len(upstream.responses_requests()) == 1
