@@ -129,10 +129,19 @@ def key_policy_tokens(key_id: str, window_start: int) -> str:
 
 
 def key_policy_in_flight(key_id: str) -> str:
-    """ZSET admission id → start (epoch ms): the key's requests in flight. Removed when the
+    """ZSET ``<admission id>:<reserved micro-USD>`` → start or last heartbeat (epoch ms): the
+    key's requests in flight, each with what it reserved of the key's budget. Removed when the
     request's report is settled; members older than the slot TTL (a crashed worker's) are
-    removed on each admission; PEXPIRE = slot TTL on every add."""
+    removed on each admission; PEXPIRE = slot TTL on every add and heartbeat."""
     return f"{_prefix()}policy:in_flight:{key_id}"
+
+
+def key_policy_cost_hint(key_id: str) -> str:
+    """The key's recent cost per request in micro-USD (a peak that decays as cheaper requests
+    settle), the floor of each admitted request's budget reservation: SET by every settlement
+    of a key with a budget, EX 1 day; seeded (SET NX) from the month's usage rows when
+    missing."""
+    return f"{_prefix()}policy:cost_hint:{key_id}"
 
 
 def key_policy_spend(key_id: str, period: str) -> str:

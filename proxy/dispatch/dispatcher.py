@@ -48,6 +48,7 @@ from proxy.dispatch.continuity import (
 from proxy.dispatch.cookies import captured_cookies, cookie_header
 from proxy.dispatch.eligibility_wait import wait_for_an_account
 from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.dispatch.keep_alive import KeepAlive
 from proxy.dispatch.relay import StreamRelay
 from proxy.dispatch.scheduler import ConversationLookup, Slot
 from proxy.dispatch.token_retry import (
@@ -107,6 +108,7 @@ class Dispatch:
         self._others: list[AccountView] = []
         self._sent: DispatchRequest = request
         self._replay_spent = False
+        self._keep_alive = KeepAlive(request)  # while it walks; a committed stream's relay too
 
     # ------------------------------------------------------------------------- entry points
 
@@ -271,15 +273,16 @@ class Dispatch:
 
     async def _walk(self) -> Committed | CompactResult:
         """Try accounts until one attempt succeeds; raises ClientFailure when none did."""
-        if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
-            self._fail(refused.error, retry_after=refused.retry_after_seconds)
-        queue = await self._queue()
-        if self._continuity is not None and self._continuity.managed:
-            outcome = await self._walk_queue(queue, owner=True)
-            if not isinstance(outcome, AttemptFailure | None):
-                return outcome
-            queue = await self._recover(outcome, owner_timed_out=queue.timed_out)
-        return await self._walk_queue(queue, owner=False)
+        with self._keep_alive:  # the slot held and the key's in-flight entry stay alive
+            if refused := await admission.refusal(self.request):  # the key's policy (issue 25)
+                self._fail(refused.error, retry_after=refused.retry_after_seconds)
+            queue = await self._queue()
+            if self._continuity is not None and self._continuity.managed:
+                outcome = await self._walk_queue(queue, owner=True)
+                if not isinstance(outcome, AttemptFailure | None):
+                    return outcome
+                queue = await self._recover(outcome, owner_timed_out=queue.timed_out)
+            return await self._walk_queue(queue, owner=False)
 
     async def _walk_queue(
         self, queue: CandidateQueue, *, owner: bool
@@ -290,6 +293,7 @@ class Dispatch:
             slot = await queue.next_slot(client_key_id=self.request.client_api_key_id)
             if slot is None:
                 break
+            self._keep_alive.slot = slot
             try:
                 outcome = await self._attempt_with_refresh(slot)
                 if owner and isinstance(outcome, AttemptFailure):

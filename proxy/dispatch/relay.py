@@ -1,6 +1,6 @@
 """A committed stream relayed to the client (spec §1.4, §1.7): the upstream's bytes verbatim,
-the slot kept alive while it runs and released when it ends, and — when the upstream ended
-without a terminal event — a synthetic failure event.
+the slot (and the key's in-flight entry) kept alive while it runs and released when it ends,
+and — when the upstream ended without a terminal event — a synthetic failure event.
 
 After the first byte there is no rotation; how the stream ended goes to ``on_end`` (the
 dispatch's report) exactly once, in a ``finally``.
@@ -9,13 +9,11 @@ dispatch's report) exactly once, in a ``finally``.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
-
-from django.conf import settings
 
 from proxy.clients import codex
 from proxy.dispatch import scheduler
+from proxy.dispatch.keep_alive import KeepAlive
 from proxy.dispatch.progress import observe
 from proxy.dispatch.sse import (
     DONE_FRAME,
@@ -28,7 +26,6 @@ from proxy.dispatch.sse import (
     stream_disconnected_event,
 )
 from proxy.dispatch.types import Committed, DispatchRequest, StreamEnd
-from proxy.policies import admission
 
 
 class StreamRelay:
@@ -54,14 +51,14 @@ class StreamRelay:
         """The committed stream's chunks with the complete frames each one finished.
 
         Cancellation (the client left) closes the upstream connection at once. The slot is
-        released when the stream ends, and live streams refresh it so long responses keep
+        released when the stream ends; while it runs, it and the key's in-flight entry are
+        kept alive (even through a long pause of the upstream) so long responses keep
         counting.
         """
         committed = self.committed
         progress = committed.progress
         scanner = committed.scanner
-        heartbeat_every = settings.SCHEDULER_SLOT_TTL_SECONDS / 4
-        last_heartbeat = time.monotonic()
+        keep_alive = KeepAlive(self.request, committed.slot).start()
         client_cancelled = False
         server_shutdown = False
         stream_error: str | None = None
@@ -74,12 +71,6 @@ class StreamRelay:
                 frames = frames_of(committed.stream, chunk, scanner)
                 observe(frames, progress, self.request)
                 yield chunk, frames
-                if time.monotonic() - last_heartbeat > heartbeat_every:
-                    last_heartbeat = time.monotonic()
-                    await scheduler.heartbeat(
-                        committed.slot, settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
-                    )
-                    await admission.heartbeat(self.request)  # the key's in-flight slot
         except codex.CodexTransportError as error:
             stream_error = f"upstream read failed ({error.detail})"
         except SSEFrameTooLarge as error:
@@ -95,6 +86,7 @@ class StreamRelay:
             client_cancelled = True
             raise
         finally:
+            keep_alive.stop()
             if client_cancelled or server_shutdown or stream_error or not progress.terminal_event:
                 committed.stream.close()
             else:

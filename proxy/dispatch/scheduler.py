@@ -5,7 +5,8 @@ Per request: one Lua call advances the shared rotation cursor, finishes the orde
 strategy's load factor comes from live slot counts), and takes a concurrency slot on the first
 account that has one free; one Lua call releases it. Slots are ZSET members scored by their
 start time: a slot older than the TTL (a crashed worker's) is reclaimed on the next acquire, and
-live streams refresh their slot's score so long responses keep counting.
+every running call — stream, non-stream read, compact — refreshes its slot's score
+(``proxy.dispatch.keep_alive``) so long responses keep counting.
 """
 
 from __future__ import annotations
@@ -350,15 +351,22 @@ async def _release(slot: Slot, *, succeeded: bool) -> None:
     await _run_script("release", *_release_keys_and_args(slot, succeeded))
 
 
+def queue_heartbeat(pipeline, slot: Slot, *, at_ms: int, ttl_ms: int) -> None:
+    """Add to ``pipeline`` the commands that mark a running call's slot alive: its score is its
+    last sign of life, and the key's TTL is pushed out too (otherwise a long call on an
+    otherwise idle account would lose it). ZADD XX: a slot already released stays released."""
+    key = redis_keys.account_slots(slot.account.id)
+    pipeline.zadd(key, {slot.slot_id: at_ms}, xx=True)
+    pipeline.pexpire(key, ttl_ms)
+
+
 async def heartbeat(slot: Slot, ttl_ms: int) -> None:
-    """Mark a long-running slot as alive: its score is its last sign of life, and the key's TTL
-    is pushed out too (otherwise a long stream on an otherwise idle account would lose it)."""
+    """Mark a long-running slot as alive (one round trip; ``proxy.dispatch.keep_alive`` does
+    this, with the key's in-flight entry, for every call while it runs). Never raises."""
     try:
         redis = await async_redis.get()
-        key = redis_keys.account_slots(slot.account.id)
         async with redis.pipeline(transaction=True) as pipeline:
-            pipeline.zadd(key, {slot.slot_id: _now_ms()}, xx=True)
-            pipeline.pexpire(key, ttl_ms)
+            queue_heartbeat(pipeline, slot, at_ms=_now_ms(), ttl_ms=ttl_ms)
             await pipeline.execute()
     except Exception:
         logger.warning("slot heartbeat failed", exc_info=True)

@@ -68,10 +68,12 @@ class DispatchRequest:
     # /v1/responses streams answer 5xx-class failures as a 200 SSE failure event (spec §1.7).
     failures_as_events: bool = False
     # The key's policy (None: unlimited), read with the key; ``admission_id`` names this
-    # request in the policy's Redis counters, ``key_admitted`` says it holds a slot there.
+    # request in the policy's Redis counters, ``key_admitted`` says it holds a slot there and
+    # ``key_reserved_micro`` what it reserved of the key's budget (micro-USD).
     key_policy: KeyPolicy | None = None
     admission_id: str = field(default_factory=lambda: secrets.token_hex(8))
     key_admitted: bool = False
+    key_reserved_micro: int = 0
     # The client's use_websocket (removed from the body): False forces HTTP SSE (spec §1.8).
     use_websocket: bool | None = None
     # The client's raw body size in bytes.

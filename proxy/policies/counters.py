@@ -4,16 +4,26 @@
   is exact (when the oldest admission in the window turns 60 s old);
 * tokens per minute — a **fixed** 60 s window aligned to the minute (epoch): the tokens of
   the requests that finished in it (their usage); the retry-after is the window's end;
-* concurrency — a ZSET of the requests in flight, scored by start (heartbeated by long
-  streams), members older than the slot TTL (a crashed worker's) dropped on admission; a
-  request refused for it is told to retry after 1 s (no one knows when a request ends);
+* concurrency — a ZSET of the requests in flight, scored by start (heartbeated while they
+  run, ``proxy.dispatch.keep_alive``), members older than the slot TTL (a crashed worker's)
+  dropped on admission; a request refused for it is told to retry after 1 s (no one knows
+  when a request ends);
 * spend today / this month (UTC) — micro-USD counters cached for 60 s: when missing the
   admission says so and the caller computes them from ``usage_records`` (``spend``) and
-  seeds them (SET NX), then every settled request adds its cost.
+  seeds them (SET NX), then every settled request adds its cost;
+* budget reservations — with a budget, each admitted request reserves an estimate of its
+  cost (``admission.estimate``), written into its in-flight member (``<admission id>:<micro
+  USD>``): the reservation lives and dies with the in-flight entry (settled with it, dropped
+  with it after the slot TTL when its worker crashed, gone with it after a FLUSHALL). A
+  request is admitted while the spend plus the reservations of the requests in flight is
+  under the budget, so requests admitted side by side cannot all pass a budget that has room
+  for one; each is settled to its real cost at the end. The key's recent cost per request
+  (``cost_hint``, peak-hold with decay) is kept beside them for the estimate.
 
-Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing);
-settlement is one more, after the response. After a FLUSHALL every counter starts from zero
-and the spend is recomputed from PostgreSQL: nothing breaks, nothing goes negative.
+Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing but
+the removal of a crashed worker's stale members); settlement is one more, after the response.
+After a FLUSHALL every counter starts from zero and the spend is recomputed from PostgreSQL:
+nothing breaks, nothing goes negative, no reservation is left behind.
 """
 
 from __future__ import annotations
@@ -38,52 +48,74 @@ TOKENS_KEY_TTL_SECONDS = 2 * WINDOW_SECONDS
 SPEND_TTL_SECONDS = 60
 CONCURRENCY_RETRY_AFTER_MS = 1000
 NO_LIMIT = -1
+# A cost hint outlives a day without requests by nothing: refreshed by every settlement, seeded
+# again (from the month's usage rows) when it is gone.
+COST_HINT_TTL_SECONDS = 24 * 3600
+# No one request reserves more than $10,000 (keeps the member's number an exact integer).
+MAX_RESERVATION_MICRO = 10_000 * 1_000_000
 
-# KEYS: requests, tokens (current window), in flight, spend day, spend month
+# KEYS: requests, tokens (current window), in flight, spend day, spend month, cost hint
 # ARGV: now_ms, window_ms, rpm, tpm, concurrency, day budget, month budget (-1 = none),
-#       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms
-# Returns {verdict, retry_after_ms}; verdict: ok | cold | day_budget | month_budget |
-# requests | tokens | concurrency.
+#       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms,
+#       the body's estimate (micro-USD)
+# Returns {verdict, retry_after_ms, reserved micro-USD}; verdict: ok | cold | day_budget |
+# month_budget | day_reserved | month_reserved | requests | tokens | concurrency.
 _ADMIT = """
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local rpm, tpm, concurrency = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local day_budget, month_budget = tonumber(ARGV[6]), tonumber(ARGV[7])
 local slot_ttl = tonumber(ARGV[9])
+-- A crashed worker's requests (no heartbeat for a slot TTL) hold no slot and no reservation.
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl)
+local estimate = 0
 if day_budget >= 0 or month_budget >= 0 then
   local day = redis.call('GET', KEYS[4])
   local month = redis.call('GET', KEYS[5])
   if (day_budget >= 0 and not day) or (month_budget >= 0 and not month) then
-    return {'cold', 0}
+    return {'cold', 0, 0}
   end
-  if day_budget >= 0 and tonumber(day) >= day_budget then
-    return {'day_budget', tonumber(ARGV[11]) - now}
+  day, month = tonumber(day or '0'), tonumber(month or '0')
+  if day_budget >= 0 and day >= day_budget then
+    return {'day_budget', tonumber(ARGV[11]) - now, 0}
   end
-  if month_budget >= 0 and tonumber(month) >= month_budget then
-    return {'month_budget', tonumber(ARGV[12]) - now}
+  if month_budget >= 0 and month >= month_budget then
+    return {'month_budget', tonumber(ARGV[12]) - now, 0}
   end
+  local reserved = 0
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    reserved = reserved + (tonumber(string.match(member, ':(%d+)$')) or 0)
+  end
+  if day_budget >= 0 and day + reserved >= day_budget then
+    return {'day_reserved', 1000, 0}
+  end
+  if month_budget >= 0 and month + reserved >= month_budget then
+    return {'month_reserved', 1000, 0}
+  end
+  estimate = math.max(tonumber(ARGV[13]), tonumber(redis.call('GET', KEYS[6]) or '0'))
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 if rpm >= 0 and redis.call('ZCARD', KEYS[1]) >= rpm then
   local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {'requests', tonumber(oldest[2]) + window - now}
+  return {'requests', tonumber(oldest[2]) + window - now, 0}
 end
 if tpm >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= tpm then
-  return {'tokens', tonumber(ARGV[10]) - now}
+  return {'tokens', tonumber(ARGV[10]) - now, 0}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl)
 if concurrency >= 0 and redis.call('ZCARD', KEYS[3]) >= concurrency then
-  return {'concurrency', 1000}
+  return {'concurrency', 1000, 0}
 end
 redis.call('ZADD', KEYS[1], now, ARGV[8])
 redis.call('PEXPIRE', KEYS[1], window)
-redis.call('ZADD', KEYS[3], now, ARGV[8])
+redis.call('ZADD', KEYS[3], now, ARGV[8] .. ':' .. string.format('%d', estimate))
 redis.call('PEXPIRE', KEYS[3], slot_ttl)
-return {'ok', 0}
+return {'ok', 0, estimate}
 """
 
-# KEYS: in flight, tokens (window of the end), spend day, spend month
-# ARGV: admission id, tokens, cost micro-USD, tokens key ttl s
+# KEYS: in flight, tokens (window of the end), spend day, spend month, cost hint
+# ARGV: in-flight member, tokens, cost micro-USD, tokens key ttl s, cost hint ttl s (0: the
+#       key has no budget, no hint is kept)
+# The hint follows a new peak at once and decays by an eighth of the gap per cheaper request.
 _SETTLE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 local tokens = tonumber(ARGV[2])
@@ -95,6 +127,11 @@ local cost = tonumber(ARGV[3])
 if cost > 0 then
   for i = 3, 4 do
     if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], cost) end
+  end
+  if tonumber(ARGV[5]) > 0 then
+    local hint = tonumber(redis.call('GET', KEYS[5]) or '0')
+    if cost >= hint then hint = cost else hint = hint - math.floor((hint - cost) / 8) end
+    redis.call('SET', KEYS[5], string.format('%d', hint), 'EX', tonumber(ARGV[5]))
   end
 end
 return 1
@@ -118,13 +155,22 @@ def slot_ttl_ms() -> int:
     return settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
 
 
+def in_flight_member(admission_id: str, reserved_micro: int) -> str:
+    """A request's member of the in-flight ZSET: its admission id and the micro-USD it
+    reserved of the key's budget (0 without one), so the reservation goes wherever the
+    member goes."""
+    return f"{admission_id}:{reserved_micro}"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the admission said: ``verdict`` (``ok`` when admitted) and, for a refusal, the
-    seconds after which the same request would pass (rounded up, at least 1)."""
+    seconds after which the same request would pass (rounded up, at least 1); admitted, the
+    micro-USD it reserved of the key's budget."""
 
     verdict: str
     retry_after_seconds: int = 0
+    reserved_micro: int = 0
 
     @property
     def admitted(self) -> bool:
@@ -141,10 +187,20 @@ class Periods:
     next_month_ms: int
 
 
-async def admit(policy: KeyPolicy, admission_id: str, periods: Periods, *, at_ms: int) -> Verdict:
-    """One Lua call: the budgets, the sliding requests window, the tokens window and the
-    concurrency are checked; when all pass the request is counted and holds an in-flight slot
-    (``admission_id``). Verdict ``cold`` = a budget's spend is not cached: nothing was written."""
+async def admit(
+    policy: KeyPolicy,
+    admission_id: str,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int = 0,
+) -> Verdict:
+    """One Lua call: the budgets (the spend, then the spend with the reservations of the
+    requests in flight), the sliding requests window, the tokens window and the concurrency
+    are checked; when all pass the request is counted and holds an in-flight slot
+    (``admission_id``) reserving the larger of ``estimate_micro`` (the body's) and the key's
+    recent cost per request. Verdict ``cold`` = a budget's spend is not cached: nothing was
+    written."""
     key_id = policy.key_id
     window_start = tokens_window_start(at_ms)
     keys = [
@@ -153,6 +209,7 @@ async def admit(policy: KeyPolicy, admission_id: str, periods: Periods, *, at_ms
         redis_keys.key_policy_in_flight(key_id),
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
+        redis_keys.key_policy_cost_hint(key_id),
     ]
     args = [
         at_ms,
@@ -167,17 +224,27 @@ async def admit(policy: KeyPolicy, admission_id: str, periods: Periods, *, at_ms
         (window_start + WINDOW_SECONDS) * 1000,
         periods.next_day_ms,
         periods.next_month_ms,
+        max(0, min(estimate_micro, MAX_RESERVATION_MICRO)),
     ]
     redis = await async_redis.get()
-    verdict, retry_after_ms = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
+    verdict, retry_after_ms, reserved = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
     verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
     seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if verdict not in ("ok", "cold") else 0
-    return Verdict(verdict, seconds)
+    return Verdict(verdict, seconds, int(reserved))
 
 
-async def seed_spend(policy: KeyPolicy, periods: Periods, *, day_micro: int, month_micro: int):
+async def seed_spend(
+    policy: KeyPolicy,
+    periods: Periods,
+    *,
+    day_micro: int,
+    month_micro: int,
+    typical_cost_micro: int = 0,
+) -> None:
     """Cache the spend computed from PostgreSQL (SET NX: a value another process seeded, and
-    the costs added to it since, win)."""
+    the costs added to it since, win), and — when the key has no cost hint yet (a new key's
+    first minute, after a FLUSHALL or a day without requests) — ``typical_cost_micro`` as its
+    recent cost per request. One round trip."""
     redis = await async_redis.get()
     async with redis.pipeline(transaction=False) as pipeline:
         pipeline.set(
@@ -192,37 +259,48 @@ async def seed_spend(policy: KeyPolicy, periods: Periods, *, day_micro: int, mon
             nx=True,
             ex=SPEND_TTL_SECONDS,
         )
+        if typical_cost_micro > 0:
+            pipeline.set(
+                redis_keys.key_policy_cost_hint(policy.key_id),
+                typical_cost_micro,
+                nx=True,
+                ex=COST_HINT_TTL_SECONDS,
+            )
         await pipeline.execute()
 
 
 def settle_call(
-    policy: KeyPolicy, admission_id: str, periods: Periods, *, tokens: int, cost_micro: int
+    policy: KeyPolicy, member: str, periods: Periods, *, tokens: int, cost_micro: int
 ) -> ScriptCall:
-    """The call that settles an ended request: its in-flight slot is freed, its tokens count
-    in the current window and its cost is added to the cached spend (a failure leaves the slot
-    to its TTL)."""
+    """The call that settles an ended request: its in-flight ``member`` (slot and reservation)
+    is freed, its tokens count in the current window, its real cost is added to the cached
+    spend and, with a budget, moves the key's cost hint (a failure leaves the member to its
+    TTL)."""
     key_id = policy.key_id
     keys = [
         redis_keys.key_policy_in_flight(key_id),
         redis_keys.key_policy_tokens(key_id, tokens_window_start(now_ms())),
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
+        redis_keys.key_policy_cost_hint(key_id),
     ]
-    args = [admission_id, max(0, tokens), max(0, cost_micro), TOKENS_KEY_TTL_SECONDS]
+    args = [
+        member,
+        max(0, tokens),
+        max(0, cost_micro),
+        TOKENS_KEY_TTL_SECONDS,
+        COST_HINT_TTL_SECONDS if policy.has_budget else 0,
+    ]
     return ScriptCall(_SCRIPTS["settle"], keys, args, what="key policy settlement")
 
 
-async def heartbeat(policy: KeyPolicy, admission_id: str) -> None:
-    """A long stream is alive: its in-flight member's score and the ZSET's TTL move on."""
-    try:
-        redis = await async_redis.get()
-        key = redis_keys.key_policy_in_flight(policy.key_id)
-        async with redis.pipeline(transaction=True) as pipeline:
-            pipeline.zadd(key, {admission_id: now_ms()}, xx=True)
-            pipeline.pexpire(key, slot_ttl_ms())
-            await pipeline.execute()
-    except Exception:
-        logger.warning("key policy heartbeat failed", exc_info=True)
+def queue_heartbeat(pipeline, policy: KeyPolicy, member: str, *, at_ms: int) -> None:
+    """Add to ``pipeline`` the commands that keep a running request's in-flight ``member``
+    alive: its score (the last sign of life) and the ZSET's TTL move on. ZADD XX: a member
+    already settled is not brought back."""
+    key = redis_keys.key_policy_in_flight(policy.key_id)
+    pipeline.zadd(key, {member: at_ms}, xx=True)
+    pipeline.pexpire(key, slot_ttl_ms())
 
 
 @dataclass(frozen=True)

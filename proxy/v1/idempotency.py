@@ -1,18 +1,27 @@
 """``Idempotency-Key`` on non-stream ``/v1/responses`` and ``/v1/chat/completions`` (issue 25,
-peers.md B.4): a client that retries a call — its connection dropped, its timeout fired — with
-the same key and the same body gets the stored answer instead of spending quota twice.
+peers.md B.4; issue 34 item 9): a client that retries a call — its connection dropped, its
+timeout fired — with the same key and the same body gets the stored answer instead of
+spending quota twice.
 
 Per client key and idempotency key (hashed: the header's value never becomes a key name), Redis
 holds one record (seed 004 §2.9: disposable — a flush only costs the dedupe):
 
-* ``pending`` while the first call runs (TTL ``IDEMPOTENCY_PENDING_SECONDS``, so a crashed
-  worker's claim lapses): a second call meanwhile is 409 ``idempotency_request_in_progress``
-  with ``Retry-After: 1``;
+* ``pending`` while the first call runs, with a random owner token: TTL
+  ``IDEMPOTENCY_PENDING_SECONDS``, extended every third of it while the call runs (a call
+  longer than that keeps its claim; a crashed worker's claim lapses); a second call meanwhile
+  is 409 ``idempotency_request_in_progress`` with ``Retry-After: 1``;
 * ``done`` with the answer (status 200, its body and safe headers; TTL ``IDEMPOTENCY_TTL_SECONDS``):
   a retry gets it back with ``idempotent-replayed: true``, no upstream call and no ledger row;
-* a failed call (any error answer, the client leaving) gives the claim back: a retry runs anew
-  (an error answer spent no quota);
+* a call that failed (any error answer) gives the claim back: a retry runs anew (an error
+  answer spent no quota);
 * the same key with a different body (or route) is 409 ``idempotency_key_reused``.
+
+The call runs in a task of its own, which the client's leaving (the /v1 handler cancels the
+view) does not cancel: it finishes and its answer is stored, so the retry gets it instead of a
+second upstream call. Only a graceful stop ends it (the claim is then given back). Every write
+after the claim (store, extend, give back) is a Lua compare on the claim's exact value: a claim
+that lapsed and was taken by another request is never overwritten, extended or deleted (a
+record that is simply gone — a FLUSHALL — is taken back by the call still running).
 
 Streams ignore the header (their answer is not a value that can be replayed byte for byte).
 An answer larger than ``IDEMPOTENCY_MAX_STORED_BYTES`` is not stored (the claim is given back).
@@ -22,17 +31,21 @@ Redis unavailable: the call runs without the dedupe (logged, never refused for i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import re
+import secrets
 from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.dispatch.client_errors import ClientError, ClientFailure
+from proxy.dispatch.sse import SERVER_SHUTDOWN
 from proxy.loop_resources import async_redis
 from proxy.v1.common import SAFE_UPSTREAM_HEADERS
 
@@ -87,46 +100,156 @@ def _replay(record: dict, request_id: str) -> HttpResponse:
     return response
 
 
-async def _claim(key: str, fingerprint: str) -> dict | None:
-    """None when this call holds the claim now; else the record found. Raises on Redis
-    failures (the caller runs without the dedupe)."""
-    redis = await async_redis.get()
-    claimed = await redis.set(
-        key, _record(_PENDING, fingerprint), nx=True, ex=settings.IDEMPOTENCY_PENDING_SECONDS
-    )
-    if claimed:
-        return None
-    raw = await redis.get(key)
-    if raw is None:  # lapsed between the two calls: claim again, once
-        claimed = await redis.set(
-            key, _record(_PENDING, fingerprint), nx=True, ex=settings.IDEMPOTENCY_PENDING_SECONDS
+# KEYS[1] the record; ARGV[1] this call's pending claim (the exact value it wrote), then:
+# store — ARGV[2] the answer's record, ARGV[3] its TTL (s); extend — ARGV[2] the claim's TTL (s).
+# Each acts only while the record is still this call's claim, or is gone (a FLUSHALL: the call
+# still running takes it back): a claim another request took is never overwritten, extended or
+# deleted (seed §2.9.3).
+_STORE = """
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
+return 1
+"""
+_GIVE_BACK = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+_EXTEND = """
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+return 1
+"""
+_SCRIPTS = {
+    name: AsyncScript(None, source.encode())
+    for name, source in (("store", _STORE), ("give_back", _GIVE_BACK), ("extend", _EXTEND))
+}
+
+# The calls that run on after their client left (strong references: the loop keeps only weak
+# ones), so that a graceful stop can end them.
+_detached: set[asyncio.Task] = set()
+
+
+class Claim:
+    """One call's claim on a record: ``pending`` is the exact value it wrote (with a random
+    owner token), which every later write compares before it acts."""
+
+    def __init__(self, key: str, fingerprint: str) -> None:
+        self.key = key
+        self.pending = _record(_PENDING, fingerprint, owner=secrets.token_hex(16))
+        self._timer: asyncio.TimerHandle | None = None
+        self._extending: asyncio.Task | None = None
+
+    async def take(self) -> dict | None:
+        """None when this call holds the claim now; else the record found. Raises on Redis
+        failures (the caller runs without the dedupe)."""
+        redis = await async_redis.get()
+        ttl = settings.IDEMPOTENCY_PENDING_SECONDS
+        if await redis.set(self.key, self.pending, nx=True, ex=ttl):
+            return None
+        raw = await redis.get(self.key)
+        if raw is None:  # lapsed between the two calls: claim again, once
+            if await redis.set(self.key, self.pending, nx=True, ex=ttl):
+                return None
+            return json.loads(self.pending)  # another call claimed it meanwhile
+        return json.loads(raw)
+
+    async def _script(self, name: str, *args) -> int:
+        redis = await async_redis.get()
+        return await _SCRIPTS[name](keys=[self.key], args=[self.pending, *args], client=redis)
+
+    async def give_back(self) -> None:
+        """Delete the claim if it is still this call's. Never raises (it lapses anyway)."""
+        try:
+            await self._script("give_back")
+        except Exception as error:
+            logger.warning("idempotency: claim not given back: %s", type(error).__name__)
+
+    async def store(self, fingerprint: str, response: HttpResponse) -> None:
+        """Replace the claim by the answer, if the claim is still this call's (too large an
+        answer gives the claim back instead). Never raises."""
+        body = response.content
+        if len(body) > settings.IDEMPOTENCY_MAX_STORED_BYTES:
+            await self.give_back()
+            return
+        headers = {name: response[name] for name in SAFE_UPSTREAM_HEADERS if name in response}
+        record = _record(
+            _DONE, fingerprint, status=response.status_code, body=body.decode(), headers=headers
         )
-        return None if claimed else {"state": _PENDING, "fingerprint": fingerprint}
-    return json.loads(raw)
+        try:
+            stored = await self._script("store", record, settings.IDEMPOTENCY_TTL_SECONDS)
+        except Exception as error:
+            logger.warning("idempotency: answer not stored: %s", type(error).__name__)
+            return
+        if not stored:
+            logger.warning("idempotency: another request holds the key now; answer not stored")
+
+    # -- keeping the claim while the call runs (however long it takes)
+
+    def keep(self) -> None:
+        """Extend the claim's TTL every third of it until ``release_hold()``: a call longer
+        than ``IDEMPOTENCY_PENDING_SECONDS`` keeps its claim; a crashed worker's lapses."""
+        self._timer = asyncio.get_running_loop().call_later(self._every(), self._fire)
+
+    def release_hold(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    @staticmethod
+    def _every() -> float:
+        return settings.IDEMPOTENCY_PENDING_SECONDS / 3
+
+    def _fire(self) -> None:
+        if self._extending is None or self._extending.done():
+            self._extending = asyncio.get_running_loop().create_task(self._extend())
+        self._timer = asyncio.get_running_loop().call_later(self._every(), self._fire)
+
+    async def _extend(self) -> None:
+        try:
+            await self._script("extend", settings.IDEMPOTENCY_PENDING_SECONDS)
+        except Exception as error:  # the next one tries again; the TTL is three of them
+            logger.warning("idempotency: claim not extended: %s", type(error).__name__)
 
 
-async def _give_back(key: str) -> None:
+async def _run_claimed(
+    claim: Claim, fingerprint: str, produce: Callable[[], Awaitable[HttpResponse]]
+) -> HttpResponse:
+    """``produce()`` under ``claim``: its 200 answer stored, anything else (an error answer, an
+    exception, a cancellation at a graceful stop) gives the claim back."""
+    claim.keep()
     try:
-        redis = await async_redis.get()
-        await redis.delete(key)
-    except Exception as error:  # the claim lapses on its own
-        logger.warning("idempotency: claim not given back: %s", type(error).__name__)
+        response = await produce()
+    except BaseException:
+        claim.release_hold()
+        await asyncio.shield(claim.give_back())
+        raise
+    claim.release_hold()
+    if response.status_code == 200:
+        await claim.store(fingerprint, response)
+    else:
+        await claim.give_back()
+    return response
 
 
-async def _store(key: str, fingerprint: str, response: HttpResponse) -> None:
-    body = response.content
-    if len(body) > settings.IDEMPOTENCY_MAX_STORED_BYTES:
-        await _give_back(key)
-        return
-    headers = {name: response[name] for name in SAFE_UPSTREAM_HEADERS if name in response}
-    record = _record(
-        _DONE, fingerprint, status=response.status_code, body=body.decode(), headers=headers
-    )
-    try:
-        redis = await async_redis.get()
-        await redis.set(key, record, ex=settings.IDEMPOTENCY_TTL_SECONDS)
-    except Exception as error:
-        logger.warning("idempotency: answer not stored: %s", type(error).__name__)
+def _forget(call: asyncio.Task) -> None:
+    _detached.discard(call)
+    if not call.cancelled():
+        call.exception()  # retrieved: an error answer nobody waits for any more is no log line
+
+
+async def end_detached_calls(timeout: float) -> int:
+    """At a graceful stop: cancel the calls still running for clients that left (their claims
+    are given back, their slots released, their ledger entries handed over) and wait at most
+    ``timeout`` s for them to unwind. Returns how many were still running."""
+    calls = [call for call in _detached if not call.done()]
+    for call in calls:
+        call.cancel(SERVER_SHUTDOWN)
+    if not calls:
+        return 0
+    _, pending = await asyncio.wait(calls, timeout=timeout)
+    return len(pending)
 
 
 async def idempotent(
@@ -138,7 +261,10 @@ async def idempotent(
     body: dict,
     produce: Callable[[], Awaitable[HttpResponse]],
 ) -> HttpResponse:
-    """``produce()`` once per (client key, Idempotency-Key); without the header, just it."""
+    """``produce()`` once per (client key, Idempotency-Key); without the header, just it.
+
+    With the header the call runs in a task of its own: a client that leaves (the /v1
+    handler cancels the view) does not cancel it, and its answer is stored for the retry."""
     value = request.headers.get(HEADER)
     if value is None:
         return await produce()
@@ -146,8 +272,9 @@ async def idempotent(
         raise ClientFailure(INVALID_KEY)
     key = redis_keys.idempotency(key_id, hashlib.sha256(value.encode()).hexdigest())
     fingerprint = _fingerprint(route, body)
+    claim = Claim(key, fingerprint)
     try:
-        found = await _claim(key, fingerprint)
+        found = await claim.take()
     except Exception as error:
         logger.warning("idempotency unavailable, the call runs as is: %s", type(error).__name__)
         return await produce()
@@ -157,13 +284,16 @@ async def idempotent(
         if found.get("state") == _DONE:
             return _replay(found, request_id)
         raise ClientFailure(IN_PROGRESS, retry_after=1)
+    call = asyncio.get_running_loop().create_task(_run_claimed(claim, fingerprint, produce))
+    _detached.add(call)
+    call.add_done_callback(_forget)
     try:
-        response = await produce()
-    except BaseException:
-        await asyncio.shield(_give_back(key))
+        return await asyncio.shield(call)
+    except asyncio.CancelledError as cancelled:
+        if cancelled.args == (SERVER_SHUTDOWN,):
+            # The process is stopping: the call goes with it (its claim given back, so the
+            # client's retry runs it anew elsewhere).
+            call.cancel(SERVER_SHUTDOWN)
+            with contextlib.suppress(BaseException):
+                await call
         raise
-    if response.status_code == 200:
-        await _store(key, fingerprint, response)
-    else:
-        await _give_back(key)
-    return response

@@ -2,7 +2,8 @@
 
 Serves ``POST /codex/responses`` (Responses SSE), the same path as a WebSocket
 (``tests/fakes/codex_websocket.py``: ``response.create`` frames, the same faults),
-``POST /codex/responses/compact`` (JSON),
+``POST /codex/responses/compact`` (JSON; a reply's ``first_byte_delay`` delays it, and it
+counts in ``in_flight`` like a stream),
 ``GET /codex/models`` and the usage endpoint, at the root and under ``/backend-api`` (the
 production base ends in ``/backend-api``, where usage lives at ``/wham/usage``). Each request
 is answered by the next ``Reply`` programmed for its access token (``fake.program(token,
@@ -615,6 +616,20 @@ class FakeCodexUpstream:
     async def _compact(self, request: web.Request) -> web.Response:
         token = self._token(request)
         reply = self._next_reply(token)
+        with self._lock:
+            generation = self._generation
+            self.in_flight[token] += 1
+            self.max_in_flight[token] = max(self.max_in_flight[token], self.in_flight[token])
+        try:
+            if reply.first_byte_delay:  # a compaction that takes its time
+                await asyncio.sleep(reply.first_byte_delay)
+            return self._compact_answer(reply)
+        finally:
+            with self._lock:
+                if generation == self._generation:
+                    self.in_flight[token] -= 1
+
+    def _compact_answer(self, reply: Reply) -> web.Response:
         if reply.kind == "status":
             body = reply.body if reply.body is not None else ""
             if isinstance(body, dict | list):
