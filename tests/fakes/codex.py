@@ -623,13 +623,13 @@ class FakeCodexUpstream:
         try:
             if reply.first_byte_delay:  # a compaction that takes its time
                 await asyncio.sleep(reply.first_byte_delay)
-            return self._compact_answer(reply)
+            return await self._compact_answer(request, token, reply)
         finally:
             with self._lock:
                 if generation == self._generation:
                     self.in_flight[token] -= 1
 
-    def _compact_answer(self, reply: Reply) -> web.Response:
+    async def _compact_answer(self, request: web.Request, token: str, reply: Reply) -> web.Response:
         if reply.kind == "status":
             body = reply.body if reply.body is not None else ""
             if isinstance(body, dict | list):
