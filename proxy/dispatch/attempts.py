@@ -209,6 +209,11 @@ class StreamStrategy(_SSEStrategy):
         except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
             return _broken_read(error)
+        except BaseException:
+            # The client left while the stream was held (after response.created, before any
+            # output): the upstream stops with it, not when its whole answer has arrived.
+            stream.close()
+            raise
         return Committed(
             slot=slot,
             attempt_index=attempt_index,
@@ -253,6 +258,11 @@ class CompleteStrategy(_SSEStrategy):
         except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
             return _broken_read(error)
+        except BaseException:
+            # The client left during the read (a non-stream answer is read whole before a
+            # byte is sent): the upstream stream is closed at once, not read to its end.
+            stream.close()
+            raise
         stream.release()
         terminal = progress.terminal
         if progress.terminal_event is None or terminal is None:
