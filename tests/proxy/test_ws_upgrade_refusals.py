@@ -141,8 +141,9 @@ def test_a_cloudflare_page_on_the_only_account_is_the_exhausted_pools_answer(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("stream", [False, True])
 def test_a_429_with_retry_after_marks_the_account_and_the_next_serves(
-    pool, proxy, upstream, client_key, transport
+    pool, proxy, upstream, client_key, transport, stream
 ):
     # The outside check saw a 429 at the upgrade leave the account active.
     account_a, _ = pool
@@ -156,9 +157,12 @@ def test_a_429_with_retry_after_marks_the_account_and_the_next_serves(
     )
     before = timezone.now()
 
-    response = _ask(proxy, client_key, transport)
+    response = _ask(proxy, client_key, transport, stream=stream)
 
     assert response.status_code == 200, response.text
+    if stream:
+        assert b"response.completed" in response.content
+        assert b"usage_limit_reached" not in response.content  # never reached the client
     assert upstream.tokens_called()[-1] == "tok-b"
     _assert_refused_on_the_transport(upstream, "tok-a", transport)
     stored = _stored(account_a)
