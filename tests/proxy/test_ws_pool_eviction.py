@@ -92,6 +92,8 @@ async def _read(stream: codex.CodexWebSocketStream) -> bytes:
 
 @pytest.mark.django_db
 def test_the_sweep_closes_the_socket_of_a_reservation_it_forgets(upstream, settings):
+    # Mirrors websocket_pool.rs::websocket_pool_should_gc_expired_idle_connections, for the
+    # sweep's other half: a stale busy reservation (the original's take_expired_slots).
     # A request that never ended holds its lease: its response is still being sent.
     upstream.program("tok-ws", Reply(stall_after=1, stall_seconds=30))
     settings.CODEX_WS_MAX_AGE_SECONDS = 1
@@ -124,6 +126,8 @@ def test_the_sweep_closes_the_socket_of_a_reservation_it_forgets(upstream, setti
 
 @pytest.mark.django_db
 def test_evicting_an_account_closes_its_idle_sockets_and_no_others(upstream):
+    # Mirrors websocket_pool.rs::
+    # codex_backend_client_should_close_idle_pooled_websocket_when_account_is_evicted
     async def scenario() -> tuple[bool, int, int]:
         await _read(await _open("tok-ws"))
         await _read(await _open("tok-other"))
@@ -147,6 +151,8 @@ def test_evicting_an_account_closes_its_idle_sockets_and_no_others(upstream):
 
 @pytest.mark.django_db
 def test_an_evicted_socket_in_use_finishes_its_response_then_closes(upstream):
+    # The original's evict_account (websocket_pool.rs): idle sockets closed, busy slots kept
+    # from going back to the pool.
     upstream.program("tok-ws", Reply(deltas=6, delta_delay=0.05))
 
     async def scenario() -> tuple[bytes, bool, int]:

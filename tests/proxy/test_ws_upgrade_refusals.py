@@ -145,7 +145,9 @@ def test_a_cloudflare_page_on_the_only_account_is_the_exhausted_pools_answer(
 def test_a_429_with_retry_after_marks_the_account_and_the_next_serves(
     pool, proxy, upstream, client_key, transport, stream
 ):
-    # The outside check saw a 429 at the upgrade leave the account active.
+    # The outside check saw a 429 at the upgrade leave the account active. Mirrors
+    # backend/tests/dispatch/service/responses_websocket.rs::
+    # responses_websocket_stream_first_error_429_should_retry_fallback_account
     account_a, _ = pool
     _refuse(
         upstream,
