@@ -170,9 +170,11 @@ def scope_metadata(metadata: dict, scope: AccountScope, *, turn_metadata: str | 
     ``response_client_metadata`` and the metadata half of ``compact_upstream_request``): the
     installation id and the client request id always set, each identity id set to the account's
     pseudonym of the client's value or removed when the client has none, ``turn_metadata``
-    (the request's turn metadata context, responses only) inserted scoped, or the metadata's
-    own turn metadata scoped. The client's other keys and their order are kept; added keys
-    go last."""
+    (the request's turn metadata context, responses only) inserted scoped. The metadata's own
+    turn metadata, when it has one, is kept (scoped) rather than replaced by the context's: a
+    WebSocket client's context is its upgrade's headers, older than each request's metadata
+    (over HTTP the Codex CLI sends the two alike). The client's other keys and their order are
+    kept; added keys go last."""
     scoped = dict(metadata)
     scoped["x-codex-installation-id"] = scope.installation_id
     for key in INSTALLATION_KEYS[1:]:
@@ -183,10 +185,10 @@ def scope_metadata(metadata: dict, scope: AccountScope, *, turn_metadata: str | 
             scoped[key] = scope.client_request_id
         elif key == "x-codex-turn-metadata":
             own = scoped.get(key)
-            if turn_metadata:
-                scoped[key] = scope.turn_metadata(turn_metadata)
-            elif isinstance(own, str) and own:
+            if isinstance(own, str) and own:
                 scoped[key] = scope.turn_metadata(own)
+            elif turn_metadata:
+                scoped[key] = scope.turn_metadata(turn_metadata)
         else:
             _set_or_remove(scoped, key, scope.ids.get(domain))
     root_turn_id = scoped.get("root_turn_id")

@@ -387,26 +387,30 @@ def test_an_id_the_client_left_blank_is_not_sent_at_all(proxy, upstream, client_
 
 def test_turn_metadata_without_ids_or_not_json_is_forwarded_as_it_is(proxy, upstream, client_key):
     make_pool_account("tok-a")
+    body = {
+        "model": "gpt-5.4",
+        "stream": False,
+        "use_websocket": False,
+        "turnMetadata": "not json, but session_id-like text",
+    }
 
+    post_responses(proxy, client_key, {**body, "client_metadata": {}})
     post_responses(
         proxy,
         client_key,
-        {
-            "model": "gpt-5.4",
-            "stream": False,
-            "use_websocket": False,
-            "turnMetadata": "not json, but session_id-like text",
-            "client_metadata": {"x-codex-turn-metadata": '{ "sandbox" : "seccomp" }'},
-        },
+        {**body, "client_metadata": {"x-codex-turn-metadata": '{ "sandbox" : "seccomp" }'}},
     )
 
-    [sent] = upstream.responses_requests()
-    assert sent.header("x-codex-turn-metadata") == "not json, but session_id-like text"
-    assert sent.json()["turnMetadata"] == "not json, but session_id-like text"
-    # The request's turn metadata is inserted as the original inserts it.
-    assert sent.json()["client_metadata"]["x-codex-turn-metadata"] == (
+    inserted, own = upstream.responses_requests()
+    for sent in (inserted, own):
+        assert sent.header("x-codex-turn-metadata") == "not json, but session_id-like text"
+        assert sent.json()["turnMetadata"] == "not json, but session_id-like text"
+    # The request's turn metadata is inserted as the original inserts it; the metadata's own
+    # (a WebSocket client's per request) is kept.
+    assert inserted.json()["client_metadata"]["x-codex-turn-metadata"] == (
         "not json, but session_id-like text"
     )
+    assert own.json()["client_metadata"]["x-codex-turn-metadata"] == '{ "sandbox" : "seccomp" }'
 
 
 def test_no_client_metadata_stays_none_over_http(proxy, upstream, client_key):
