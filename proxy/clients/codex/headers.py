@@ -59,7 +59,7 @@ class FingerprintHeaders:
     default_headers: tuple[tuple[str, str], ...]
     order: tuple[str, ...]
     # The base headers' names in sending order (chatgpt-account-id left out when unknown).
-    base_order: tuple[str, ...] = ()
+    base_order: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -180,8 +180,7 @@ def _base(fingerprint: FingerprintHeaders, credentials: Credentials) -> dict[str
         "sec-ch-ua": fingerprint.sec_ch_ua,
         **dict(fingerprint.default_headers),
     }
-    base_order = fingerprint.base_order or _ranked(tuple(values), fingerprint.order)
-    return {name: values[name] for name in base_order if values.get(name)}
+    return {name: values[name] for name in fingerprint.base_order if values.get(name)}
 
 
 def _usage(credentials: Credentials, fingerprint: FingerprintHeaders) -> dict[str, str]:
