@@ -124,7 +124,7 @@ class _SSEStrategy:
         return _encoded(self.fields(request, account_id))
 
     def fields(self, request: DispatchRequest, account_id: str) -> dict:
-        return scoped_body(request.body, request.client_identity, account_id)
+        return scoped_body(request.body, request.client_identity, account_id, request.request_id)
 
     async def run(
         self,

@@ -16,7 +16,7 @@ from proxy.dispatch.client_errors import ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
 from proxy.dispatch.relay import StreamEnding
 from proxy.dispatch.types import DispatchRequest, RequestTiming
-from proxy.dispatch.upstream_request import read_client_identity
+from proxy.dispatch.upstream_request import SUBAGENTS, read_client_identity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import LedgerEntry
 from proxy.models_catalog import Catalog, resolve_alias
@@ -36,7 +36,8 @@ from telemetry.services.facts import ErrorFact
 
 logger = logging.getLogger(__name__)
 
-ALLOWED_SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "collab_spawn"})
+# The client's x-openai-subagent header values that are honoured (client_metadata's too).
+ALLOWED_SUBAGENTS = SUBAGENTS
 Client = TypeVar("Client", bound=KeyHolder)
 
 

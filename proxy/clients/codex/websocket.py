@@ -71,9 +71,27 @@ def websocket_url() -> str:
     return "ws://" + url.removeprefix("http://")
 
 
+# The upgrade's own headers around the business headers, in the original's order (its
+# ``CodexWebSocketConnection::responses``): Host (aiohttp's, first), these, the business
+# headers, the extension offer last. aiohttp sets Sec-WebSocket-Key and -Extensions itself: a
+# header already in the list keeps its place and takes aiohttp's value (the key is the
+# placeholder's slot; the offer for ``compress=15`` is the same text).
+_UPGRADE_HEADERS = (
+    ("Connection", "Upgrade"),
+    ("Upgrade", "websocket"),
+    ("Sec-WebSocket-Version", "13"),
+    ("Sec-WebSocket-Key", "set-by-aiohttp"),
+)
+_EXTENSIONS_OFFER = ("sec-websocket-extensions", "permessage-deflate; client_max_window_bits")
+
+
 def opening_headers(headers: Headers) -> Headers:
-    """The HTTP call's headers for the WebSocket opening: without content-type and accept."""
-    return [(name, value) for name, value in headers if name.lower() not in OPENING_OMITTED_HEADERS]
+    """The WebSocket opening's headers: the upgrade's, then the HTTP call's business headers
+    without content-type and accept, then the extension offer (spec §2.3)."""
+    business = [
+        (name, value) for name, value in headers if name.lower() not in OPENING_OMITTED_HEADERS
+    ]
+    return [*_UPGRADE_HEADERS, *business, _EXTENSIONS_OFFER]
 
 
 def response_create_frame(fields: dict) -> str:
