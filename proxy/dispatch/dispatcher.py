@@ -65,7 +65,7 @@ from proxy.dispatch.types import (
     Served,
     StreamEnd,
 )
-from proxy.dispatch.unknown_previous import never_existed
+from proxy.dispatch.unknown_previous import for_upstream_refusal, never_existed
 from proxy.ledger import affinity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import build_entry
@@ -397,7 +397,8 @@ class Dispatch:
             for note in self._notes
             if note.failure is not None and note.failure.kind == failure.kind
         )
-        self._fail(client_error_for(failure, self._exhausted_count))
+        error = client_error_for(failure, self._exhausted_count)
+        self._fail(for_upstream_refusal(error, failure, self.request))
 
     def _spend_token_refresh(self) -> bool:
         """Mark this request's one token refresh as used; False, so that the condition it
