@@ -30,6 +30,8 @@ class WebProcess:
             database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
             tmp_path,
             REDIS_KEY_PREFIX=settings.REDIS_KEY_PREFIX,
+            # The test's key: admin sessions made by the test are signed with it.
+            DJANGO_SECRET_KEY=settings.SECRET_KEY,
             CPR_ADMIN_DEFAULT_PASSWORD="web process test passphrase",
             PORT=str(self.port),
             WEB_WORKERS="1",
