@@ -26,16 +26,18 @@ class WebProcess:
     def __init__(self, tmp_path: Path, **variables: str) -> None:
         self.port = free_port()
         self.log_path = tmp_path / f"web-{self.port}.log"
+        defaults = {
+            "REDIS_KEY_PREFIX": settings.REDIS_KEY_PREFIX,
+            # The test's key: admin sessions made by the test are signed with it.
+            "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+            "CPR_ADMIN_DEFAULT_PASSWORD": "web process test passphrase",
+            "PORT": str(self.port),
+            "WEB_WORKERS": "1",
+        }
         environment = project_environment(
             database_url_for(settings.DATABASES["default"], connection.settings_dict["NAME"]),
             tmp_path,
-            REDIS_KEY_PREFIX=settings.REDIS_KEY_PREFIX,
-            # The test's key: admin sessions made by the test are signed with it.
-            DJANGO_SECRET_KEY=settings.SECRET_KEY,
-            CPR_ADMIN_DEFAULT_PASSWORD="web process test passphrase",
-            PORT=str(self.port),
-            WEB_WORKERS="1",
-            **variables,
+            **{**defaults, **variables},
         )
         log = open(self.log_path, "w")  # noqa: SIM115 - the child owns it until it exits
         self.process = subprocess.Popen(
