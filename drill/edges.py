@@ -95,12 +95,9 @@ class Edges:
             for size in (15_000, 80_000):
                 bomb = 'a="' + "\\1" * (size // 2) + '"'
                 started = time.monotonic()
-                response = (
-                    requests.post(f"{self.system.base}{path}", headers={"Cookie": bomb}, timeout=60)
-                    if path == "/telegram/webhook"
-                    else requests.get(
-                        f"{self.system.base}{path}", headers={"Cookie": bomb}, timeout=60
-                    )
+                method = "POST" if path == "/telegram/webhook" else "GET"
+                response = requests.request(
+                    method, f"{self.system.base}{path}", headers={"Cookie": bomb}, timeout=60
                 )
                 took = time.monotonic() - started
                 answers[f"{path} {size // 1000} KB"] = response.status_code
