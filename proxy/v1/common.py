@@ -28,10 +28,12 @@ from proxy.v1.errors import (
     INVALID_REQUEST,
     MISSING_KEY,
     MODEL_NOT_FOUND,
+    UNENCODABLE_TEXT,
     error_response,
     failure_response,
     request_id_for,
 )
+from proxy.v1.failures import record_unexpected_failure
 from telemetry.services.facts import ErrorFact
 
 logger = logging.getLogger(__name__)
@@ -106,8 +108,15 @@ async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
         request.v1_authenticated = await authenticated(request)
     except ClientFailure as failure:
         return failure_response(failure, request_id_for(request))
-    except Exception:
+    except Exception as error:
         logger.exception("client key check failed before the body was read")
+        record_unexpected_failure(
+            error,
+            request_id=request_id_for(request),
+            route=request.path,
+            client_ip=request.META.get("REMOTE_ADDR"),
+            user_agent=request.headers.get("user-agent"),
+        )
         return error_response(INTERNAL, request_id_for(request))
     return None
 
@@ -154,7 +163,9 @@ async def validate(request: HttpRequest, *, model_field: str = "model") -> Valid
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
         raw = request.read()
-        body = json_parse.loads(raw)
+        body = json_parse.client_loads(raw)
+    except json_parse.UnencodableText:
+        raise ClientFailure(UNENCODABLE_TEXT) from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: JSON nested deeper than the parser's recursion limit.
         raise ClientFailure(INVALID_REQUEST) from None

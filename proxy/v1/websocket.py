@@ -24,6 +24,7 @@ import logging
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from proxy import json_parse
 from proxy.dispatch.client_errors import ClientError, ClientFailure
 from proxy.dispatch.dispatcher import Dispatch
 from proxy.dispatch.sse import stream_disconnected_event
@@ -36,8 +37,10 @@ from proxy.v1.errors import (
     INTERNAL,
     INVALID_REQUEST,
     MISSING_KEY,
+    UNENCODABLE_TEXT,
     request_id_from,
 )
+from proxy.v1.failures import record_unexpected_failure
 from proxy.v1.responses import _apply_subagent
 
 logger = logging.getLogger(__name__)
@@ -145,8 +148,16 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             await self.send(error_frame(INVALID_REQUEST))
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             logger.exception("websocket /v1/responses request failed")
+            client_address = self.scope.get("client") or (None,)
+            record_unexpected_failure(
+                error,
+                request_id=request_id,
+                route=ROUTE,
+                client_ip=client_address[0],
+                user_agent=self._headers.get("user-agent"),
+            )
             with contextlib.suppress(Exception):
                 await self.send(error_frame(INTERNAL))
 
@@ -160,7 +171,9 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         if client is None:
             raise ClientFailure(MISSING_KEY)
         try:
-            frame = json.loads(data) if data is not None else None
+            frame = json_parse.client_loads(data) if data is not None else None
+        except json_parse.UnencodableText:
+            raise ClientFailure(UNENCODABLE_TEXT) from None
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise ClientFailure(INVALID_REQUEST) from None
         if not isinstance(frame, dict) or frame.get("type") != "response.create":
