@@ -4,5 +4,7 @@
 ``rules`` — the policy a request carries (read with the client key, one round trip) and the
 pure checks; ``counters`` — the Redis side (one Lua call to admit, one to settle, a read for
 the consoles); ``spend`` — the key's cost today / this month from ``usage_records``;
-``admission`` — what the dispatch calls before scheduling and after the report.
+``estimate`` — what a request reserves of a budget, from ``cost_history`` (the key's and the
+pool's dearest requests); ``admission`` — what the dispatch calls before scheduling and after
+the report.
 """

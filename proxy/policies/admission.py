@@ -2,30 +2,23 @@
 (``refusal``); after its report, what it used (``settle_later``).
 
 A request whose key has no policy costs nothing here (no Redis, no PostgreSQL). With one: the
-allowed-models check needs no store; the counters are one Lua call (plus, once a minute per
-key with a budget, one spend query and one Redis write).
+allowed-models check needs no store; the counters are one Lua call (plus, with a budget, a
+cold admission's reads and one Redis write: below).
 
 **Budget reservations.** With a budget, each admitted request reserves an estimate of its
 cost until it is settled to the real cost (``counters``), so that requests admitted side by
-side cannot together pass the budget by more than one request's cost. The estimate is the
-larger of
+side cannot together pass the budget by more than one request's cost; how the estimate is made
+and what the bound assumes: ``proxy.policies.estimate``. A request is refused for the
+reservations only while the spend **plus what the requests in flight reserved** has reached
+the budget: a request alone (nothing else in flight) is admitted whenever the spend is under
+the budget, whatever its estimate — it can only be made to wait for the key's own requests in
+flight (429 ``key_budget_reserved``, ``Retry-After: 1``).
 
-* the body's input at the model's price: ``body bytes / 4`` tokens (about what a tokenizer
-  makes of English text and JSON; an image's base64 counts more than it costs), uncached, with
-  the service tier's multiplier — the part of the cost the request itself shows;
-* the key's recent cost per request (``cost_hint``: the month's average cost per request from
-  ``usage_records`` at first, then each settled cost, following a new peak at once and
-  decaying by an eighth of the gap per cheaper request) — what the body cannot show: the
-  output (the Codex upstream refuses ``max_output_tokens``, so nothing bounds it in advance)
-  and a continuation's stored history (``previous_response_id``).
-
-A request is refused for the reservations only while the spend **plus what the requests in
-flight reserved** has reached the budget: a request alone (nothing else in flight) is admitted
-whenever the spend is under the budget, whatever its estimate, so an estimate never makes a
-request impossible that fits it — it can only make it wait for the key's own requests in
-flight (429 ``key_budget_reserved``, ``Retry-After: 1``). The bound holds when estimates are at
-least the real costs; a request that costs more than its estimate passes the budget by the
-difference, as before.
+A cold admission (with a budget: the spend, the key's cost high-water or the model's not in
+Redis) reads what is missing from ``usage_records`` (one grouped spend query; one or two for
+the key's high-water, once per budget window; one for the model's, when it is missing or due
+for its refresh every ``MODEL_COST_REFRESH_SECONDS`` — one admission in the pool claims each
+refresh), seeds it and asks again.
 """
 
 from __future__ import annotations
@@ -41,10 +34,15 @@ from proxy.dispatch.client_errors import ClientError
 from proxy.dispatch.types import DispatchRequest
 from proxy.ledger import affinity
 from proxy.policies import counters
-from proxy.policies.counters import Periods
+from proxy.policies.cost_history import key_highest_cost_micro, pool_highest_cost_micro
+from proxy.policies.counters import Estimates, Periods, Seed
+from proxy.policies.estimate import body_estimate_micro, default_estimate_micro
 from proxy.policies.rules import (
+    KeyPolicy,
     day_label,
+    day_start,
     month_label,
+    month_start,
     next_day_start,
     next_month_start,
 )
@@ -123,22 +121,35 @@ def periods_of(now: datetime) -> Periods:
     )
 
 
-# Bytes of a request body per input token, for the reservation's estimate (see above).
-BODY_BYTES_PER_TOKEN = 4
-
-
-def body_estimate_micro(request: DispatchRequest) -> int:
-    """What ``request``'s body alone will cost as input, in micro-USD (its output and any
-    stored history are the key's cost hint's part)."""
-    tier = request.body.get("service_tier")
-    cost = request_cost(
+def _estimates(request: DispatchRequest) -> Estimates:
+    if request.key_policy is None or not request.key_policy.has_budget:
+        return Estimates(model=request.model)
+    return Estimates(
         model=request.model,
-        service_tier=tier if isinstance(tier, str) else None,
-        input_tokens=request.body_bytes // BODY_BYTES_PER_TOKEN,
-        output_tokens=0,
-        cached_tokens=0,
+        body_micro=body_estimate_micro(request),
+        default_micro=default_estimate_micro(request),
     )
-    return round(cost.total * 1_000_000)
+
+
+def _read_seed(policy: KeyPolicy, model: str, missing: int, *, now: datetime) -> Seed:
+    """What a cold admission found ``missing`` (``counters.MISSING_*``), from the usage rows."""
+    day = month = key_high = model_high = None
+    if missing & counters.MISSING_SPEND:
+        spend = key_spend(policy.key_id, now=now)
+        day, month = spend.day_micro, spend.month_micro
+    if missing & counters.MISSING_KEY_HIGH:
+        since = day_start(now) if policy.daily_budget_micro is not None else month_start(now)
+        key_high = key_highest_cost_micro(policy.key_id, since=since, now=now)
+    refreshed = bool(missing & counters.STALE_MODEL_HIGH)  # never with MISSING_MODEL_HIGH
+    if missing & (counters.MISSING_MODEL_HIGH | counters.STALE_MODEL_HIGH):
+        model_high = pool_highest_cost_micro(model, now=now)
+    return Seed(
+        day_micro=day,
+        month_micro=month,
+        key_high_micro=key_high,
+        model_high_micro=model_high,
+        model_high_refreshed=refreshed,
+    )
 
 
 async def refusal(request: DispatchRequest) -> Refusal | None:
@@ -153,23 +164,19 @@ async def refusal(request: DispatchRequest) -> Refusal | None:
     now = timezone.now()
     periods = periods_of(now)
     at_ms = int(now.timestamp() * 1000)
-    estimate = body_estimate_micro(request) if policy.has_budget else 0
+    estimates = _estimates(request)
 
     async def admit() -> counters.Verdict:
         return await counters.admit(
-            policy, request.admission_id, periods, at_ms=at_ms, estimate_micro=estimate
+            policy, request.admission_id, periods, at_ms=at_ms, estimates=estimates
         )
 
     verdict = await admit()
     if verdict.verdict == "cold":
-        spend = await sync_to_async(key_spend, thread_sensitive=False)(policy.key_id, now=now)
-        await counters.seed_spend(
-            policy,
-            periods,
-            day_micro=spend.day_micro,
-            month_micro=spend.month_micro,
-            typical_cost_micro=spend.typical_cost_micro,
+        values = await sync_to_async(_read_seed, thread_sensitive=False)(
+            policy, request.model, verdict.missing, now=now
         )
+        await counters.seed(policy, periods, request.model, values)
         verdict = await admit()
     if verdict.admitted:
         request.key_admitted = True
@@ -215,7 +222,12 @@ def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
     periods = periods_of(timezone.now())
     affinity.submit_call(
         counters.settle_call(
-            policy, in_flight_member(request), periods, tokens=tokens, cost_micro=cost
+            policy,
+            in_flight_member(request),
+            periods,
+            model=request.model,
+            tokens=tokens,
+            cost_micro=cost,
         )
     )
 
