@@ -11,7 +11,8 @@ reservation is given back on every exit (an answer, an error, a client gone, a c
 TTL).
 
 The review's attacks (branch review34, commit f130c8f: a new key's small bodies with dear
-answers spent 7.75× its budget) are the first three tests. The original (2.0.0) has no per-key
+answers spent 7.75× its budget) are the first two tests: 30 at once and 50 mixed in process,
+and 30 on the real web process. The original (2.0.0) has no per-key
 budgets (they are this project's issue 25), so no test of its is mirrored here.
 """
 
