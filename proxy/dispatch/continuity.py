@@ -366,10 +366,8 @@ def owner_request(request: DispatchRequest, continuity: Continuity) -> DispatchR
     stored = continuity.stored_turn_state
     if stored is None or "x-codex-turn-state" in identity.context:
         return request
-    with_state = ClientIdentity(
-        values=identity.values,
-        client_request_id=identity.client_request_id,
-        context={"x-codex-turn-state": stored, **identity.context},
+    with_state = dataclasses.replace(
+        identity, context={"x-codex-turn-state": stored, **identity.context}
     )
     return dataclasses.replace(request, client_identity=with_state)
 
@@ -379,9 +377,8 @@ async def replay_request(request: DispatchRequest, continuity: Continuity) -> Di
     previous id, no turn state."""
     history = await continuity.history()
     identity = request.client_identity
-    without_state = ClientIdentity(
-        values=identity.values,
-        client_request_id=identity.client_request_id,
+    without_state = dataclasses.replace(
+        identity,
         context={k: v for k, v in identity.context.items() if k != "x-codex-turn-state"},
     )
     return dataclasses.replace(
