@@ -369,6 +369,28 @@ def test_a_keys_own_id_whose_record_lapsed_is_tried_on_the_account_that_made_it(
     assert upstream.tokens_called()[2:] == ["tok-b"]
 
 
+def test_a_lapsed_id_whose_ledger_row_names_no_key_is_nobodys(
+    proxy, upstream, client_key, key_b, redis_client
+):
+    # A row without a key (one imported from the original's ledger, say) proves nobody's
+    # ownership: like a record without clientKeyId, its id is answered as never existing.
+    make_pool_account("tok-a")
+    a_id = _completed(_turn(proxy, client_key, SECRET))["id"]
+    proxy.drain()
+    UsageRecord.objects.filter(response_id=a_id).update(client_api_key_id=None)
+    redis_client.delete(_record_key(a_id))
+    before = len(upstream.requests)
+
+    answers = [_turn(proxy, key, "again", previous=a_id) for key in (key_b, client_key)]
+    after = len(upstream.requests)
+    unknown_id = _unknown_id()
+    unknown = _turn(proxy, key_b, "again", previous=unknown_id)
+
+    assert after == before
+    for answer in answers:
+        _assert_never_existed(answer, unknown, a_id, unknown_id)
+
+
 def test_key_b_before_the_ledger_row_of_key_as_answer_is_written_meets_its_record(
     proxy, upstream, client_key, key_b, settings
 ):
