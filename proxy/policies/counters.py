@@ -22,6 +22,11 @@
 
 Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing but
 the removal of a crashed worker's stale members); settlement is one more, after the response.
+The same script also answers, without writing, whether a request would be admitted (``peek``:
+a client WebSocket frame that waits behind the socket's running request), and raises the
+reservation of a request admitted before its body was read once its body is known
+(``confirm``: issue 35 item 4, ``proxy.policies.early``); ``withdraw`` undoes an admission no
+dispatch took over.
 After a FLUSHALL every counter starts from zero and the spend is recomputed from PostgreSQL:
 nothing breaks, nothing goes negative, no reservation is left behind.
 """
@@ -57,57 +62,101 @@ MAX_RESERVATION_MICRO = 10_000 * 1_000_000
 # KEYS: requests, tokens (current window), in flight, spend day, spend month, cost hint
 # ARGV: now_ms, window_ms, rpm, tpm, concurrency, day budget, month budget (-1 = none),
 #       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms,
-#       the body's estimate (micro-USD)
-# Returns {verdict, retry_after_ms, reserved micro-USD}; verdict: ok | cold | day_budget |
-# month_budget | day_reserved | month_reserved | requests | tokens | concurrency.
+#       the body's estimate (micro-USD), mode, own member ('' = none)
+# Modes (one script, so that the three apply the same rules):
+#   admit    check everything, then count the request and write its in-flight member;
+#   peek     the same checks, no write: would a request be admitted now? ``own`` (a member)
+#            is not counted — the caller's running request that this one will follow; a spend
+#            not cached passes (the admission computes it);
+#   confirm  for a request admitted earlier (member ``own``, before its body was read): its
+#            member is refreshed and, with a budget, its reservation raised to the estimate
+#            when that is larger — after the budget checks again (the other requests in flight
+#            may have reserved the rest meanwhile); refused, the admission is undone (member
+#            and window entry), as if it had never counted. ``gone``: the member is no longer
+#            there (older than the slot TTL).
+# Returns {verdict, retry_after_ms, reserved micro-USD}; verdict: ok | cold | gone |
+# day_budget | month_budget | day_reserved | month_reserved | requests | tokens | concurrency.
 _ADMIT = """
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local rpm, tpm, concurrency = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local day_budget, month_budget = tonumber(ARGV[6]), tonumber(ARGV[7])
+local id = ARGV[8]
 local slot_ttl = tonumber(ARGV[9])
+local mode, own = ARGV[14], ARGV[15]
+local live_after = '(' .. string.format('%d', now - slot_ttl)
 -- A crashed worker's requests (no heartbeat for a slot TTL) hold no slot and no reservation.
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl)
+if mode ~= 'peek' then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl) end
+if mode == 'confirm' and not redis.call('ZSCORE', KEYS[3], own) then
+  return {'gone', 0, 0}
+end
+local function refuse(verdict, retry_after_ms)
+  if mode == 'confirm' then
+    redis.call('ZREM', KEYS[3], own)
+    redis.call('ZREM', KEYS[1], id)
+  end
+  return {verdict, retry_after_ms, 0}
+end
+-- The requests in flight but ``own``: how many, and what they reserved.
+local others, reserved = 0, 0
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], live_after, '+inf')) do
+  if member ~= own then
+    others = others + 1
+    reserved = reserved + (tonumber(string.match(member, ':(%d+)$')) or 0)
+  end
+end
 local estimate = 0
 if day_budget >= 0 or month_budget >= 0 then
   local day = redis.call('GET', KEYS[4])
   local month = redis.call('GET', KEYS[5])
-  if (day_budget >= 0 and not day) or (month_budget >= 0 and not month) then
-    return {'cold', 0, 0}
+  local cold = (day_budget >= 0 and not day) or (month_budget >= 0 and not month)
+  if cold and mode ~= 'peek' then return {'cold', 0, 0} end
+  if not cold then
+    day, month = tonumber(day or '0'), tonumber(month or '0')
+    if day_budget >= 0 and day >= day_budget then
+      return refuse('day_budget', tonumber(ARGV[11]) - now)
+    end
+    if month_budget >= 0 and month >= month_budget then
+      return refuse('month_budget', tonumber(ARGV[12]) - now)
+    end
+    if day_budget >= 0 and day + reserved >= day_budget then
+      return refuse('day_reserved', 1000)
+    end
+    if month_budget >= 0 and month + reserved >= month_budget then
+      return refuse('month_reserved', 1000)
+    end
+    estimate = math.max(tonumber(ARGV[13]), tonumber(redis.call('GET', KEYS[6]) or '0'))
   end
-  day, month = tonumber(day or '0'), tonumber(month or '0')
-  if day_budget >= 0 and day >= day_budget then
-    return {'day_budget', tonumber(ARGV[11]) - now, 0}
-  end
-  if month_budget >= 0 and month >= month_budget then
-    return {'month_budget', tonumber(ARGV[12]) - now, 0}
-  end
-  local reserved = 0
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    reserved = reserved + (tonumber(string.match(member, ':(%d+)$')) or 0)
-  end
-  if day_budget >= 0 and day + reserved >= day_budget then
-    return {'day_reserved', 1000, 0}
-  end
-  if month_budget >= 0 and month + reserved >= month_budget then
-    return {'month_reserved', 1000, 0}
-  end
-  estimate = math.max(tonumber(ARGV[13]), tonumber(redis.call('GET', KEYS[6]) or '0'))
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if rpm >= 0 and redis.call('ZCARD', KEYS[1]) >= rpm then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if mode == 'confirm' then
+  local held = tonumber(string.match(own, ':(%d+)$')) or 0
+  if estimate <= held then
+    redis.call('ZADD', KEYS[3], 'XX', now, own)
+    redis.call('PEXPIRE', KEYS[3], slot_ttl)
+    return {'ok', 0, held}
+  end
+  redis.call('ZREM', KEYS[3], own)
+  redis.call('ZADD', KEYS[3], now, id .. ':' .. string.format('%d', estimate))
+  redis.call('PEXPIRE', KEYS[3], slot_ttl)
+  return {'ok', 0, estimate}
+end
+local window_after = '(' .. string.format('%d', now - window)
+if mode == 'admit' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window) end
+if rpm >= 0 and redis.call('ZCOUNT', KEYS[1], window_after, '+inf') >= rpm then
+  local oldest = redis.call(
+    'ZRANGEBYSCORE', KEYS[1], window_after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   return {'requests', tonumber(oldest[2]) + window - now, 0}
 end
 if tpm >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= tpm then
   return {'tokens', tonumber(ARGV[10]) - now, 0}
 end
-if concurrency >= 0 and redis.call('ZCARD', KEYS[3]) >= concurrency then
+if concurrency >= 0 and others >= concurrency then
   return {'concurrency', 1000, 0}
 end
-redis.call('ZADD', KEYS[1], now, ARGV[8])
+if mode == 'peek' then return {'ok', 0, estimate} end
+redis.call('ZADD', KEYS[1], now, id)
 redis.call('PEXPIRE', KEYS[1], window)
-redis.call('ZADD', KEYS[3], now, ARGV[8] .. ':' .. string.format('%d', estimate))
+redis.call('ZADD', KEYS[3], now, id .. ':' .. string.format('%d', estimate))
 redis.call('PEXPIRE', KEYS[3], slot_ttl)
 return {'ok', 0, estimate}
 """
@@ -201,6 +250,80 @@ async def admit(
     (``admission_id``) reserving the larger of ``estimate_micro`` (the body's) and the key's
     recent cost per request. Verdict ``cold`` = a budget's spend is not cached: nothing was
     written."""
+    return await _run_admission(
+        "admit", policy, admission_id, periods, at_ms=at_ms, estimate_micro=estimate_micro
+    )
+
+
+async def peek(
+    policy: KeyPolicy,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int = 0,
+    not_counting: str | None = None,
+) -> Verdict:
+    """Would a request be admitted now? The admission's checks in one Lua call that writes
+    nothing; the in-flight member ``not_counting`` (the running request the asking one will
+    follow) is left out of the concurrency and the reservations. A spend that is not cached
+    passes (the admission itself computes it)."""
+    return await _run_admission(
+        "peek",
+        policy,
+        "",
+        periods,
+        at_ms=at_ms,
+        estimate_micro=estimate_micro,
+        own=not_counting or "",
+    )
+
+
+async def confirm(
+    policy: KeyPolicy,
+    admission_id: str,
+    member: str,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int = 0,
+) -> Verdict:
+    """For a request admitted before its body was read (in-flight ``member``): refresh the
+    member and, with a budget, raise its reservation to ``estimate_micro`` (or the key's cost
+    hint) when that is larger, after checking the budgets again. One Lua call. Refused, the
+    admission is undone (it counts for nothing); ``gone``: the member had lapsed (older than
+    the slot TTL) and the request is admitted by no one; ``cold``: the spend is not cached."""
+    return await _run_admission(
+        "confirm",
+        policy,
+        admission_id,
+        periods,
+        at_ms=at_ms,
+        estimate_micro=estimate_micro,
+        own=member,
+    )
+
+
+async def withdraw(policy: KeyPolicy, admission_id: str, member: str) -> None:
+    """Undo an admission that no dispatch took over (its request ended before: a 400, a 404,
+    the client gone while sending the body): its in-flight member and its entry in the
+    requests window go, so it counts for nothing. One round trip."""
+    redis = await async_redis.get()
+    async with redis.pipeline(transaction=False) as pipeline:
+        pipeline.zrem(redis_keys.key_policy_in_flight(policy.key_id), member)
+        pipeline.zrem(redis_keys.key_policy_requests(policy.key_id), admission_id)
+        await pipeline.execute()
+
+
+async def _run_admission(
+    mode: str,
+    policy: KeyPolicy,
+    admission_id: str,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int,
+    own: str = "",
+) -> Verdict:
     key_id = policy.key_id
     window_start = tokens_window_start(at_ms)
     keys = [
@@ -225,11 +348,14 @@ async def admit(
         periods.next_day_ms,
         periods.next_month_ms,
         max(0, min(estimate_micro, MAX_RESERVATION_MICRO)),
+        mode,
+        own,
     ]
     redis = await async_redis.get()
     verdict, retry_after_ms, reserved = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
     verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
-    seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if verdict not in ("ok", "cold") else 0
+    refused = verdict not in ("ok", "cold", "gone")
+    seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if refused else 0
     return Verdict(verdict, seconds, int(reserved))
 
 
