@@ -8,9 +8,11 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: run test audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
 
+# A new venv of Python 3.11 comes with setuptools 65.5 (CVE-2024-6345, CVE-2025-47273): upgraded
+# with pip.
 $(INSTALLED): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip "setuptools>=78.1.1"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	@touch $(INSTALLED)
 

@@ -18,11 +18,33 @@ REPLACEMENT_CHARACTER = "\ufffd"
 
 def storable_update(value: Any) -> Any:
     """``value`` (a parsed update) with NUL and lone surrogates in every string, keys
-    included, replaced by U+FFFD (containers are copied)."""
+    included, replaced by U+FFFD (containers are copied). Iterative, so a value nested as deep
+    as the JSON parser accepts (800 levels inside ``message``) is cleaned like any other
+    instead of exceeding Python's recursion limit."""
+    if not isinstance(value, dict | list):
+        return _storable_leaf(value)
+    root: dict | list = {} if isinstance(value, dict) else []
+    pending: list[tuple[dict | list, dict | list]] = [(value, root)]
+    while pending:
+        source, copy = pending.pop()
+        if isinstance(source, dict):
+            for key, item in source.items():
+                copy[_storable_leaf(key)] = _copy_of(item, pending)  # type: ignore[index]
+        else:
+            copy.extend(_copy_of(item, pending) for item in source)  # type: ignore[union-attr]
+    return root
+
+
+def _copy_of(item: Any, pending: list) -> Any:
+    """A cleaned leaf, or an empty container queued on ``pending`` to be filled."""
+    if isinstance(item, dict | list):
+        copy: dict | list = {} if isinstance(item, dict) else []
+        pending.append((item, copy))
+        return copy
+    return _storable_leaf(item)
+
+
+def _storable_leaf(value: Any) -> Any:
     if isinstance(value, str):
         return _UNSTORABLE_CHARACTERS.sub(REPLACEMENT_CHARACTER, value)
-    if isinstance(value, dict):
-        return {storable_update(key): storable_update(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [storable_update(item) for item in value]
     return value

@@ -10,7 +10,8 @@ class AdminSiteConfig(AdminConfig):
 
 
 class ProjectConfig(AppConfig):
-    """The project's own wiring as an app: records the schema history after every migrate."""
+    """The project's own wiring as an app: records the schema history after every migrate and
+    installs the linear cookie unquoting (config/cookie_safety.py)."""
 
     name = "config"
     label = "project"
@@ -19,7 +20,11 @@ class ProjectConfig(AppConfig):
     def ready(self) -> None:
         from django.apps import apps
 
+        from config import cookie_safety
         from config.schema_history import record_schema_history_after_migrate
+
+        # Before any request is served: no quadratic cookie unquoting (CVE-2024-7592).
+        cookie_safety.install()
 
         # Django sends post_migrate only to apps with a models module, once per app and after
         # the whole migrate run; listening to one such app records the history once per run.

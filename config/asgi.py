@@ -89,7 +89,10 @@ http_application = InFlightRequests(
 )
 # The client-facing WebSocket of /v1/responses (the Codex CLI's `supports_websockets`).
 # Behind the same trusted-proxy resolution and Host check as HTTP /v1 (config/websocket_gate.py).
-websocket_application = WebSocketGate(URLRouter([path("v1/responses", ResponsesSocket.as_asgi())]))
+websocket_application = WebSocketGate(
+    URLRouter([path("v1/responses", ResponsesSocket.as_asgi())]),
+    paths=frozenset({"/v1/responses"}),
+)
 application = ProtocolTypeRouter(
     {
         "http": http_application,

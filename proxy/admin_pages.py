@@ -49,6 +49,8 @@ class AccountImportForm(forms.Form):
             cleaned["payload"] = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise forms.ValidationError("That is not JSON.") from None
+        except RecursionError:
+            raise forms.ValidationError("That JSON is nested too deep.") from None
         return cleaned
 
 

@@ -16,6 +16,12 @@ triggers.
 The sum only grows (each bump adds one to a row; a bump that finds every row locked by other
 writers inserts a new one rather than wait), so "newer" is simply "larger". Requests get
 copies of the account views: the request path updates its candidates in place.
+
+The same version tells this loop's upstream WebSocket pool that accounts changed: each
+snapshot a request gets is handed to it (``follow_account_statuses``), and an account whose
+status moved — an operator disabling it in the admin API or the Django admin, whichever
+process served that — has its pooled sockets evicted (spec §6.3). A process holding pooled
+sockets but serving no requests checks the version on the pool's sweep.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView, accounts_from_json
 from proxy.clients.codex import FingerprintHeaders, render_fingerprint
+from proxy.clients.codex.ws_pool import WebSocketPool, on_sweep, websocket_pool
 from proxy.dispatch.scheduler import SchedulerSettings
 from proxy.loop_resources import (
     DATABASE_ACQUIRE_TIMEOUT_SECONDS,
@@ -82,6 +89,8 @@ class PoolSnapshot:
     accounts: tuple[AccountView, ...]
     # Per account (same order): the words of its label, for account groups.
     label_words: tuple[frozenset[str], ...]
+    # Account id → status, for the WebSocket pools' eviction (ws_pool.follow_account_statuses).
+    statuses: dict[str, str] = field(default_factory=dict)
     # Account id → until when its daily burn cap holds it back (issue 25; proxy.daily_burn).
     burn_capped_until: dict[str, datetime] = field(default_factory=dict)
 
@@ -120,6 +129,7 @@ def _snapshot_from_row(row: tuple) -> PoolSnapshot:
         until = candidate.pop("burn_capped_until", None)
         if until is not None:
             capped[candidate["id"]] = datetime.fromisoformat(until)
+    accounts = tuple(accounts_from_json(rows))
     return PoolSnapshot(
         version=int(version),
         aliases=clean_aliases(aliases),
@@ -129,9 +139,10 @@ def _snapshot_from_row(row: tuple) -> PoolSnapshot:
             request_interval_ms=interval if interval is not None else 50,
         ),
         fingerprint=render_fingerprint(fingerprint),
-        accounts=tuple(accounts_from_json(rows)),
+        accounts=accounts,
         label_words=words,
         burn_capped_until=capped,
+        statuses={account.id: account.status for account in accounts},
     )
 
 
@@ -168,6 +179,18 @@ class _Reader:
                     raise
         raise AssertionError("unreachable")
 
+    async def version(self) -> int:
+        """The current version (one small statement, within the database budget)."""
+        async with asyncio.timeout(DATABASE_ACQUIRE_TIMEOUT_SECONDS):
+            try:
+                connection = await self._live_connection()
+                cursor = await connection.execute("select " + POOL_VERSION_SQL)
+                row = await cursor.fetchone()
+            except BaseException:
+                await self.close()
+                raise
+        return int(row[0])
+
     async def _live_connection(self) -> psycopg.AsyncConnection:
         connection = self._connection
         if connection is not None and not connection_is_alive(connection):
@@ -202,8 +225,27 @@ async def pool_snapshot(version: int) -> PoolSnapshot:
     """The snapshot at ``version`` (the key lookup's reading) or newer: the one in memory, or
     read again (one statement) when it is older. Requests that find it old share one reading:
     the one in flight, and when that one turns out older than what they saw (it started before
-    their key lookup), the next one, which cannot be. Raises the database's errors (the
-    caller maps them)."""
+    their key lookup), the next one, which cannot be. This loop's WebSocket pool takes in the
+    snapshot's account statuses (evicting accounts that changed). Raises the database's
+    errors (the caller maps them)."""
+    snapshot = await _snapshot_at_least(version)
+    websocket_pool.get_or_create().follow_account_statuses(snapshot.version, snapshot.statuses)
+    return snapshot
+
+
+async def _follow_while_serving_nothing(pool: WebSocketPool) -> None:
+    """After a pool's sweep: a pool holding sockets reads the current version and, when it
+    moved, the snapshot, so that a process serving no requests still evicts an account an
+    operator changed elsewhere (in another process). One small statement per sweep."""
+    if not pool.has_sockets():
+        return
+    await pool_snapshot(await _readers.get_or_create().version())
+
+
+on_sweep(_follow_while_serving_nothing)
+
+
+async def _snapshot_at_least(version: int) -> PoolSnapshot:
     global _current
     current = _current
     if current is not None and current.version >= version:

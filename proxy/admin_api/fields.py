@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from proxy.admin_api.envelope import bad_request
+from proxy.storable_text import unstorable_text
 
 LONGEST_ID = 128
 MOST_IDS = 1000
@@ -60,18 +61,21 @@ def optional_text(value: Any, name: str, *, longest: int) -> str | None:
 
 def refuse_nul(value: Any, where: str) -> None:
     """40001 when a text anywhere in ``value`` (a query value, a JSON body: keys and strings at
-    any depth) holds a NUL character, which PostgreSQL refuses in text: a clear answer in the
-    envelope instead of a 500 from the database."""
+    any depth) holds what PostgreSQL cannot store in text — a NUL character, or a lone
+    surrogate (JSON's ``"\\ud800"``, which no UTF-8 can carry): a clear answer in the envelope
+    instead of a 500 from the database."""
     stack = [(value, where)]
     while stack:
         item, name = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise bad_request(f"{name} contains a NUL character")
+            problem = unstorable_text(item)
+            if problem is not None:
+                raise bad_request(f"{name} contains {problem}")
         elif isinstance(item, dict):
             for key, child in item.items():
-                if isinstance(key, str) and "\x00" in key:
-                    raise bad_request(f"a key of {name} contains a NUL character")
+                problem = unstorable_text(key) if isinstance(key, str) else None
+                if problem is not None:
+                    raise bad_request(f"a key of {name} contains {problem}")
                 stack.append((child, str(key)))
         elif isinstance(item, list | tuple):
             stack.extend((child, name) for child in item)

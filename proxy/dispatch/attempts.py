@@ -124,7 +124,7 @@ class _SSEStrategy:
         return _encoded(self.fields(request, account_id))
 
     def fields(self, request: DispatchRequest, account_id: str) -> dict:
-        return scoped_body(request.body, request.client_identity, account_id)
+        return scoped_body(request.body, request.client_identity, account_id, request.request_id)
 
     async def run(
         self,
@@ -233,6 +233,11 @@ class StreamStrategy(_SSEStrategy):
         except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
             return _of_stream(_broken_read(error), stream)
+        except BaseException:
+            # The client left while the stream was held (after response.created, before any
+            # output): the upstream stops with it, not when its whole answer has arrived.
+            stream.close()
+            raise
         if _failed_before_output(progress):
             # A failure the rotation does not move on from (e.g. ``invalid_prompt``): the
             # client gets the original's error answer, not the upstream's event.
@@ -282,6 +287,11 @@ class CompleteStrategy(_SSEStrategy):
         except (codex.CodexTransportError, SSEFrameTooLarge) as error:
             stream.close()
             return _of_stream(_broken_read(error), stream)
+        except BaseException:
+            # The client left during the read (a non-stream answer is read whole before a
+            # byte is sent): the upstream stream is closed at once, not read to its end.
+            stream.close()
+            raise
         stream.release()
         terminal = progress.terminal
         if progress.terminal_event is None or terminal is None:

@@ -22,7 +22,8 @@ from django.utils import timezone
 from proxy.accounts import AccountView
 from proxy.clients import codex
 from proxy.dispatch import scheduler
-from proxy.dispatch.account_effects import apply_account_effect, quota_still_blocked
+from proxy.dispatch.account_call import call_account
+from proxy.dispatch.account_effects import apply_account_effect
 from proxy.dispatch.attempts import CompactStrategy, CompleteStrategy, Strategy, StreamStrategy
 from proxy.dispatch.candidate_queue import CandidateQueue
 from proxy.dispatch.client_errors import (
@@ -45,9 +46,8 @@ from proxy.dispatch.continuity import (
     replay_request,
     variant_hash,
 )
-from proxy.dispatch.cookies import captured_cookies, cookie_header
 from proxy.dispatch.eligibility_wait import wait_for_an_account
-from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.dispatch.failures import AttemptFailure
 from proxy.dispatch.keep_alive import KeepAlive
 from proxy.dispatch.relay import StreamRelay
 from proxy.dispatch.scheduler import ConversationLookup, Slot
@@ -65,8 +65,7 @@ from proxy.dispatch.types import (
     Served,
     StreamEnd,
 )
-from proxy.dispatch.unknown_previous import never_existed
-from proxy.dispatch.upstream_request import request_headers
+from proxy.dispatch.unknown_previous import for_upstream_refusal, never_existed
 from proxy.ledger import affinity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import build_entry
@@ -324,8 +323,18 @@ class Dispatch:
         self._notes.append(AttemptNote(self._attempt_index, slot.account.id, failure))
         self._attempt_index += 1
 
+    async def _call(self, slot: Slot) -> Committed | CompactResult | AttemptFailure:
+        """One attempt on ``slot``'s account with the request as it is sent now."""
+        return await call_account(
+            self._strategy,
+            sent=self._sent,
+            slot=slot,
+            attempt_index=self._attempt_index,
+            cookies=self._cookies,
+        )
+
     async def _attempt_with_refresh(self, slot: Slot) -> Committed | CompactResult | AttemptFailure:
-        outcome = await self._attempt(slot)
+        outcome = await self._call(slot)
         # A 401: one refresh of this account and one retry on it (token_retry).
         if (
             not self._token_refresh_spent
@@ -333,7 +342,7 @@ class Dispatch:
             and (self._spend_token_refresh() or await refresh_for_retry(slot.account))
         ):
             self._note(slot, outcome)
-            outcome = await self._attempt(slot)
+            outcome = await self._call(slot)
             if wants_token_refresh(outcome, slot.account):
                 await give_up_after_refresh(slot.account)
         return outcome
@@ -388,57 +397,11 @@ class Dispatch:
             for note in self._notes
             if note.failure is not None and note.failure.kind == failure.kind
         )
-        self._fail(client_error_for(failure, self._exhausted_count))
+        error = client_error_for(failure, self._exhausted_count)
+        self._fail(for_upstream_refusal(error, failure, self.request))
 
     def _spend_token_refresh(self) -> bool:
         """Mark this request's one token refresh as used; False, so that the condition it
         sits in goes on to the refresh itself."""
         self._token_refresh_spent = True
         return False
-
-    # ------------------------------------------------------------------------- one attempt
-
-    def _headers(self, account: AccountView, call: codex.Call, url: str) -> list[tuple[str, str]]:
-        request = self._sent
-        return codex.build_headers(
-            call,
-            fingerprint=request.fingerprint,
-            credentials=codex.Credentials.of(account),
-            request_headers=request_headers(
-                client=request.client_identity,
-                account_id=account.id,
-                request_id=request.request_id,
-                subagent=request.subagent,
-            ),
-            cookie=cookie_header(account.cookies, url=url, now=timezone.now()),
-        )
-
-    async def _attempt(self, slot: Slot) -> Committed | CompactResult | AttemptFailure:
-        """One account: pacing, the usage check of a just-lifted quota, the call itself."""
-        account = slot.account
-        strategy = self._strategy
-        if strategy.paced:
-            await scheduler.pace(slot, self.request.scheduler_settings.request_interval_ms)
-        if account.quota_verify_required and await quota_still_blocked(
-            account, self.request.fingerprint
-        ):
-            return AttemptFailure(
-                FailureKind.RATE_LIMITED,
-                detail="rate-limited: Upstream usage quota still reports limit_reached",
-                answered=False,
-            )
-        url = codex.compact_url() if strategy.call is codex.Call.COMPACT else codex.responses_url()
-        cookies_seen: list[str] = []
-        try:
-            return await strategy.run(
-                self._sent,
-                slot,
-                self._attempt_index,
-                self._headers(account, strategy.call, url),
-                cookies_seen,
-            )
-        finally:
-            if cookies_seen:
-                found = captured_cookies(cookies_seen, url=url, now=timezone.now())
-                if found:
-                    self._cookies.append((account.id, tuple(found)))

@@ -1,8 +1,9 @@
-"""What one attempt sends upstream besides the fixed headers (spec §2.2, §2.3, §2.5): the body
-with the client's identity fields replaced by the account's pseudonyms, and the per-request
-headers (client request id, identity pseudonyms, forwarded context, subagent).
+"""What one attempt sends upstream besides the fixed headers (spec §1.4, §1.5, §2.3, §2.5): the
+body with the client's identity replaced by the account's, and the per-request headers (client
+request id, installation id, identity pseudonyms, forwarded context, subagent).
 
-The fixed headers and their wire order are the Codex client's (``proxy.clients.codex``).
+The rewrite itself is ``wire_identity``'s; the fixed headers and every call's wire order are the
+Codex client's (``proxy.clients.codex``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy import identity
+from proxy.dispatch.wire_identity import (
+    TOP_LEVEL_KEYS,
+    AccountScope,
+    scope_metadata,
+    scope_top_level,
+)
 
 # --------------------------------------------------------------------------- identity inputs
 
@@ -29,7 +35,8 @@ _IDENTITY_FIELDS = (
         "x-codex-parent-thread-id",
     ),
 )
-# Context forwarded as upstream headers unchanged: (body key, header name).
+# Context forwarded as upstream headers (body key, header name); the turn metadata has the ids
+# in it replaced by the account's.
 _CONTEXT_FIELDS = (
     ("turnState", "x-codex-turn-state"),
     ("turnMetadata", "x-codex-turn-metadata"),
@@ -37,6 +44,9 @@ _CONTEXT_FIELDS = (
     ("version", "version"),
     ("includeTimingMetrics", "x-responsesapi-include-timing-metrics"),
 )
+# client_metadata["x-openai-subagent"] values that become the upstream header (spec §1.4).
+SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "collab_spawn"})
+SUBAGENT_HEADER = "x-openai-subagent"
 
 
 # A header value the client's body may set: no control character (CR and LF above all: a
@@ -65,6 +75,11 @@ class ClientIdentity:
     values: dict[str, str] = field(default_factory=dict)  # pseudonym domain -> client value
     client_request_id: str | None = None
     context: dict[str, str] = field(default_factory=dict)  # upstream header -> value
+    # (account id, request id) -> that account's scope: every pseudonym computed once for the
+    # headers and the body of an attempt.
+    scopes: dict[tuple[str, str], AccountScope] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -77,8 +92,17 @@ def _text(value: Any) -> str | None:
     return None
 
 
+def _subagent(metadata: dict) -> str | None:
+    value = metadata.get(SUBAGENT_HEADER)
+    if isinstance(value, str) and value.strip() in SUBAGENTS:
+        return value.strip()
+    return None
+
+
 def read_client_identity(body: dict, headers: dict[str, str]) -> ClientIdentity:
-    """Collect identity inputs: body top level, then ``client_metadata``, then headers.
+    """Collect identity inputs: body top level, then ``client_metadata``, then headers; and the
+    context headers (body camelCase field, else the client's header), with the subagent that
+    ``client_metadata`` names.
 
     Raises InvalidHeaderValue when a value that is copied into an upstream header cannot be one.
     """
@@ -93,79 +117,87 @@ def read_client_identity(body: dict, headers: dict[str, str]) -> ClientIdentity:
     prompt_cache_key = _text(body.get("prompt_cache_key"))
     if prompt_cache_key:
         identity_inputs.values["prompt-cache-key"] = prompt_cache_key
-    identity_inputs.client_request_id = _text(metadata.get("x-client-request-id")) or headers.get(
-        "x-client-request-id"
+    identity_inputs.client_request_id = (
+        _text(body.get("x-client-request-id"))
+        or _text(metadata.get("x-client-request-id"))
+        or headers.get("x-client-request-id")
     )
     for body_key, header in _CONTEXT_FIELDS:
         value = _text(body.get(body_key)) or headers.get(header)
         if value:
-            # Sent upstream as they are (identity values above are hashed into pseudonyms).
             identity_inputs.context[header] = _header_safe(header, value)
+    subagent = _subagent(metadata)
+    if subagent:
+        identity_inputs.context[SUBAGENT_HEADER] = subagent
     return identity_inputs
 
 
-def scoped_body(body: dict, client: ClientIdentity, account_id: str) -> dict:
-    """The body with identity fields the client sent as top-level strings (and matching
-    ``client_metadata`` entries) replaced by this account's pseudonyms. Key order is kept.
-    The client's own ``client_metadata["x-client-request-id"]`` never goes upstream: the
-    header carries its scoped form."""
-    metadata = body.get("client_metadata")
-    if not client.values and not (isinstance(metadata, dict) and "x-client-request-id" in metadata):
-        return body
-    scoped = dict(body)
-    if "prompt-cache-key" in client.values and isinstance(body.get("prompt_cache_key"), str):
-        scoped["prompt_cache_key"] = identity.scoped_id(
-            "prompt-cache-key", account_id, client.values["prompt-cache-key"]
+def account_scope(client: ClientIdentity, account_id: str, request_id: str) -> AccountScope:
+    """The scope of ``client`` on ``account_id`` for the request ``request_id``: computed at the
+    first attempt on that account, reused by its headers and body and by a retry there."""
+    key = (account_id, request_id)
+    scope = client.scopes.get(key)
+    if scope is None:
+        scope = client.scopes[key] = AccountScope.of(
+            client.values,
+            client_request_id=client.client_request_id or request_id,
+            account_id=account_id,
         )
-    for body_key, _, _, domain, _ in _IDENTITY_FIELDS:
-        if isinstance(body.get(body_key), str) and domain in client.values:
-            scoped[body_key] = identity.scoped_id(domain, account_id, client.values[domain])
+    return scope
+
+
+def scoped_body(body: dict, client: ClientIdentity, account_id: str, request_id: str) -> dict:
+    """The responses body for one account (spec §2.5, the original's
+    ``response_upstream_request``): the identity fields the client sent as top-level strings
+    and an object ``client_metadata`` carry the account's values (``wire_identity``); an absent
+    or non-object ``client_metadata`` is left as it is. Key order is kept."""
+    metadata = body.get("client_metadata")
+    if not isinstance(metadata, dict) and TOP_LEVEL_KEYS.isdisjoint(body):
+        return body
+    scope = account_scope(client, account_id, request_id)
+    scoped = scope_top_level(body, scope)
     if isinstance(metadata, dict):
-        new_metadata = dict(metadata)
-        for _, metadata_key, _, domain, _ in _IDENTITY_FIELDS:
-            if metadata_key in new_metadata and domain in client.values:
-                new_metadata[metadata_key] = identity.scoped_id(
-                    domain, account_id, client.values[domain]
-                )
-        if "x-client-request-id" in new_metadata:
-            new_metadata.pop("x-client-request-id")
-        scoped["client_metadata"] = new_metadata
+        scoped["client_metadata"] = scope_metadata(
+            metadata, scope, turn_metadata=client.context.get("x-codex-turn-metadata")
+        )
     return scoped
+
+
+def compact_body(body: dict, client: ClientIdentity, account_id: str, request_id: str) -> dict:
+    """The body of ``/codex/responses/compact`` for one account (spec §1.5, the original's
+    ``compact_upstream_request``): identity fields scoped, and ``client_metadata`` (created when
+    absent, a non-object left alone) carrying the account's ids."""
+    scope = account_scope(client, account_id, request_id)
+    scoped = scope_top_level(body, scope)
+    metadata = scoped.get("client_metadata", {})
+    if isinstance(metadata, dict):
+        scoped["client_metadata"] = scope_metadata(metadata, scope, turn_metadata=None)
+    return scoped
+
+
+# (pseudonym domain, upstream header) of the identity headers.
+_IDENTITY_HEADERS = tuple((domain, header) for *_, domain, header in _IDENTITY_FIELDS)
 
 
 def request_headers(
     *, client: ClientIdentity, account_id: str, request_id: str, subagent: str | None
 ) -> dict[str, str]:
-    """The per-request upstream headers of one attempt on ``account_id``, in sending order."""
-    values: dict[str, str] = {
-        "x-client-request-id": identity.client_request_id(
-            account_id, client.client_request_id or request_id
-        )
+    """The per-request upstream headers of one attempt on ``account_id`` (the Codex client puts
+    them in the call's order): the account's client request id and installation id, the
+    pseudonyms of the client's identity values, the context (turn metadata scoped) and the
+    subagent (``subagent``, else the one ``client_metadata`` names)."""
+    scope = account_scope(client, account_id, request_id)
+    values = {
+        "x-client-request-id": scope.client_request_id,
+        "x-codex-installation-id": scope.installation_id,
     }
-    if "x-codex-turn-state" in client.context:
-        values["x-codex-turn-state"] = client.context["x-codex-turn-state"]
-    for _, _, _, domain, header in _IDENTITY_FIELDS:
-        if domain in client.values:
-            values[header] = identity.scoped_id(domain, account_id, client.values[domain])
+    for domain, header in _IDENTITY_HEADERS:
+        if domain in scope.ids:
+            values[header] = scope.ids[domain]
     for header, value in client.context.items():
-        values.setdefault(header, value)
+        if header == "x-codex-turn-metadata":
+            value = scope.turn_metadata(value)
+        values[header] = value
     if subagent:
-        values["x-openai-subagent"] = subagent
+        values[SUBAGENT_HEADER] = subagent
     return values
-
-
-def compact_body(body: dict, client: ClientIdentity, account_id: str, request_id: str) -> dict:
-    """The body of ``/codex/responses/compact`` for one account (spec §1.5): identity fields
-    scoped, and ``client_metadata`` (created when absent) carrying the account's ids."""
-    scoped = scoped_body(body, client, account_id)
-    metadata = scoped.get("client_metadata")
-    metadata = dict(metadata) if isinstance(metadata, dict) else {}
-    metadata["x-codex-installation-id"] = identity.installation_id(account_id)
-    for _, metadata_key, _, domain, _ in _IDENTITY_FIELDS:
-        if domain in client.values:
-            metadata[metadata_key] = identity.scoped_id(domain, account_id, client.values[domain])
-    metadata["x-client-request-id"] = identity.client_request_id(
-        account_id, client.client_request_id or request_id
-    )
-    scoped["client_metadata"] = metadata
-    return scoped

@@ -36,6 +36,7 @@ from proxy.services.account_tokens import (
     account_tokens_resolve,
 )
 from proxy.services.token_refresh import next_refresh_time, refresh_settings
+from proxy.storable_text import first_unstorable_text, unstorable_text
 from proxy.token_claims import TokenClaims, token_claims
 
 __all__ = ["ImportUnreadable", "ImportOutcome", "ImportReport", "UsageProbe", "accounts_import"]
@@ -208,20 +209,26 @@ def _status(declared: str, tokens: _Tokens) -> str:
 
 
 def _check_texts(entry: ImportEntry) -> None:
-    """The entry's own texts, before anything is spent on it: PostgreSQL refuses NUL in text,
-    and nothing of an account is longer than MAX_TEXT_LENGTH."""
+    """The entry's own texts, before anything is spent on it: PostgreSQL refuses NUL and lone
+    surrogates (which no UTF-8 can carry) in text and jsonb, and nothing of an account is
+    longer than MAX_TEXT_LENGTH."""
     for name in ("email", "account_id", "user_id", "plan_type", "label", "status"):
         value = getattr(entry, name)
         if value is None:
             continue
-        if "\x00" in value:
-            raise _Invalid(f"the {name} contains a NUL character")
+        problem = unstorable_text(value)
+        if problem is not None:
+            raise _Invalid(f"the {name} contains {problem}")
         if name != "label" and len(value) > MAX_TEXT_LENGTH:  # a label may be truncated
             raise _Invalid(f"the {name} is longer than {MAX_TEXT_LENGTH} characters")
     for name in ("access_token", "refresh_token"):
         value = getattr(entry, name)
-        if value is not None and "\x00" in value:
-            raise _Invalid(f"the {name.replace('_', ' ')} contains a NUL character")
+        problem = unstorable_text(value) if value is not None else None
+        if problem is not None:
+            raise _Invalid(f"the {name.replace('_', ' ')} contains {problem}")
+    problem = first_unstorable_text(entry.cached_quota)
+    if problem is not None:
+        raise _Invalid(f"the cached quota contains {problem}")
 
 
 def _given_id(entry: ImportEntry) -> str | None:

@@ -18,7 +18,7 @@ from proxy.dispatch.client_errors import ClientError, ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
 from proxy.dispatch.relay import StreamEnding
 from proxy.dispatch.types import DispatchRequest, RequestTiming
-from proxy.dispatch.upstream_request import read_client_identity
+from proxy.dispatch.upstream_request import SUBAGENTS, read_client_identity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import LedgerEntry
 from proxy.metrics.recording import record_refused_before_dispatch
@@ -33,15 +33,18 @@ from proxy.v1.errors import (
     INVALID_REQUEST,
     MISSING_KEY,
     MODEL_NOT_FOUND,
+    UNENCODABLE_TEXT,
     error_response,
     failure_response,
     request_id_for,
 )
+from proxy.v1.failures import record_unexpected_failure
 from telemetry.services.facts import ErrorFact
 
 logger = logging.getLogger(__name__)
 
-ALLOWED_SUBAGENTS = frozenset({"review", "compact", "memory_consolidation", "collab_spawn"})
+# The client's x-openai-subagent header values that are honoured (client_metadata's too).
+ALLOWED_SUBAGENTS = SUBAGENTS
 Client = TypeVar("Client", bound=KeyHolder)
 
 
@@ -110,8 +113,15 @@ async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
         request.v1_authenticated = await authenticated(request)
     except ClientFailure as failure:
         return failure_response(failure, request_id_for(request))
-    except Exception:
+    except Exception as error:
         logger.exception("client key check failed before the body was read")
+        record_unexpected_failure(
+            error,
+            request_id=request_id_for(request),
+            route=request.path,
+            client_ip=request.META.get("REMOTE_ADDR"),
+            user_agent=request.headers.get("user-agent"),
+        )
         return error_response(INTERNAL, request_id_for(request))
     return None
 
@@ -228,7 +238,9 @@ async def validate(request: HttpRequest, *, model_field: str = "model") -> Valid
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
         raw = request.read()
-        body = json_parse.loads(raw)
+        body = json_parse.client_loads(raw)
+    except json_parse.UnencodableText:
+        raise ClientFailure(UNENCODABLE_TEXT) from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         # RecursionError: JSON nested deeper than the parser's recursion limit.
         raise ClientFailure(INVALID_REQUEST) from None

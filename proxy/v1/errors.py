@@ -14,6 +14,7 @@ from proxy.chat import ChatRequestInvalid
 from proxy.dispatch.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
 from proxy.dispatch.sse import DONE_FRAME, failure_event
 from proxy.dispatch.upstream_request import InvalidHeaderValue
+from proxy.v1.failures import record_unexpected_failure
 
 logger = logging.getLogger("proxy.v1")
 
@@ -34,6 +35,14 @@ DATABASE_RETRY_AFTER_SECONDS = 1
 INVALID_HOST = ClientError(400, "invalid_request_error", "invalid_host", "Invalid Host header")
 TOO_DEEP = ClientError(
     400, "invalid_request_error", "invalid_request", "Request JSON is nested too deeply"
+)
+# Text JSON can spell but no UTF-8 (so no upstream request and no database) can carry: a lone
+# UTF-16 surrogate escape such as "\ud800".
+UNENCODABLE_TEXT = ClientError(
+    400,
+    "invalid_request_error",
+    "invalid_request",
+    "Request JSON holds text that is not valid Unicode (a lone surrogate escape)",
 )
 INTERNAL = ClientError(
     500, "server_error", "internal_error", "The proxy failed to handle the request"
@@ -134,8 +143,16 @@ def openai_errors(view):
             return error_response(invalid_header_value(error.header), request_id_for(request))
         except RecursionError:
             return error_response(TOO_DEEP, request_id_for(request))
-        except Exception:
+        except Exception as error:
             logger.exception("unexpected failure in %s", request.path)
-            return error_response(INTERNAL, request_id_for(request))
+            request_id = request_id_for(request)
+            record_unexpected_failure(
+                error,
+                request_id=request_id,
+                route=request.path,
+                client_ip=request.META.get("REMOTE_ADDR"),
+                user_agent=request.headers.get("user-agent"),
+            )
+            return error_response(INTERNAL, request_id)
 
     return wrapper

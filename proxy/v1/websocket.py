@@ -48,8 +48,10 @@ from proxy.v1.errors import (
     INTERNAL,
     INVALID_REQUEST,
     MISSING_KEY,
+    UNENCODABLE_TEXT,
     request_id_from,
 )
+from proxy.v1.failures import record_unexpected_failure
 from proxy.v1.responses import _apply_subagent
 
 logger = logging.getLogger(__name__)
@@ -193,8 +195,16 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             await self.send(error_frame(INVALID_REQUEST))
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             logger.exception("websocket /v1/responses request failed")
+            client_address = self.scope.get("client") or (None,)
+            record_unexpected_failure(
+                error,
+                request_id=request_id,
+                route=ROUTE,
+                client_ip=client_address[0],
+                user_agent=self._headers.get("user-agent"),
+            )
             with contextlib.suppress(Exception):
                 await self.send(error_frame(INTERNAL))
         finally:
@@ -248,7 +258,9 @@ def _frame_body(data) -> dict:
     """The body of a ``{"type":"response.create", …}`` frame (its fields but ``type``), with a
     non-empty string ``model``; raises ClientFailure (400) otherwise."""
     try:
-        frame = json_parse.loads(data) if data is not None else None
+        frame = json_parse.client_loads(data) if data is not None else None
+    except json_parse.UnencodableText:
+        raise ClientFailure(UNENCODABLE_TEXT) from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise ClientFailure(INVALID_REQUEST) from None
     if not isinstance(frame, dict) or frame.get("type") != "response.create":

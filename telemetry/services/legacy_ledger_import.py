@@ -210,7 +210,7 @@ def _import_usage_records(source, report: ImportReport, progress: ProgressFactor
     def successes() -> Iterator[tuple]:
         nonlocal noise
         for row in source_rows(
-            source, "usage_records", _V3_USAGE_COLUMNS, "where level <> 'error'"
+            source, "usage_records", _V3_USAGE_COLUMNS, "where level <> 'error'", report=report
         ):
             if is_success_fact(row):
                 yield _success_row(row)
@@ -226,7 +226,9 @@ def _import_usage_records(source, report: ImportReport, progress: ProgressFactor
 
     errors = (
         _error_row(row, client_status_code=None)
-        for row in source_rows(source, "usage_records", _V3_USAGE_COLUMNS, "where level = 'error'")
+        for row in source_rows(
+            source, "usage_records", _V3_USAGE_COLUMNS, "where level = 'error'", report=report
+        )
     )
     bar = progress(
         "usage_records (errors)", source_count(source, "usage_records", "where level = 'error'")
@@ -239,7 +241,7 @@ def _import_usage_records(source, report: ImportReport, progress: ProgressFactor
 def _import_ops_error_logs(source, report: ImportReport, progress: ProgressFactory) -> None:
     rows = (
         _error_row(row, client_status_code=row.optional_integer("client_status_code"))
-        for row in source_rows(source, "ops_error_logs", _V3_ERROR_COLUMNS)
+        for row in source_rows(source, "ops_error_logs", _V3_ERROR_COLUMNS, report=report)
     )
     bar = progress("ops_error_logs", source_count(source, "ops_error_logs"))
     report.imported["ops_error_logs"] += copy_rows(
@@ -287,7 +289,7 @@ def _import_buckets(source, report: ImportReport, progress: ProgressFactory) -> 
     written two ways), and they are added up as the live upsert would."""
     increments: list[BucketIncrement] = []
     updated_at: dict[tuple, datetime] = {}
-    for row in source_rows(source, "usage_time_buckets", _V3_BUCKET_COLUMNS):
+    for row in source_rows(source, "usage_time_buckets", _V3_BUCKET_COLUMNS, report=report):
         increment, updated = _bucket(row, report)
         key = _bucket_values(increment)[:5]
         updated_at[key] = max(updated, updated_at.get(key, updated))

@@ -3,8 +3,10 @@
 v3 kept timestamps as RFC 3339 text, booleans as 0/1 integers and JSON as text. The import
 (``manage.py import_sqlite``) converts each value here, strictly: a value that is not what v3
 wrote stops the whole import (one transaction, nothing written) with an ``ImportDataError``
-naming the table, column and row. The one lenient conversion is a cookie's expiry, which the
-seed lets degrade to a session cookie (counted in the report).
+naming the table, column and row — never quoting a value, which may be a token or a key. The
+lenient conversions: a cookie's expiry, which the seed lets degrade to a session cookie, and
+text PostgreSQL cannot store (invalid UTF-8, which the source connection reads as bytes, and
+NUL), replaced by U+FFFD — both counted in the report.
 
 Shared by the proxy's tables (``proxy.services.sqlite_import``) and the ledger's
 (``telemetry.services.legacy_ledger_import``); it imports neither product.
@@ -25,6 +27,7 @@ from django.db import connection
 
 # Rows read from the source per fetch: bounded memory however large the source is.
 FETCH_ROWS = 5000
+REPLACEMENT_CHARACTER = "\ufffd"
 
 _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})",
@@ -91,7 +94,11 @@ class SourceRow:
 
     @property
     def where(self) -> str:
+        """The row by its id (an id, an account id or a bucket's start: never a secret), cut to
+        64 characters."""
         key = self.values.get("id", self.values.get("account_id", self.values.get("bucket_start")))
+        if isinstance(key, str) and len(key) > 64:
+            key = key[:64] + "…"
         return f"{self.table} row {key!r}"
 
     def text(self, column: str) -> str:
@@ -119,7 +126,7 @@ class SourceRow:
         """v3's ``integer check (x in (0, 1))``."""
         value = self.values[column]
         if value not in (0, 1) or type(value) is not int:
-            raise ImportDataError(f"{self.where}: {column} is {value!r}, not 0 or 1")
+            raise ImportDataError(f"{self.where}: {column} is {_kind(value)}, not 0 or 1")
         return value == 1
 
     def timestamp(self, column: str) -> datetime:
@@ -148,11 +155,20 @@ def parse_timestamp(value: Any) -> datetime:
     ImportDataError ("is …, not …") for anything else, e.g. a timestamp without an offset,
     whose instant is unknown."""
     if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
-        raise ImportDataError(f"is {value!r}, not an RFC 3339 timestamp")
+        raise ImportDataError(f"is {_kind(value)}, not an RFC 3339 timestamp")
     try:
         return datetime.fromisoformat(value.upper()).astimezone(UTC)
     except ValueError:
-        raise ImportDataError(f"is {value!r}, not a valid date and time") from None
+        raise ImportDataError(f"is {_kind(value)}, not a valid date and time") from None
+
+
+def _kind(value: Any) -> str:
+    """What a value is, for an error message, without quoting it."""
+    if isinstance(value, str):
+        return f"a text of {len(value)} characters"
+    if value is None:
+        return "null"
+    return f"a value of type {type(value).__name__}"
 
 
 def parse_cookie_expiry(value: str) -> datetime | None:
@@ -186,18 +202,67 @@ def parse_json(value: Any) -> Any:
     if not isinstance(value, str):
         raise ImportDataError(f"is {type(value).__name__}, not JSON text")
     try:
-        return _JSON.decode(value)
+        parsed = _JSON.decode(value)
     except ValueError as error:
+        # The decoder's message gives a position, never the text.
         raise ImportDataError(f"is not valid JSON ({error})") from None
+    except RecursionError:
+        raise ImportDataError("is JSON nested too deep") from None
+    if _holds_unstorable_text(parsed):
+        # "\u0000" or a lone "\ud800" escape: jsonb refuses both.
+        raise ImportDataError("is JSON holding a NUL character or a lone surrogate")
+    return parsed
 
 
-def source_rows(source, table: str, columns: Iterable[str], where: str = "") -> Iterator[SourceRow]:
-    """Every row of ``table`` in the source, read ``FETCH_ROWS`` at a time."""
+_UNSTORABLE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
+
+
+def _holds_unstorable_text(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _UNSTORABLE_CHARACTERS.search(item) is not None:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
+
+
+def source_rows(
+    source, table: str, columns: Iterable[str], where: str = "", *, report: ImportReport
+) -> Iterator[SourceRow]:
+    """Every row of ``table`` in the source, read ``FETCH_ROWS`` at a time. The source's text
+    arrives as bytes (``open_source`` sets ``text_factory``): each is decoded here, invalid
+    UTF-8 and NUL replaced by U+FFFD and counted in ``report`` per table and column."""
     names = list(columns)
     cursor = source.execute(f"select {', '.join(names)} from {table} {where}")  # noqa: S608
     while batch := cursor.fetchmany(FETCH_ROWS):
         for values in batch:
-            yield SourceRow(table, dict(zip(names, values, strict=True)))
+            row = {}
+            for name, value in zip(names, values, strict=True):
+                if isinstance(value, bytes):
+                    value = _stored_text(value, table, name, report)
+                row[name] = value
+            yield SourceRow(table, row)
+
+
+def _stored_text(raw: bytes, table: str, column: str, report: ImportReport) -> str:
+    try:
+        text = raw.decode("utf-8")
+        replaced = False
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+        replaced = True
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT_CHARACTER)
+        replaced = True
+    if replaced:
+        report.normalized[f"{table}.{column}: invalid UTF-8 or NUL replaced by U+FFFD"] += 1
+    return text
 
 
 def source_count(source, table: str, where: str = "") -> int:

@@ -53,6 +53,10 @@ class Reply:
       "eof"     stream ``cut_after`` events, then end the body cleanly without a terminal event
       "failed"  stream response.created then a ``response.failed`` with ``code``/``message``
       "drop"    close the connection without answering at all
+
+    ``stall_seconds``: after ``stall_after`` events, wait that long before the rest (a model
+    thinking before its first output); a caller that goes away meanwhile is noticed at once
+    (``disconnects``), as the real backend stops generating for a closed stream.
     """
 
     kind: str = "ok"
@@ -74,6 +78,21 @@ class Reply:
     # WebSocket only: answer at the upgrade ("status": that HTTP status instead of 101,
     # "drop": the connection closed) rather than to a response.create frame.
     ws_handshake: bool = False
+    stall_after: int = 0
+    stall_seconds: float = 0.0
+
+
+def status_response(reply: Reply) -> web.Response:
+    """The HTTP error answer of a "status" reply: JSON for a dict or list body, else text
+    (``text/html`` when it is a page, as Cloudflare's is). The same over HTTP and at a
+    WebSocket upgrade."""
+    body = reply.body if reply.body is not None else ""
+    if isinstance(body, dict | list):
+        return web.json_response(body, status=reply.status, headers=reply.headers)
+    content_type = "text/html" if "<html" in body.lower() else "text/plain"
+    return web.Response(
+        status=reply.status, text=body, headers=reply.headers, content_type=content_type
+    )
 
 
 def _compressed(body: bytes, coding: str) -> bytes:
@@ -341,6 +360,10 @@ class FakeCodexUpstream:
         self.ws_connections: dict[str, int] = defaultdict(int)
         self.ws_open: dict[str, int] = defaultdict(int)
         self.ws_live: dict[str, set] = defaultdict(set)  # token -> the open sockets' transports
+        # WebSocket upgrades answered with an HTTP status instead of 101, per token.
+        self.ws_refused: dict[str, int] = defaultdict(int)
+        # The tokens whose answer reached a programmed stall, in order (the stall began).
+        self.stalls: list[str] = []
         # Whether the WebSocket side accepts permessage-deflate.
         self.compress_websocket = False
         self.server = LocalHTTPServer(self._application, port=port, record=record)
@@ -380,6 +403,8 @@ class FakeCodexUpstream:
             self.ws_connections.clear()
             self.ws_open.clear()
             self.ws_live.clear()
+            self.ws_refused.clear()
+            self.stalls.clear()
         self.server.clear()
 
     @property
@@ -510,13 +535,7 @@ class FakeCodexUpstream:
             request.transport.close()
             raise asyncio.CancelledError
         if reply.kind == "status":
-            body = reply.body if reply.body is not None else ""
-            if isinstance(body, dict | list):
-                return web.json_response(body, status=reply.status, headers=reply.headers)
-            content_type = "text/html" if "<html" in body.lower() else "text/plain"
-            return web.Response(
-                status=reply.status, text=body, headers=reply.headers, content_type=content_type
-            )
+            return status_response(reply)
         body = await request.json()
         model = reply.model or body.get("model") or "gpt-5.4"
         previous = body.get("previous_response_id")
@@ -550,6 +569,12 @@ class FakeCodexUpstream:
             for index, event in enumerate(events):
                 if index and reply.delta_delay and event["type"].endswith(".delta"):
                     await asyncio.sleep(reply.delta_delay)
+                if (
+                    reply.stall_seconds
+                    and index == reply.stall_after
+                    and not await self._stall_unless_gone(token, reply.stall_seconds, request)
+                ):
+                    raise ConnectionResetError("the caller left during the stall")
                 await response.write(sse_frame(event))
             if reply.kind == "cut":
                 # Let the events reach the client, then drop the connection mid-stream (no
@@ -564,6 +589,22 @@ class FakeCodexUpstream:
             self.note_disconnect(token, generation)
             raise
         return response
+
+    async def _stall_unless_gone(
+        self, token: str, seconds: float, request: web.Request | None = None
+    ) -> bool:
+        """Wait ``seconds`` (a stall); False as soon as the HTTP caller of ``request`` went
+        away (its connection closed). A WebSocket's close is watched by its handler."""
+        with self._lock:
+            self.stalls.append(token)
+        deadline = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < deadline:
+            if request is not None and (
+                request.transport is None or request.transport.is_closing()
+            ):
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         """A Chat Completions answer (stream or not) with the same text as a Responses reply."""
@@ -645,7 +686,22 @@ class FakeCodexUpstream:
             "output": [{"type": "compaction", "encrypted_content": "gAAAA-compacted"}],
             "usage": usage_object(),
         }
-        return web.json_response(payload, headers=reply.headers)
+        if not reply.stall_seconds:
+            return web.json_response(payload, headers=reply.headers)
+        # Half the JSON, the stall, the rest: a caller leaving mid-body is seen at once.
+        encoded = json.dumps(payload).encode()
+        with self._lock:
+            generation = self._generation
+        response = web.StreamResponse(headers={"Content-Type": "application/json", **reply.headers})
+        response.content_length = len(encoded)
+        await response.prepare(request)
+        await response.write(encoded[: len(encoded) // 2])
+        if not await self._stall_unless_gone(token, reply.stall_seconds, request):
+            self.note_disconnect(token, generation)
+            raise ConnectionResetError("the caller left during the stall")
+        await response.write(encoded[len(encoded) // 2 :])
+        await response.write_eof()
+        return response
 
     async def _usage(self, request: web.Request) -> web.Response:
         if self.usage_delay:

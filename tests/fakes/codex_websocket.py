@@ -27,7 +27,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 from tests.fakes.http_server import RecordedRequest
 
@@ -70,10 +70,12 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
         if handshake.kind == "drop":
             request.transport.close()
             raise asyncio.CancelledError
-        body = handshake.body if handshake.body is not None else ""
-        if isinstance(body, dict | list):
-            return web.json_response(body, status=handshake.status, headers=handshake.headers)
-        return web.Response(status=handshake.status, text=body, headers=handshake.headers)
+        from tests.fakes.codex import status_response
+
+        with fake._lock:
+            fake.ws_refused[token] += 1
+        # The same answer as the HTTP side would give (a page as text/html, JSON as JSON).
+        return status_response(handshake)
     # permessage-deflate is declined, as the HTTP side sends its SSE uncompressed: the fake
     # stands for the upstream's answers, not for its zlib (``compress_websocket`` turns it on).
     socket = web.WebSocketResponse(
@@ -93,8 +95,12 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
         (key.decode("latin-1"), value.decode("latin-1")) for key, value in request.raw_headers
     ]
     latest: str | None = None
+    # A message that arrived while a request was being answered (read by the close watcher).
+    pending: WSMessage | None = None
     try:
-        async for message in socket:
+        while True:
+            message = pending if pending is not None else await socket.receive()
+            pending = None
             if message.type != WSMsgType.TEXT:
                 break
             try:
@@ -138,7 +144,9 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
                 fake.in_flight[token] += 1
                 fake.max_in_flight[token] = max(fake.max_in_flight[token], fake.in_flight[token])
             try:
-                outcome = await _answer(fake, request, socket, token, reply, body, generation)
+                outcome, pending = await _answer_watching_for_close(
+                    fake, request, socket, token, reply, body, generation
+                )
             finally:
                 with fake._lock:
                     if generation == fake._generation:
@@ -152,6 +160,48 @@ async def serve_websocket(fake: FakeCodexUpstream, request: web.Request) -> web.
             fake.ws_open[token] -= 1
             fake.ws_live[token].discard(request.transport)
     return socket
+
+
+async def _answer_watching_for_close(
+    fake: FakeCodexUpstream,
+    request: web.Request,
+    socket: web.WebSocketResponse,
+    token: str,
+    reply: Reply,
+    body: dict,
+    generation: int,
+) -> tuple[str | None, WSMessage | None]:
+    """``_answer``, while the socket is read for the caller's close, as the real backend
+    reads it: a caller that closes mid-answer stops the answer at once (``disconnects``).
+    Returns the answer's outcome and a message that arrived meanwhile (answered next)."""
+    answering = asyncio.ensure_future(
+        _answer(fake, request, socket, token, reply, body, generation)
+    )
+    watching = asyncio.ensure_future(socket.receive())
+    try:
+        await asyncio.wait({answering, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if answering.done():
+            outcome = answering.result()
+            if watching.done():
+                # Read next by the main loop (a close arriving after the answer ends it there).
+                return outcome, watching.result()
+            return outcome, None
+        message = watching.result()
+        if message.type == WSMsgType.TEXT:
+            # Another request before this one's end: answered after it, as a queue would.
+            return await answering, message
+        # The caller closed (or the connection broke) mid-answer: stop answering.
+        answering.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await answering
+        fake.note_disconnect(token, generation)
+        return "closed", None
+    finally:
+        for task in (answering, watching):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await task
 
 
 async def _answer(
@@ -197,6 +247,9 @@ async def _answer(
         for index, event in enumerate(events):
             if index and reply.delta_delay and event["type"].endswith(".delta"):
                 await asyncio.sleep(reply.delta_delay)
+            if reply.stall_seconds and index == reply.stall_after:
+                # The caller's close is watched meanwhile (``_answer_watching_for_close``).
+                await fake._stall_unless_gone(token, reply.stall_seconds)
             await socket.send_str(json.dumps(event))
         if reply.kind == "cut":
             await asyncio.sleep(0.05)
@@ -205,7 +258,8 @@ async def _answer(
         if reply.kind == "eof":
             await socket.close()
             return "closed"
-    except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
+    except (ConnectionResetError, ConnectionError):
+        # (A close the watcher saw cancels this answer; the watcher notes that one.)
         fake.note_disconnect(token, generation)
         raise
     if socket.closed:

@@ -94,3 +94,42 @@ def test_required_audit_fails_when_it_cannot_run(database_without_advisories):
 
     assert result.returncode == 1
     assert "DEPENDENCY AUDIT NOT RUN" in result.stderr
+
+
+def test_a_venv_with_the_bundled_setuptools_fails_the_audit_offline(
+    database_without_advisories, tmp_path
+):
+    """A new Python 3.11 venv comes with pip 23.2 and setuptools 65.5 (known CVEs): the audit
+    says so without any advisory database, even where it cannot run pip-audit."""
+    scratch = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(scratch)], check=True, timeout=120)
+    bundled = subprocess.run(
+        [str(scratch / "bin" / "python"), "-c", "import setuptools; print(setuptools.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+    result = subprocess.run(
+        [str(scratch / "bin" / "python"), ".ci/audit.py"],
+        cwd=PROJECT_ROOT,
+        env={
+            **os.environ,
+            "CPR_AUDIT_PROBE_URL": f"{database_without_advisories.url}/pypi/pip/{{version}}/json",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 1
+    assert "DEPENDENCY AUDIT FAILED: tools with known CVEs in this venv: " in result.stderr
+    assert f"setuptools {bundled} < 78.1.1" in result.stderr
+    assert database_without_advisories.requests == []  # refused before any lookup
+
+
+def test_this_venv_passes_the_offline_floors(database_without_advisories):
+    result = _audit(database_without_advisories)
+
+    assert "offline floors: pip >= 25.3, setuptools >= 78.1.1: ok" in result.stdout
+    assert "No package on PyPI ships a current advisory database" in result.stderr

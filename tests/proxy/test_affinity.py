@@ -236,10 +236,16 @@ def test_an_unknown_previous_id_is_tried_on_exactly_one_account_and_its_answer_p
 
     assert len(upstream.tokens_called()) == 1
     assert response.status_code == 400
-    # Over the WebSocket the upstream error frame is passed through as it is (spec §1.7).
-    assert (
-        response.json()["error"] == previous_response_not_found("resp_from_somewhere_else")["error"]
-    )
+    # The upstream's refusal (here its WebSocket error frame) becomes OpenAI's canonical
+    # answer, the one another key's id gets without an upstream call (issue 34).
+    assert response.json() == {
+        "error": {
+            "message": "Previous response with id 'resp_from_somewhere_else' not found.",
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }
+    }
     assert upstream.responses_requests()[0].json()["previous_response_id"] == (
         "resp_from_somewhere_else"
     )

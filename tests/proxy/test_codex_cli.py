@@ -7,6 +7,7 @@ when REQUIRE_CODEX_CLI=1 (as in CI).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import subprocess
 import pytest
 from django.conf import settings
 
+from proxy import identity
 from proxy.v1.websocket import ResponsesSocket
 from telemetry.models import UsageRecord
 from tests.proxy.conftest import make_pool_account
@@ -148,3 +150,35 @@ def test_codex_exec_completes_through_the_proxy(codex_cli, proxy, upstream, clie
         "v1 responses stream completed",
     )
     assert record.output_tokens == 5
+
+
+@pytest.mark.parametrize("websockets", [True, False], ids=["client-websocket", "client-http"])
+def test_the_codex_clis_own_ids_never_reach_an_account(
+    codex_cli, proxy, upstream, client_key, tmp_path, websockets
+):
+    account = make_pool_account("tok-cli")
+    environment = _codex_environment(proxy, client_key, tmp_path, websockets=websockets)
+
+    result = _codex(codex_cli, tmp_path, environment, "--json", "Say hello in one line")
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    [thread_id] = [event["thread_id"] for event in events if event["type"] == "thread.started"]
+    installation_id = (tmp_path / "codex-home" / "installation_id").read_text().strip()
+    assert thread_id and installation_id
+    sent = upstream.responses_requests()
+    assert sent
+    for request in sent:
+        text = "\n".join(
+            [value for _, value in request.headers]
+            + [request.body.decode(), json.dumps(request.extra.get("frame"))]
+        )
+        assert installation_id not in text and thread_id not in text
+        assert request.header("x-codex-installation-id") == identity.installation_id(account.id)
+        body = request.extra.get("frame") or request.json()
+        metadata = body["client_metadata"]
+        assert metadata["x-codex-installation-id"] == identity.installation_id(account.id)
+        assert metadata["session_id"] == request.header("session-id")
+        assert json.loads(metadata["x-codex-turn-metadata"])["installation_id"] == (
+            identity.installation_id(account.id)
+        )

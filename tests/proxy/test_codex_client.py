@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from django.conf import settings
 
+from proxy import identity
 from proxy.clients import codex
 from proxy.loop_resources import close_current_loop_resources
 from tests.fakes.codex import Reply
@@ -38,36 +39,113 @@ def test_an_http_error_is_permanent_for_4xx_but_not_429_or_5xx(status, permanent
     assert codex.CodexTransportError("ClientConnectorError").permanent is False
 
 
-def test_every_call_gets_its_headers_from_the_one_builder_in_fingerprint_order():
+BASE = [
+    "authorization",
+    "chatgpt-account-id",
+    "originator",
+    "user-agent",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "accept-encoding",
+    "accept-language",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+]
+
+
+def test_every_call_gets_its_headers_from_the_one_builder_in_the_originals_order():
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # ordered_codex_headers_should_preserve_fingerprint_priority_and_request_fields (the
+    # fingerprint's order ranks the base headers only; what a call adds follows in its own order).
     fingerprint = _fingerprint()
-    per_request = {"x-client-request-id": "cr_1", "session-id": "wi_1", "x-openai-subagent": "r"}
+    per_request = {
+        "x-client-request-id": "cr_1",
+        "x-codex-installation-id": "install-1",
+        "session-id": "wi_1",
+        "x-codex-turn-state": "ts",
+        "x-openai-subagent": "review",
+    }
 
     headers = {
         call: codex.build_headers(
-            call, fingerprint=fingerprint, credentials=CREDENTIALS, request_headers=per_request
+            call,
+            fingerprint=fingerprint,
+            credentials=CREDENTIALS,
+            request_headers=per_request,
+            cookie="cf_clearance=c",
         )
         for call in codex.Call
     }
 
-    for call, sent in headers.items():
-        names = [name for name, _ in sent]
-        in_order = [name for name in fingerprint.order if name in names]
-        assert names[: len(in_order)] == in_order, call
-        assert dict(sent)["authorization"] == "Bearer tok-client"
-        assert dict(sent)["chatgpt-account-id"] == "org-client"
-    assert [name for name, _ in headers[codex.Call.USAGE]] == [
-        "authorization",
-        "chatgpt-account-id",
-        "originator",
-        "x-codex-installation-id",
-        "user-agent",
+    assert [name for name, _ in headers[codex.Call.RESPONSES]] == [
+        *BASE,
+        "content-type",
+        "cookie",
         "accept",
+        "openai-beta",
+        "x-openai-internal-codex-residency",
+        "x-client-request-id",
+        "x-codex-installation-id",
+        "session-id",
+        "x-codex-turn-state",
+        "x-openai-subagent",
     ]
-    assert dict(headers[codex.Call.MODELS])["accept"] == "application/json"
-    assert "x-client-request-id" not in dict(headers[codex.Call.MODELS])
-    assert dict(headers[codex.Call.RESPONSES])["x-openai-subagent"] == "r"
-    assert "x-openai-subagent" not in dict(headers[codex.Call.COMPACT])  # spec §2.3
-    assert "accept" not in dict(headers[codex.Call.COMPACT])
+    assert [name for name, _ in headers[codex.Call.COMPACT]] == [
+        *BASE,
+        "content-type",
+        "cookie",
+        "openai-beta",
+        "x-openai-internal-codex-residency",
+        "x-client-request-id",
+        "x-codex-installation-id",
+        "session-id",
+    ]
+    # usage: no fingerprint headers, no installation id; the HTTP client's accept-encoding.
+    assert headers[codex.Call.USAGE] == [
+        ("user-agent", "Codex Desktop/26.519.81530 (darwin; arm64)"),
+        ("authorization", "Bearer tok-client"),
+        ("originator", "Codex Desktop"),
+        ("chatgpt-account-id", "org-client"),
+        ("cookie", "cf_clearance=c"),
+        ("accept", "application/json"),
+        ("accept-encoding", "gzip, br, zstd, deflate"),
+    ]
+    models = headers[codex.Call.MODELS]
+    assert [name for name, _ in models] == [
+        *BASE,
+        "cookie",
+        "accept",
+        "x-codex-installation-id",
+    ]
+    assert dict(models)["accept-encoding"] == "gzip, deflate"  # in the fingerprint's place
+    assert dict(models)["accept"] == "application/json"
+    assert dict(models)["x-codex-installation-id"] == identity.installation_id("acct_client")
+    responses = dict(headers[codex.Call.RESPONSES])
+    assert responses["authorization"] == "Bearer tok-client"
+    assert responses["x-client-request-id"] == "cr_1"
+    assert responses["x-codex-turn-state"] == "ts"
+    assert responses["accept"] == "text/event-stream"
+    assert responses["accept-encoding"] == "gzip, deflate, br, zstd"  # the fingerprint's
+
+
+def test_a_call_without_account_id_or_per_request_values_leaves_them_out():
+    fingerprint = _fingerprint()
+    credentials = codex.Credentials("acct_bare", "tok-bare", None)
+
+    responses = codex.build_headers(
+        codex.Call.RESPONSES, fingerprint=fingerprint, credentials=credentials
+    )
+
+    names = [name for name, _ in responses]
+    assert "chatgpt-account-id" not in names and "cookie" not in names
+    assert names[-3:] == [
+        "openai-beta",
+        "x-openai-internal-codex-residency",
+        "x-codex-installation-id",
+    ]
+    assert dict(responses)["x-codex-installation-id"] == identity.installation_id("acct_bare")
 
 
 def test_a_5xx_is_asked_again_twice_inside_the_client(upstream):

@@ -6,7 +6,8 @@ exactly what it gets for an id that never existed — the body byte for byte, th
 headers — while no upstream request carries A's id or A's text: not over HTTP JSON, SSE or the
 client WebSocket, not when A's owner answers a history error (the replay path), not when B's
 account group excludes A's account. The control in each test is B presenting an id nobody ever
-produced (tried on one account untouched, the upstream's 400 passed through, spec §5.3).
+produced (tried on one account untouched, spec §5.3; the upstream's refusal becomes OpenAI's
+canonical 400, proxy/dispatch/unknown_previous.py).
 """
 
 from __future__ import annotations
@@ -123,6 +124,51 @@ def test_key_b_with_key_as_response_id_gets_the_never_existed_answer_and_no_upst
     last = upstream.responses_requests()[-1]
     assert last.json()["previous_response_id"] == a_id
     assert last.header("x-codex-turn-state") == "ts-of-key-a"
+
+
+@pytest.mark.parametrize("use_websocket", [None, False], ids=["ws-upstream", "http-upstream"])
+def test_the_unknown_id_answer_does_not_depend_on_how_the_upstream_words_its_refusal(
+    proxy, upstream, client_key, key_b, use_websocket
+):
+    """The control above is only a control if the upstream's own bytes cannot give the cases
+    away: an upstream that words, orders and wraps its ``previous_response_not_found``
+    differently (here: other key order, an extra field, its own message) still yields the
+    canonical answer another key's id gets without an upstream call."""
+    make_pool_account("tok-a")
+    transport = {} if use_websocket is None else {"use_websocket": use_websocket}
+    a_id = _completed(_turn(proxy, client_key, SECRET, **transport))["id"]
+    proxy.drain()
+    unknown_id = _unknown_id()
+    upstream.program(
+        "tok-a",
+        Reply(
+            kind="status",
+            status=400,
+            body={
+                "error": {
+                    "code": "previous_response_not_found",
+                    "param": "previous_response_id",
+                    "type": "invalid_request_error",
+                    "message": f"No response found with id {unknown_id}",
+                    "request_trace": "trace-77",
+                }
+            },
+        ),
+    )
+
+    unknown = _turn(proxy, key_b, "hi", previous=unknown_id, **transport)
+    foreign = _turn(proxy, key_b, "hi", previous=a_id, **transport)
+
+    assert upstream.responses_requests()[-1].json()["previous_response_id"] == unknown_id
+    _assert_never_existed(foreign, unknown, a_id, unknown_id)
+    assert unknown.json() == {
+        "error": {
+            "message": f"Previous response with id '{unknown_id}' not found.",
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }
+    }
 
 
 # ----------------------------------------------------------------------------- groups, replay

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from proxy import redis_keys
+from proxy import identity, redis_keys
 from proxy.admin_api import pool
 from proxy.catalog_cache import forget_cached_catalog
 from proxy.runtime_state.model_snapshots import (
@@ -25,6 +25,7 @@ from proxy.runtime_state.model_snapshots import (
 from proxy.tasks import refresh_models_task
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
+from tests.proxy.test_upstream_identity import BASE_HEADERS
 
 PLUS_MODELS = {
     "models": [
@@ -87,6 +88,29 @@ def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, ce
     assert calls[0].header("user-agent") == "Codex Desktop/26.519.81530 (darwin; arm64)"
     assert calls[0].header("accept-language") == "en-US,en;q=0.9"
     assert calls[0].header("sec-fetch-mode") == "cors"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_model_list_call_sends_the_auxiliary_headers(upstream, celery_worker):
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # codex_backend_client_models_should_use_original_auxiliary_headers.
+    account = make_pool_account("tok-plus", plan_type="plus")
+    upstream.models_by_token["tok-plus"] = {"models": [{"slug": "gpt-5.4"}]}
+
+    celery_worker.run(refresh_models_task)
+
+    [sent] = upstream.server.requests_to("/codex/models")
+    assert [name.lower() for name, _ in sent.headers] == [
+        "host",
+        *BASE_HEADERS,
+        "accept",
+        "x-codex-installation-id",
+    ]
+    assert sent.header("accept") == "application/json"
+    assert sent.header("accept-encoding") == "gzip, deflate"
+    assert sent.header("x-codex-installation-id") == identity.installation_id(account.id)
+    for absent in ("content-type", "openai-beta", "x-client-request-id", "session-id"):
+        assert sent.header(absent) is None
 
 
 @pytest.mark.django_db(transaction=True)

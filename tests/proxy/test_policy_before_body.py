@@ -39,7 +39,7 @@ from telemetry.models import OpsErrorLog
 from telemetry.services.ledger import usage_record_create
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import LiveServer, make_pool_account
-from tests.proxy.web_process import WebProcess
+from tests.web_process import WebProcess
 
 MIB = 1024 * 1024
 LARGE = 15 * MIB
@@ -55,7 +55,7 @@ def web(upstream, transactional_db, tmp_path):
     runtime_settings_ensure(now=timezone.now())
     fingerprint_ensure_current(now=timezone.now())
     process = WebProcess(
-        tmp_path / "web.log", upstream.url, V1_BODY_BYTES_PER_PROCESS=str(BODY_MEMORY)
+        tmp_path, CODEX_UPSTREAM_BASE=upstream.url, V1_BODY_BYTES_PER_PROCESS=str(BODY_MEMORY)
     )
     yield process
     process.stop()

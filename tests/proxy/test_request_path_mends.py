@@ -14,6 +14,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from proxy import identity
 from proxy.loop_resources import close_current_loop_resources
 from proxy.models import ClientApiKey, RuntimeSettings
 from proxy.services.client_api_keys import client_api_key_create
@@ -66,7 +67,7 @@ def test_the_fingerprints_codings_br_and_zstd_are_advertised_and_decoded(
 def test_the_clients_request_id_never_reaches_the_upstream_body_unscoped(
     proxy, upstream, client_key
 ):
-    make_pool_account("tok-a")
+    account = make_pool_account("tok-a")
     body = {
         "model": "gpt-5.4",
         "stream": False,
@@ -77,7 +78,13 @@ def test_the_clients_request_id_never_reaches_the_upstream_body_unscoped(
 
     [sent] = upstream.responses_requests()
     assert "client-own-id-42" not in sent.body.decode()
-    assert json.loads(sent.body)["client_metadata"] == {"other": "kept"}
+    # Replaced in place by the account's id, as the header carries it (the original's
+    # response_client_metadata); the installation id added after the client's keys.
+    assert list(json.loads(sent.body)["client_metadata"].items()) == [
+        ("x-client-request-id", sent.header("x-client-request-id")),
+        ("other", "kept"),
+        ("x-codex-installation-id", identity.installation_id(account.id)),
+    ]
     assert sent.header("x-client-request-id").startswith("cr_")
 
 

@@ -21,51 +21,203 @@ from tests.proxy.factories import make_cookie
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
-def test_headers_follow_the_fingerprint_order_on_the_wire(proxy, upstream, client_key):
-    make_pool_account("tok-a", chatgpt_account_id="org-123")
+# The base headers, in the fingerprint's header order (spec §2.2): what every call but usage
+# starts with.
+BASE_HEADERS = [
+    "authorization",
+    "chatgpt-account-id",
+    "originator",
+    "user-agent",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "accept-encoding",
+    "accept-language",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+]
+EVERY_CONTEXT_VALUE = {
+    "turnState": "ts-1",
+    "turnMetadata": '{"thread_source":"user"}',
+    "betaFeatures": "beta-a",
+    "includeTimingMetrics": True,
+    "version": "26.519.81530",
+    "codexWindowId": "window-1",
+    "parentThreadId": "parent-1",
+    "session_id": "session-1",
+    "thread_id": "thread-1",
+    "turn_id": "turn-1",
+}
+
+
+def _names(sent) -> list[str]:
+    return [name.lower() for name, _ in sent.headers if name.lower() not in ("content-length",)]
+
+
+def test_responses_headers_are_sent_in_the_originals_order(proxy, upstream, client_key):
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # codex_backend_client_should_send_http_sse_headers_in_fingerprint_order (here every header
+    # it can send, in full) and codex_backend_client_should_send_desktop_headers_and_capture_
+    # response_metadata.
+    account = make_pool_account("tok-a", chatgpt_account_id="org-123")
+    make_cookie(account=account, domain="127.0.0.1", path="/", value="old")
 
     post_responses(
         proxy,
         client_key,
-        # HTTP SSE: the WebSocket opening drops content-type and accept (test_ws_pool.py).
-        {"model": "gpt-5.4", "stream": False, "turnState": "ts-1", "use_websocket": False},
-        **{"session-id": "client-session"},
+        {
+            "model": "gpt-5.4",
+            "stream": False,
+            "use_websocket": False,
+            "client_metadata": {"x-openai-subagent": "review"},
+            **EVERY_CONTEXT_VALUE,
+        },
     )
 
     [sent] = upstream.responses_requests()
-    names = [name.lower() for name, _ in sent.headers]
-    ours = [name for name in names if name not in ("host", "content-length")]
-    assert ours == [
-        "authorization",
-        "chatgpt-account-id",
-        "originator",
+    assert _names(sent) == [
+        "host",
+        *BASE_HEADERS,
+        "content-type",
+        "cookie",
+        "accept",
+        "openai-beta",
         "x-openai-internal-codex-residency",
         "x-client-request-id",
         "x-codex-installation-id",
-        "x-codex-turn-state",
-        "openai-beta",
-        "user-agent",
-        "sec-ch-ua",
-        "sec-ch-ua-mobile",
-        "sec-ch-ua-platform",
-        "accept-encoding",
-        "accept-language",
-        "sec-fetch-site",
-        "sec-fetch-mode",
-        "sec-fetch-dest",
-        "content-type",
-        "accept",
         "session-id",
+        "thread-id",
+        "x-codex-turn-id",
+        "x-codex-window-id",
+        "x-codex-turn-state",
+        "x-codex-turn-metadata",
+        "x-codex-beta-features",
+        "x-responsesapi-include-timing-metrics",
+        "version",
+        "x-codex-parent-thread-id",
+        "x-openai-subagent",
     ]
     assert sent.header("user-agent") == "Codex Desktop/26.519.81530 (darwin; arm64)"
     assert sent.header("sec-ch-ua") == '"Chromium";v="146", "Not:A-Brand";v="24"'
     assert sent.header("originator") == "Codex Desktop"
     assert sent.header("chatgpt-account-id") == "org-123"
     assert sent.header("openai-beta") == "responses_websockets=2026-02-06"
+    assert sent.header("x-openai-internal-codex-residency") == "us"
+    assert sent.header("content-type") == "application/json"
+    assert sent.header("accept") == "text/event-stream"
+    assert sent.header("cookie") == "cf_clearance=old"
     assert sent.header("x-codex-turn-state") == "ts-1"
+    assert sent.header("x-codex-turn-metadata") == '{"thread_source":"user"}'
+    assert sent.header("x-responsesapi-include-timing-metrics") == "true"
+    assert sent.header("x-openai-subagent") == "review"
     assert UUID.match(sent.header("x-codex-installation-id"))
     assert sent.header("x-client-request-id").startswith("cr_")
-    assert sent.header("session-id").startswith("wi_")
+    for header in ("session-id", "thread-id", "x-codex-turn-id", "x-codex-window-id"):
+        assert sent.header(header).startswith("wi_")
+
+
+def test_compact_headers_are_sent_in_the_originals_order(proxy, upstream, client_key):
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # codex_backend_client_should_send_compact_headers_in_fingerprint_order.
+    account = make_pool_account("tok-a")
+    make_cookie(account=account, domain="127.0.0.1", path="/", value="old")
+
+    response = requests.post(
+        f"{proxy.url}/v1/responses/compact",
+        data=json.dumps(
+            {
+                "model": "gpt-5.4",
+                "input": [],
+                "client_metadata": {"x-openai-subagent": "review"},
+                **EVERY_CONTEXT_VALUE,
+            }
+        ),
+        headers={"Authorization": f"Bearer {client_key.key}"},
+        timeout=30,
+    )
+
+    assert response.status_code == 200
+    [sent] = upstream.server.requests_to("/codex/responses/compact")
+    # No accept, turn state, turn metadata, beta features, timing metrics, version or
+    # subagent on a compact call (spec §2.3).
+    assert _names(sent) == [
+        "host",
+        *BASE_HEADERS,
+        "content-type",
+        "cookie",
+        "openai-beta",
+        "x-openai-internal-codex-residency",
+        "x-client-request-id",
+        "x-codex-installation-id",
+        "session-id",
+        "thread-id",
+        "x-codex-turn-id",
+        "x-codex-window-id",
+        "x-codex-parent-thread-id",
+    ]
+
+
+def test_the_websocket_opening_puts_the_upgrade_headers_around_the_business_headers(
+    proxy, upstream, client_key
+):
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # websocket_connection_should_build_standard_opening_headers_around_business_headers and
+    # codex_backend_client_websocket_should_forward_security_chain_headers_and_payload_fields
+    # (no content-type, no accept on the opening).
+    make_pool_account("tok-a", chatgpt_account_id="org-123")
+
+    post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False, **EVERY_CONTEXT_VALUE})
+
+    [sent] = upstream.websocket_requests()
+    assert _names(sent) == [
+        "host",
+        "connection",
+        "upgrade",
+        "sec-websocket-version",
+        "sec-websocket-key",
+        *BASE_HEADERS,
+        "openai-beta",
+        "x-openai-internal-codex-residency",
+        "x-client-request-id",
+        "x-codex-installation-id",
+        "session-id",
+        "thread-id",
+        "x-codex-turn-id",
+        "x-codex-window-id",
+        "x-codex-turn-state",
+        "x-codex-turn-metadata",
+        "x-codex-beta-features",
+        "x-responsesapi-include-timing-metrics",
+        "version",
+        "x-codex-parent-thread-id",
+        "sec-websocket-extensions",
+    ]
+    assert sent.header("sec-websocket-extensions") == "permessage-deflate; client_max_window_bits"
+
+
+def test_the_usage_check_sends_only_the_usage_headers(proxy, upstream, client_key):
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # codex_backend_client_usage_should_use_wham_usage_headers.
+    limited = make_pool_account("tok-a", quota_verify_required=True)
+    make_cookie(account=limited, domain="127.0.0.1", path="/", value="old")
+    upstream.usage["tok-a"] = _usage_payload(20)
+
+    assert post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).ok
+
+    [sent] = upstream.server.requests_to("/codex/usage")
+    assert sent.headers[1:] == [
+        ("user-agent", "Codex Desktop/26.519.81530 (darwin; arm64)"),
+        ("authorization", "Bearer tok-a"),
+        ("originator", "Codex Desktop"),
+        ("chatgpt-account-id", "org-tok-a"),
+        ("cookie", "cf_clearance=old"),
+        ("accept", "application/json"),
+        # what the original's HTTP client (reqwest) adds by itself
+        ("accept-encoding", "gzip, br, zstd, deflate"),
+    ]
+    for absent in ("x-codex-installation-id", "x-client-request-id", "sec-ch-ua", "openai-beta"):
+        assert sent.header(absent) is None
 
 
 def test_pseudonyms_are_stable_per_account_and_differ_across_accounts(proxy, upstream, client_key):
@@ -96,8 +248,13 @@ def test_pseudonyms_are_stable_per_account_and_differ_across_accounts(proxy, ups
         assert first_a.json()[field] == second_a.json()[field]
         assert first_a.json()[field] != first_b.json()[field]
         assert first_a.json()[field].startswith("wi_")
-    assert first_a.json()["client_metadata"]["session_id"] == first_a.json()["session_id"]
-    assert "x-client-request-id" not in first_a.json()["client_metadata"]
+    metadata = first_a.json()["client_metadata"]
+    assert metadata["session_id"] == first_a.json()["session_id"]
+    # The client's own request id replaced by the account's, as in the header (not dropped).
+    assert metadata["x-client-request-id"] == first_a.header("x-client-request-id")
+    assert metadata["x-client-request-id"].startswith("cr_")
+    assert metadata["x-codex-installation-id"] == first_a.header("x-codex-installation-id")
+    assert "mine" not in json.dumps([request.json() for request in sent])
     assert first_a.header("x-codex-installation-id") == second_a.header("x-codex-installation-id")
     assert first_a.header("x-codex-installation-id") != first_b.header("x-codex-installation-id")
     assert "conversation-42" not in json.dumps([request.json() for request in sent])

@@ -283,7 +283,13 @@ def test_review_forces_the_review_subagent(proxy, upstream, client_key):
 
     assert response.status_code == 200
     [sent] = upstream.responses_requests()
-    assert sent.json()["client_metadata"] == {"x-openai-subagent": "review"}
+    # Created for the subagent (spec §1.4), then given the account's ids like any object.
+    assert list(sent.json()["client_metadata"]) == [
+        "x-openai-subagent",
+        "x-codex-installation-id",
+        "x-client-request-id",
+    ]
+    assert sent.json()["client_metadata"]["x-openai-subagent"] == "review"
     assert sent.header("x-openai-subagent") == "review"
     proxy.drain()
     assert UsageRecord.objects.get().route == "/v1/responses/review"

@@ -27,7 +27,7 @@ from django.utils import timezone
 from proxy.services.key_policies import PolicyValues, key_policy_set
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
-from tests.proxy.web_process import WebProcess
+from tests.web_process import WebProcess
 
 MIB = 1024 * 1024
 FLOOD = 60
@@ -40,7 +40,7 @@ def web(upstream, transactional_db, tmp_path):
 
     runtime_settings_ensure(now=timezone.now())
     fingerprint_ensure_current(now=timezone.now())
-    process = WebProcess(tmp_path / "web.log", upstream.url)
+    process = WebProcess(tmp_path, CODEX_UPSTREAM_BASE=upstream.url)
     yield process
     process.stop()
 

@@ -94,9 +94,22 @@ def test_events_are_reframed_as_sse_and_the_opening_drops_content_type_and_accep
     )
     multi_line, data = _sse("x", '{\n"type": "x"\n}')
     assert b"\n\n" not in multi_line[:-2] and b"\n" not in data
-    assert opening_headers(
-        [("authorization", "Bearer t"), ("content-type", "application/json"), ("accept", "x")]
-    ) == [("authorization", "Bearer t")]
+    # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
+    # websocket_connection_should_build_standard_opening_headers_around_business_headers
+    # (Host is aiohttp's, first; the key's slot gets aiohttp's key).
+    assert [
+        name
+        for name, _ in opening_headers(
+            [("authorization", "Bearer t"), ("content-type", "application/json"), ("accept", "x")]
+        )
+    ] == [
+        "Connection",
+        "Upgrade",
+        "Sec-WebSocket-Version",
+        "Sec-WebSocket-Key",
+        "authorization",
+        "sec-websocket-extensions",
+    ]
 
 
 def test_an_events_type_is_read_alike_however_its_json_is_spaced_or_escaped():

@@ -8,6 +8,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 
+from proxy.admin_api.authentication import cross_origin_refusal
 from proxy.admin_api.display import china_iso
 from proxy.admin_api.envelope import ApiError, BodyCode, ok
 from proxy.admin_api.schema import envelope_of
@@ -95,10 +96,19 @@ class LogoutView(PublicAPIView):
         tags=["auth"],
         summary="Log out: the session ends, the cookie is cleared",
         request=None,
-        responses={200: envelope_of("LoggedOut", {"message": serializers.CharField()})},
+        responses={
+            200: envelope_of("LoggedOut", {"message": serializers.CharField()}),
+            403: OpenApiResponse(description="40301 the session cookie came from another site"),
+        },
     )
     def post(self, request):
         token = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+        if token:
+            # Ending the session is a cookie write like any other: another site must not be
+            # able to log the admin out (the browser sends the cookie on its form post).
+            refusal = cross_origin_refusal(request)
+            if refusal is not None:
+                raise refusal
         if token and len(token) <= 256:
             user = admin_session_user(token, now=timezone.now())
             admin_session_delete(token, user_id=user.pk if user else None)

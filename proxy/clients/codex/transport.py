@@ -171,7 +171,9 @@ async def compact(*, body: bytes, headers: Headers) -> CodexAnswer:
     stream = await _post_with_retries(compact_url(), body=body, headers=headers)
     try:
         data = b"".join([chunk async for chunk in stream.chunks()])
-    except CodexTransportError:
+    except BaseException:
+        # Broken off, or the caller was cancelled (its client left): the connection is
+        # dropped, never left to deliver the rest.
         stream.close()
         raise
     stream.release()

@@ -8,11 +8,13 @@ the internal ``codex.rate_limits`` and ``response.metadata`` are swallowed, what
 in ``headers``), ``release()`` / ``close()`` end it (the socket goes back to the pool only after
 ``response.completed``).
 
-Failures are the HTTP call's types: an error frame (or a refused upgrade) with a status is a
-``CodexHTTPError`` whose body is the raw frame (5xx asked again twice, on fresh sockets); a
-socket that could not be opened, broke off or stayed silent is a ``CodexTransportError`` (the
-dispatch falls back to HTTP SSE for those); a connection-local continuation that no socket can
-serve is ``CodexContinuationUnavailable``.
+Failures are the HTTP call's types: an error frame with a status is a ``CodexHTTPError``
+whose body is the raw frame; a refused upgrade is the ``CodexHTTPError`` of its HTTP answer
+(status, headers with ``Retry-After``, body, cookies: ``ws_handshake``), so a Cloudflare page
+or a 429 at the upgrade is read exactly as over HTTP; either 5xx is asked again twice, on fresh
+sockets. A socket that could not be opened, broke off or stayed silent is a
+``CodexTransportError`` (the dispatch falls back to HTTP SSE for those); a connection-local
+continuation that no socket can serve is ``CodexContinuationUnavailable``.
 
 Timeouts: ``CODEX_WS_INITIAL_EVENT_TIMEOUT_SECONDS`` until the first event (a fresh socket
 that stays silent is tried once more on another), ``CODEX_WS_IDLE_TIMEOUT_SECONDS`` between
@@ -37,6 +39,7 @@ from proxy.clients.codex.errors import (
 )
 from proxy.clients.codex.transport import SAME_ACCOUNT_5XX_RETRIES, TRANSPORT_ERRORS, responses_url
 from proxy.clients.codex.ws_errors import error_frame_status, frame_headers
+from proxy.clients.codex.ws_handshake import UpgradeRefused, websocket_session
 from proxy.clients.codex.ws_pool import (
     Lease,
     UpstreamSocket,
@@ -50,7 +53,6 @@ from proxy.clients.codex.ws_reading import (
     has_buffered_frames,
     next_event,
 )
-from proxy.loop_resources import upstream_session
 
 Headers = list[tuple[str, str]]
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -69,9 +71,27 @@ def websocket_url() -> str:
     return "ws://" + url.removeprefix("http://")
 
 
+# The upgrade's own headers around the business headers, in the original's order (its
+# ``CodexWebSocketConnection::responses``): Host (aiohttp's, first), these, the business
+# headers, the extension offer last. aiohttp sets Sec-WebSocket-Key and -Extensions itself: a
+# header already in the list keeps its place and takes aiohttp's value (the key is the
+# placeholder's slot; the offer for ``compress=15`` is the same text).
+_UPGRADE_HEADERS = (
+    ("Connection", "Upgrade"),
+    ("Upgrade", "websocket"),
+    ("Sec-WebSocket-Version", "13"),
+    ("Sec-WebSocket-Key", "set-by-aiohttp"),
+)
+_EXTENSIONS_OFFER = ("sec-websocket-extensions", "permessage-deflate; client_max_window_bits")
+
+
 def opening_headers(headers: Headers) -> Headers:
-    """The HTTP call's headers for the WebSocket opening: without content-type and accept."""
-    return [(name, value) for name, value in headers if name.lower() not in OPENING_OMITTED_HEADERS]
+    """The WebSocket opening's headers: the upgrade's, then the HTTP call's business headers
+    without content-type and accept, then the extension offer (spec §2.3)."""
+    business = [
+        (name, value) for name, value in headers if name.lower() not in OPENING_OMITTED_HEADERS
+    ]
+    return [*_UPGRADE_HEADERS, *business, _EXTENSIONS_OFFER]
 
 
 def response_create_frame(fields: dict) -> str:
@@ -192,7 +212,9 @@ class CodexWebSocketStream:
 
 
 async def _connect(headers: Headers, account_id: str, *, pooled: bool) -> UpstreamSocket:
-    session = await upstream_session.get()
+    """Open a socket. A refused upgrade is the ``CodexHTTPError`` the HTTP call would raise
+    (its status, headers, body and cookies); no answer at all is a ``CodexTransportError``."""
+    session = await websocket_session.get()
     try:
         websocket = await session.ws_connect(
             websocket_url(),
@@ -203,11 +225,13 @@ async def _connect(headers: Headers, account_id: str, *, pooled: bool) -> Upstre
             max_msg_size=MAX_FRAME_BYTES,
             autoping=True,
         )
+    except UpgradeRefused as refused:
+        raise CodexHTTPError(
+            refused.status, refused.headers, refused.body, set_cookies=refused.set_cookies
+        ) from None
     except aiohttp.WSServerHandshakeError as error:
-        response_headers = {name.lower(): value for name, value in (error.headers or {}).items()}
-        if error.status >= 400:
-            raise CodexHTTPError(error.status, response_headers, b"") from None
-        raise CodexTransportError(f"websocket upgrade refused ({error.status})") from None
+        # A 101 whose handshake headers are wrong: no HTTP answer to read, a broken opening.
+        raise CodexTransportError(f"websocket handshake invalid ({error.status})") from None
     except TRANSPORT_ERRORS as error:
         raise CodexTransportError(type(error).__name__) from None
     if pooled and hasattr(websocket, "_pong_heartbeat"):
@@ -319,6 +343,8 @@ async def open_websocket_responses(
     client key) may be it. Raises CodexHTTPError, CodexTransportError,
     CodexContinuationUnavailable."""
     key_prefix = (settings.CODEX_UPSTREAM_BASE, account_id)
+    # The Set-Cookie values of refused upgrades before the last try (HTTP keeps every answer's).
+    refused_cookies: tuple[str, ...] = ()
     for try_number in range(SAME_ACCOUNT_5XX_RETRIES + 1):
         lease = _lease_for(
             identity=identity_of(headers),
@@ -336,12 +362,24 @@ async def open_websocket_responses(
                 headers,
                 connection_local=connection_local,
             )
+        except CodexHTTPError as refused:
+            # The upgrade itself was answered with a status: read like the HTTP answer it is,
+            # a 5xx asked again twice (on a fresh socket), anything else raised as it came.
+            websocket_pool.get_or_create().drop(lease)
+            refused_cookies += refused.set_cookies
+            if refused.status >= 500 and try_number < SAME_ACCOUNT_5XX_RETRIES:
+                continue
+            raise CodexHTTPError(
+                refused.status, refused.headers, refused.body, set_cookies=refused_cookies
+            ) from None
         except BaseException:
             websocket_pool.get_or_create().drop(lease)
             raise
         status = error_frame_status(kind, raw)
         if status is None:
-            return CodexWebSocketStream(lease, (kind, raw), stream_headers)
+            stream = CodexWebSocketStream(lease, (kind, raw), stream_headers)
+            stream.set_cookies = (*refused_cookies, *stream.set_cookies)
+            return stream
         # An error frame: the socket is not reused after it (§2.7).
         set_cookies = lease.socket.set_cookies if lease.socket else ()
         websocket_pool.get_or_create().drop(lease)

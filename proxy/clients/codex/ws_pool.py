@@ -5,11 +5,22 @@ key: a key whose socket is in use hands out a one-shot socket instead (closed af
 response, never pinged); an account with ``CODEX_WS_POOL_MAX_PER_ACCOUNT`` pooled sockets gets
 one-shot sockets too. A pooled socket lives at most ``CODEX_WS_MAX_AGE_SECONDS`` (the upstream
 closes sockets after about an hour, §11.15); a sweep every ``CODEX_WS_SWEEP_SECONDS`` closes
-dead or expired idle sockets and forgets reservations older than the max age. Each socket
-remembers the id of the latest response it completed, for connection-local continuations
-(``store:false`` with a previous id known only to that socket), and whose (the opaque owner —
-the client key — of the requests it carried): a continuation finds only its owner's sockets
-(issue 34; the conversation id of the key already makes the key the owner's alone).
+dead or expired idle sockets and forgets reservations older than the max age, closing their
+sockets too (a reservation that old belongs to a request that never ended; its socket would
+otherwise stay open with nobody reading it). Each socket remembers the id of the latest
+response it completed, for connection-local continuations (``store:false`` with a previous id
+known only to that socket), and whose (the opaque owner — the client key — of the requests it
+carried): a continuation finds only its owner's sockets (issue 34; the conversation id of the
+key already makes the key the owner's alone).
+
+An account's sockets are evicted when its status changes (an operator disabling it, spec §6.3,
+or the scheduler taking it out of service): ``follow_account_statuses`` is handed the account
+statuses of each new pool snapshot and evicts the accounts whose status moved or which left
+the snapshot. Eviction closes the idle sockets at once and frees the leased ones' slots, so a
+response in flight ends normally and its socket is closed after it instead of going back to
+the pool. Every web process has its own pools and learns of a change from the snapshot's
+version (``proxy.pool_snapshot``): on its next request, or on the sweep (``on_sweep`` hooks)
+when it has sockets and no requests.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -98,6 +110,9 @@ class WebSocketPool:
         self._leased: dict[PoolKey, Lease] = {}
         self._sweeper: asyncio.Task | None = None
         self._closing: set[asyncio.Task] = set()
+        # The account statuses of the latest pool snapshot taken in (follow_account_statuses).
+        self._statuses: Mapping[str, str] | None = None
+        self._statuses_version = -1
         # Counters the tests and the docs speak of.
         self.opened = 0
         self.reused = 0
@@ -182,27 +197,82 @@ class WebSocketPool:
         return "idle" if socket is not None and socket.owner == owner else None
 
     def give_back(self, lease: Lease) -> None:
-        """The lease's socket completed its response: pooled → idle again; one-shot → closed."""
+        """The lease's socket completed its response: pooled → idle again; one-shot, or a
+        lease whose slot was taken from it meanwhile (evicted, forgotten by the sweep) →
+        closed."""
         socket = lease.socket
-        if lease.pooled:
-            self._leased.pop(lease.key, None)
+        owned = self._owns_slot(lease)
+        if owned:
+            del self._leased[lease.key]
         if socket is None:
             return
         socket.uses += 1
-        if lease.pooled and not socket.dead and not socket.expired(time.monotonic()):
+        if owned and not socket.dead and not socket.expired(time.monotonic()):
             socket.owner = lease.owner
             self._idle[lease.key] = socket
         else:
             self._close(socket)
+            lease.socket = None
 
     def drop(self, lease: Lease) -> None:
         """The lease ended badly (failed, cancelled, broken): its socket is closed, its slot
         freed."""
-        if lease.pooled and self._leased.get(lease.key) is lease:
+        if self._owns_slot(lease):
             del self._leased[lease.key]
         if lease.socket is not None:
             self._close(lease.socket)
             lease.socket = None
+
+    def _owns_slot(self, lease: Lease) -> bool:
+        """Whether ``lease`` still holds its key's slot (a later lease may hold it now)."""
+        return lease.pooled and self._leased.get(lease.key) is lease
+
+    def evict_account(self, account_id: str) -> int:
+        """Close the account's idle sockets and free its leased slots: a response in flight
+        ends normally, then its socket is closed rather than pooled. Returns how many sockets
+        were affected."""
+        evicted = 0
+        for key, socket in list(self._idle.items()):
+            if key[1] == account_id:
+                del self._idle[key]
+                self._close(socket)
+                evicted += 1
+        for key, lease in list(self._leased.items()):
+            if lease.account_id == account_id:
+                del self._leased[key]
+                evicted += 1
+        if evicted:
+            logger.info("websocket pool: %d socket(s) of account %s evicted", evicted, account_id)
+        return evicted
+
+    def follow_account_statuses(self, version: int, statuses: Mapping[str, str]) -> list[str]:
+        """Take in the account statuses of pool snapshot ``version`` (account id → status;
+        an account missing from it is out of service): the accounts holding sockets whose
+        status changed since the last version seen, or which left, are evicted. Older or
+        already seen versions are ignored. Returns the evicted account ids."""
+        if version <= self._statuses_version:
+            return []
+        previous, self._statuses = self._statuses, statuses
+        self._statuses_version = version
+        if previous is None:
+            return []  # the first snapshot this pool sees: nothing to compare with
+        changed = [
+            account_id
+            for account_id in self._accounts_with_sockets()
+            if statuses.get(account_id) != previous.get(account_id)
+        ]
+        for account_id in changed:
+            self.evict_account(account_id)
+        return changed
+
+    def _accounts_with_sockets(self) -> set[str]:
+        accounts = {key[1] for key in self._idle}
+        accounts.update(lease.account_id for lease in self._leased.values())
+        return accounts
+
+    def has_sockets(self) -> bool:
+        """Whether any socket is pooled here (idle or leased)."""
+        return bool(self._idle or self._leased)
 
     def forget_socket(self, lease: Lease) -> None:
         """Close the lease's socket but keep its slot (a fresh socket takes its place)."""
@@ -235,9 +305,15 @@ class WebSocketPool:
         while True:
             await asyncio.sleep(settings.CODEX_WS_SWEEP_SECONDS)
             self.sweep()
+            for hook in _sweep_hooks:
+                try:
+                    await hook(self)
+                except Exception:  # the sweep goes on; the next round tries again
+                    logger.warning("websocket pool sweep hook failed", exc_info=True)
 
     def sweep(self) -> None:
-        """Close dead or expired idle sockets; forget reservations older than the max age."""
+        """Close dead or expired idle sockets; forget reservations older than the max age
+        and close their sockets (nobody will read them: their request never ended)."""
         now = time.monotonic()
         for key, socket in list(self._idle.items()):
             if socket.dead or socket.expired(now):
@@ -246,6 +322,14 @@ class WebSocketPool:
         for key, lease in list(self._leased.items()):
             if now - lease.reserved_at >= settings.CODEX_WS_MAX_AGE_SECONDS:
                 del self._leased[key]
+                logger.warning(
+                    "websocket pool: a reservation of account %s outlived the max age; "
+                    "its socket is closed",
+                    lease.account_id,
+                )
+                if lease.socket is not None:
+                    self._close(lease.socket)
+                    lease.socket = None
 
     async def close_all(self) -> None:
         if self._sweeper is not None:
@@ -263,6 +347,15 @@ async def _close_quietly(websocket: aiohttp.ClientWebSocketResponse) -> None:
 
 
 websocket_pool: PerLoop[WebSocketPool] = PerLoop(WebSocketPool)
+
+# Run after each sweep with the pool (coroutine functions): what the request path registers
+# to keep a pool in step while its process serves no requests (``proxy.pool_snapshot``).
+_sweep_hooks: list[Callable[[WebSocketPool], Awaitable[None]]] = []
+
+
+def on_sweep(hook: Callable[[WebSocketPool], Awaitable[None]]) -> None:
+    """Have every pool's sweep also await ``hook(pool)``; a failing hook is logged."""
+    _sweep_hooks.append(hook)
 
 
 async def _close_this_loops_pool() -> None:

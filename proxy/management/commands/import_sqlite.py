@@ -15,7 +15,12 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from proxy.services.sqlite_import import ImportDataError, ImportRefused, sqlite_import
+from proxy.services.sqlite_import import (
+    DEFAULT_TIME_LIMIT_SECONDS,
+    ImportDataError,
+    ImportRefused,
+    sqlite_import,
+)
 
 
 class Command(BaseCommand):
@@ -23,8 +28,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("path", type=Path, help="the original's .sqlite file (read-only)")
+        parser.add_argument(
+            "--time-limit",
+            type=float,
+            default=DEFAULT_TIME_LIMIT_SECONDS,
+            help="seconds the import may spend reading the source; past them every read stops "
+            f"and the import is rolled back (default: {DEFAULT_TIME_LIMIT_SECONDS})",
+        )
 
-    def handle(self, *args, path: Path, **options) -> None:
+    def handle(self, *args, path: Path, time_limit: float, **options) -> None:
         started = time.monotonic()
 
         def progress(description: str, total: int):
@@ -33,7 +45,7 @@ class Command(BaseCommand):
             return tqdm(total=total, desc=description, unit="rows", disable=None, file=sys.stderr)
 
         try:
-            report = sqlite_import(path=path, progress=progress)
+            report = sqlite_import(path=path, progress=progress, time_limit_seconds=time_limit)
         except ImportRefused as refusal:
             raise CommandError(f"import refused: {refusal}") from None
         except ImportDataError as error:

@@ -11,13 +11,15 @@ import waits and is then refused.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from proxy.services.sqlite_import.proxy_tables import import_proxy_tables
-from proxy.services.sqlite_import.source import open_source
+from proxy.services.sqlite_import.source import open_source, source_failure
 from telemetry.services.legacy_ledger_import import import_ledger_tables
 from telemetry.services.legacy_sqlite import (
     ImportDataError,
@@ -73,18 +75,30 @@ def _refuse_non_empty_target() -> None:
         )
 
 
-def sqlite_import(*, path: Path, progress: ProgressFactory = no_progress) -> ImportReport:
+# The longest an import may take, reading the source included (``--time-limit``).
+DEFAULT_TIME_LIMIT_SECONDS = 3600
+
+
+def sqlite_import(
+    *,
+    path: Path,
+    progress: ProgressFactory = no_progress,
+    time_limit_seconds: float = DEFAULT_TIME_LIMIT_SECONDS,
+) -> ImportReport:
     """Import the v3 database at ``path``; return the report.
 
-    Raises ImportRefused (nothing done) or ImportDataError (everything rolled back)."""
+    Raises ImportRefused (nothing done) or ImportDataError (everything rolled back), also
+    when reading the source takes longer than ``time_limit_seconds``."""
     _refuse_unmigrated_target()
-    source = open_source(path)
+    source = open_source(path, deadline=time.monotonic() + time_limit_seconds)
     report = ImportReport()
     try:
         with transaction.atomic():
             _refuse_non_empty_target()
             import_proxy_tables(source=source, report=report)
             import_ledger_tables(source=source, report=report, progress=progress)
+    except sqlite3.Error as error:
+        raise source_failure(error, time_limit_seconds=time_limit_seconds) from None
     finally:
         source.close()
     return report

@@ -54,7 +54,10 @@ def import_proxy_tables(*, source, report: ImportReport) -> None:
         ("fingerprint_update_history", _HISTORY_COLUMNS, _history),
     ):
         source_columns = _SOURCE_COLUMNS.get(table, columns)
-        rows = (convert(row, report) for row in source_rows(source, table, source_columns))
+        rows = (
+            convert(row, report)
+            for row in source_rows(source, table, source_columns, report=report)
+        )
         report.imported[table] += copy_rows(table, columns, rows)
     for table in DROPPED_TABLES:
         report.dropped[table] += source_count(source, table)
