@@ -42,7 +42,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.http.cookie import parse_cookie
 from django.utils.log import log_response
 
@@ -131,7 +131,10 @@ class APIHandler(ASGIHandler):
             hold.release()
             await give_back_untaken_admission(request)
 
-    async def _read_and_answer(self, request, body_file, hold: BodyHold, scope, receive, send):
+    async def _read_and_answer(
+        self, request: HttpRequest, body_file: io.BytesIO, hold: BodyHold, scope, receive, send
+    ) -> None:
+        """Read the body (held against the process's body memory as it grows), then answer."""
         limit = settings.V1_MAX_BODY_BYTES
         timing = request.cpr_timing
         while True:
@@ -172,7 +175,9 @@ class APIHandler(ASGIHandler):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _refuse_unread(self, request, send, response, timing: RequestTiming) -> None:
+    async def _refuse_unread(
+        self, request: HttpRequest, send, response: HttpResponse, timing: RequestTiming
+    ) -> None:
         """Answer ``response`` with the body (or its rest) unread, and close the connection
         after it: the unread bytes are not taken in to find the next request."""
         response["Connection"] = "close"
@@ -228,7 +233,7 @@ async def send_event_stream(response, ending, send) -> None:
     await send({"type": "http.response.body"})
 
 
-def _server_busy(request) -> HttpResponse:
+def _server_busy(request: HttpRequest) -> HttpResponse:
     """503 ``server_busy``: the process holds as many /v1 bodies as it may."""
     response = error_response(SERVER_BUSY, request_id_for(request))
     response["Retry-After"] = str(SERVER_BUSY_RETRY_AFTER_SECONDS)

@@ -161,7 +161,9 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    async def _answer(self, data, previous: asyncio.Task | None, hold: BodyHold) -> None:
+    async def _answer(
+        self, data: str | bytes | None, previous: asyncio.Task | None, hold: BodyHold
+    ) -> None:
         """Answer one frame. Following ``previous`` (still running), the frame is parsed and
         its key's policy checked at once — a refusal is its answer now — and then it waits;
         it is dispatched (and admitted for real) once ``previous`` has ended."""
@@ -254,7 +256,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         )
 
 
-def _frame_body(data) -> dict:
+def _frame_body(data: str | bytes | None) -> dict:
     """The body of a ``{"type":"response.create", …}`` frame (its fields but ``type``), with a
     non-empty string ``model``; raises ClientFailure (400) otherwise."""
     try:
