@@ -1,5 +1,8 @@
 """What the dispatch asks of a key's policy: before scheduling, may this request run
-(``refusal``); after its report, what it used (``settle_later``).
+(``refusal``); after its report, what it used (``settle_later``). Before that, the /v1 handler
+admits a request from its headers alone (``admit_before_body``: the admission the dispatch
+then takes over, issue 35 item 4), and the client WebSocket asks of a frame that will wait
+whether it would be admitted (``refusal_on_arrival``, read-only).
 
 A request whose key has no policy costs nothing here (no Redis, no PostgreSQL). With one: the
 allowed-models check needs no store; the counters are one Lua call (plus, once a minute per
@@ -19,6 +22,11 @@ larger of
   output (the Codex upstream refuses ``max_output_tokens``, so nothing bounds it in advance)
   and a continuation's stored history (``previous_response_id``).
 
+A request admitted before its body was read (the /v1 handler's ``admit_before_body``) reserves
+the cost hint first; once its body is known the dispatch raises the reservation to the larger
+estimate (one more Lua call, only when the body's estimate is the larger: ``counters.confirm``),
+checking the budgets again as an admission would — so the bound below holds as before.
+
 A request is refused for the reservations only while the spend **plus what the requests in
 flight reserved** has reached the budget: a request alone (nothing else in flight) is admitted
 whenever the spend is under the budget, whatever its estimate, so an estimate never makes a
@@ -31,10 +39,12 @@ difference, as before.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.utils import timezone
 
 from proxy.dispatch.client_errors import ClientError
@@ -42,7 +52,9 @@ from proxy.dispatch.types import DispatchRequest
 from proxy.ledger import affinity
 from proxy.policies import counters
 from proxy.policies.counters import Periods
+from proxy.policies.early import EarlyAdmission, new_admission_id
 from proxy.policies.rules import (
+    KeyPolicy,
     day_label,
     month_label,
     next_day_start,
@@ -144,13 +156,22 @@ def body_estimate_micro(request: DispatchRequest) -> int:
 async def refusal(request: DispatchRequest) -> Refusal | None:
     """None when the key's policy lets ``request`` run (it then counts and holds an in-flight
     slot, with its budget reservation, until ``settle_later``), else why not. Called once per
-    dispatch, before scheduling."""
+    dispatch, before scheduling. An admission made before the body was read
+    (``request.early_admission``) is taken over rather than made again: the request counts
+    once."""
     policy = request.key_policy
     if policy is None:
         return None
     if not policy.allows_model(request.model):
         return Refusal(MODEL_NOT_ALLOWED)
     now = timezone.now()
+    early = request.early_admission
+    if early is not None and early.take_over():
+        refused = await _take_over(request, early, now)
+        if refused is not None or request.key_admitted:
+            return refused
+        # The early admission had lapsed (its member older than the slot TTL): admitted anew
+        # under the same id, so its requests-window entry stays one.
     periods = periods_of(now)
     at_ms = int(now.timestamp() * 1000)
     estimate = body_estimate_micro(request) if policy.has_budget else 0
@@ -160,7 +181,107 @@ async def refusal(request: DispatchRequest) -> Refusal | None:
             policy, request.admission_id, periods, at_ms=at_ms, estimate_micro=estimate
         )
 
-    verdict = await admit()
+    verdict = await _with_spend_cached(policy, now, periods, admit)
+    if verdict.admitted:
+        request.key_admitted = True
+        request.key_reserved_micro = verdict.reserved_micro
+        return None
+    if verdict.verdict == "cold":  # the cache vanished again at once (a flush): let it run
+        logger.warning("key policy spend cache unavailable; request admitted without budget")
+        return None
+    return _refusal_of(verdict)
+
+
+async def _take_over(
+    request: DispatchRequest, early: EarlyAdmission, now: datetime
+) -> Refusal | None:
+    """Make ``early`` the request's admission. No Redis call unless its member must change:
+    with a budget, the body's estimate is now known and may be more than the admission
+    reserved (the reservation is raised, the budgets checked again — refused, the admission
+    is undone); and a body that took half a slot TTL to arrive has its member refreshed
+    before the dispatch's keep-alive would first beat. The member gone (lapsed), the request
+    is left not admitted (``key_admitted`` false) and no refusal is returned."""
+    policy = early.policy
+    request.admission_id = early.admission_id
+    request.key_admitted = True
+    request.key_reserved_micro = early.reserved_micro
+    estimate = body_estimate_micro(request) if policy.has_budget else 0
+    fresh = early.age_seconds() < settings.SCHEDULER_SLOT_TTL_SECONDS / 2
+    if estimate <= early.reserved_micro and fresh:
+        return None
+    periods = periods_of(now)
+    at_ms = int(now.timestamp() * 1000)
+
+    async def confirm() -> counters.Verdict:
+        return await counters.confirm(
+            policy, early.admission_id, early.member, periods, at_ms=at_ms, estimate_micro=estimate
+        )
+
+    verdict = await _with_spend_cached(policy, now, periods, confirm)
+    if verdict.admitted:
+        request.key_reserved_micro = verdict.reserved_micro
+        return None
+    if verdict.verdict == "cold":  # flushed again at once: it keeps what it reserved
+        return None
+    request.key_admitted = False
+    return None if verdict.verdict == "gone" else _refusal_of(verdict)
+
+
+async def admit_before_body(policy: KeyPolicy) -> EarlyAdmission | Refusal | None:
+    """Admit a request of ``policy``'s key from its headers alone (the requests and tokens
+    windows, the concurrency, the budgets; the body's estimate is not known yet, so the
+    reservation is the key's recent cost per request until the dispatch raises it). The
+    admission, or the refusal to answer before a byte of the body is read; None when it could
+    not be decided here (the dispatch admits as usual)."""
+    now = timezone.now()
+    periods = periods_of(now)
+    at_ms = int(now.timestamp() * 1000)
+    admission_id = new_admission_id()
+
+    async def admit() -> counters.Verdict:
+        return await counters.admit(policy, admission_id, periods, at_ms=at_ms)
+
+    verdict = await _with_spend_cached(policy, now, periods, admit)
+    if verdict.admitted:
+        return EarlyAdmission(policy, admission_id, verdict.reserved_micro)
+    if verdict.verdict == "cold":
+        return None
+    return _refusal_of(verdict)
+
+
+async def refusal_on_arrival(
+    policy: KeyPolicy | None, model: str, *, following: DispatchRequest | None
+) -> Refusal | None:
+    """For a client WebSocket frame that will wait for the socket's running request
+    (``following``): would its key's policy admit it now? The allowed models (``model``
+    alias-resolved), then a read-only look at the counters in which the running request's own
+    in-flight entry does not count (the frame runs only after it). Writes nothing: the frame is
+    admitted for real when it runs."""
+    if policy is None:
+        return None
+    if not policy.allows_model(model):
+        return Refusal(MODEL_NOT_ALLOWED)
+    now = timezone.now()
+    verdict = await counters.peek(
+        policy,
+        periods_of(now),
+        at_ms=int(now.timestamp() * 1000),
+        not_counting=in_flight_member(following) if following is not None else None,
+    )
+    if verdict.admitted or verdict.verdict == "cold":
+        return None
+    return _refusal_of(verdict)
+
+
+async def _with_spend_cached(
+    policy: KeyPolicy,
+    now: datetime,
+    periods: Periods,
+    call: Callable[[], Awaitable[counters.Verdict]],
+) -> counters.Verdict:
+    """``call``'s verdict; when a budget's spend was not cached (``cold``), it is computed from
+    ``usage_records``, seeded, and ``call`` asked once more."""
+    verdict = await call()
     if verdict.verdict == "cold":
         spend = await sync_to_async(key_spend, thread_sensitive=False)(policy.key_id, now=now)
         await counters.seed_spend(
@@ -170,14 +291,11 @@ async def refusal(request: DispatchRequest) -> Refusal | None:
             month_micro=spend.month_micro,
             typical_cost_micro=spend.typical_cost_micro,
         )
-        verdict = await admit()
-    if verdict.admitted:
-        request.key_admitted = True
-        request.key_reserved_micro = verdict.reserved_micro
-        return None
-    if verdict.verdict == "cold":  # the cache vanished again at once (a flush): let it run
-        logger.warning("key policy spend cache unavailable; request admitted without budget")
-        return None
+        verdict = await call()
+    return verdict
+
+
+def _refusal_of(verdict: counters.Verdict) -> Refusal:
     return Refusal(_REFUSALS[verdict.verdict], verdict.retry_after_seconds)
 
 

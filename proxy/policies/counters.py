@@ -22,6 +22,11 @@
 
 Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing but
 the removal of a crashed worker's stale members); settlement is one more, after the response.
+The same script also answers, without writing, whether a request would be admitted (``peek``:
+a client WebSocket frame that waits behind the socket's running request), and raises the
+reservation of a request admitted before its body was read once its body is known
+(``confirm``: issue 35 item 4, ``proxy.policies.early``); ``withdraw`` undoes an admission no
+dispatch took over.
 After a FLUSHALL every counter starts from zero and the spend is recomputed from PostgreSQL:
 nothing breaks, nothing goes negative, no reservation is left behind.
 """
@@ -38,6 +43,7 @@ from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.loop_resources import async_redis
+from proxy.policies.counter_scripts import ADMIT_LUA, SETTLE_LUA
 from proxy.policies.rules import WINDOW_SECONDS, KeyPolicy, tokens_window_start
 from proxy.runtime_state.script_calls import ScriptCall
 
@@ -54,92 +60,9 @@ COST_HINT_TTL_SECONDS = 24 * 3600
 # No one request reserves more than $10,000 (keeps the member's number an exact integer).
 MAX_RESERVATION_MICRO = 10_000 * 1_000_000
 
-# KEYS: requests, tokens (current window), in flight, spend day, spend month, cost hint
-# ARGV: now_ms, window_ms, rpm, tpm, concurrency, day budget, month budget (-1 = none),
-#       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms,
-#       the body's estimate (micro-USD)
-# Returns {verdict, retry_after_ms, reserved micro-USD}; verdict: ok | cold | day_budget |
-# month_budget | day_reserved | month_reserved | requests | tokens | concurrency.
-_ADMIT = """
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local rpm, tpm, concurrency = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local day_budget, month_budget = tonumber(ARGV[6]), tonumber(ARGV[7])
-local slot_ttl = tonumber(ARGV[9])
--- A crashed worker's requests (no heartbeat for a slot TTL) hold no slot and no reservation.
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl)
-local estimate = 0
-if day_budget >= 0 or month_budget >= 0 then
-  local day = redis.call('GET', KEYS[4])
-  local month = redis.call('GET', KEYS[5])
-  if (day_budget >= 0 and not day) or (month_budget >= 0 and not month) then
-    return {'cold', 0, 0}
-  end
-  day, month = tonumber(day or '0'), tonumber(month or '0')
-  if day_budget >= 0 and day >= day_budget then
-    return {'day_budget', tonumber(ARGV[11]) - now, 0}
-  end
-  if month_budget >= 0 and month >= month_budget then
-    return {'month_budget', tonumber(ARGV[12]) - now, 0}
-  end
-  local reserved = 0
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    reserved = reserved + (tonumber(string.match(member, ':(%d+)$')) or 0)
-  end
-  if day_budget >= 0 and day + reserved >= day_budget then
-    return {'day_reserved', 1000, 0}
-  end
-  if month_budget >= 0 and month + reserved >= month_budget then
-    return {'month_reserved', 1000, 0}
-  end
-  estimate = math.max(tonumber(ARGV[13]), tonumber(redis.call('GET', KEYS[6]) or '0'))
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if rpm >= 0 and redis.call('ZCARD', KEYS[1]) >= rpm then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {'requests', tonumber(oldest[2]) + window - now, 0}
-end
-if tpm >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= tpm then
-  return {'tokens', tonumber(ARGV[10]) - now, 0}
-end
-if concurrency >= 0 and redis.call('ZCARD', KEYS[3]) >= concurrency then
-  return {'concurrency', 1000, 0}
-end
-redis.call('ZADD', KEYS[1], now, ARGV[8])
-redis.call('PEXPIRE', KEYS[1], window)
-redis.call('ZADD', KEYS[3], now, ARGV[8] .. ':' .. string.format('%d', estimate))
-redis.call('PEXPIRE', KEYS[3], slot_ttl)
-return {'ok', 0, estimate}
-"""
-
-# KEYS: in flight, tokens (window of the end), spend day, spend month, cost hint
-# ARGV: in-flight member, tokens, cost micro-USD, tokens key ttl s, cost hint ttl s (0: the
-#       key has no budget, no hint is kept)
-# The hint follows a new peak at once and decays by an eighth of the gap per cheaper request.
-_SETTLE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-local tokens = tonumber(ARGV[2])
-if tokens > 0 then
-  redis.call('INCRBY', KEYS[2], tokens)
-  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
-end
-local cost = tonumber(ARGV[3])
-if cost > 0 then
-  for i = 3, 4 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], cost) end
-  end
-  if tonumber(ARGV[5]) > 0 then
-    local hint = tonumber(redis.call('GET', KEYS[5]) or '0')
-    if cost >= hint then hint = cost else hint = hint - math.floor((hint - cost) / 8) end
-    redis.call('SET', KEYS[5], string.format('%d', hint), 'EX', tonumber(ARGV[5]))
-  end
-end
-return 1
-"""
-
 _SCRIPTS = {
-    "admit": AsyncScript(None, _ADMIT.encode()),
-    "settle": AsyncScript(None, _SETTLE.encode()),
+    "admit": AsyncScript(None, ADMIT_LUA.encode()),
+    "settle": AsyncScript(None, SETTLE_LUA.encode()),
 }
 
 
@@ -201,6 +124,80 @@ async def admit(
     (``admission_id``) reserving the larger of ``estimate_micro`` (the body's) and the key's
     recent cost per request. Verdict ``cold`` = a budget's spend is not cached: nothing was
     written."""
+    return await _run_admission(
+        "admit", policy, admission_id, periods, at_ms=at_ms, estimate_micro=estimate_micro
+    )
+
+
+async def peek(
+    policy: KeyPolicy,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int = 0,
+    not_counting: str | None = None,
+) -> Verdict:
+    """Would a request be admitted now? The admission's checks in one Lua call that writes
+    nothing; the in-flight member ``not_counting`` (the running request the asking one will
+    follow) is left out of the concurrency and the reservations. A spend that is not cached
+    passes (the admission itself computes it)."""
+    return await _run_admission(
+        "peek",
+        policy,
+        "",
+        periods,
+        at_ms=at_ms,
+        estimate_micro=estimate_micro,
+        own=not_counting or "",
+    )
+
+
+async def confirm(
+    policy: KeyPolicy,
+    admission_id: str,
+    member: str,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int = 0,
+) -> Verdict:
+    """For a request admitted before its body was read (in-flight ``member``): refresh the
+    member and, with a budget, raise its reservation to ``estimate_micro`` (or the key's cost
+    hint) when that is larger, after checking the budgets again. One Lua call. Refused, the
+    admission is undone (it counts for nothing); ``gone``: the member had lapsed (older than
+    the slot TTL) and the request is admitted by no one; ``cold``: the spend is not cached."""
+    return await _run_admission(
+        "confirm",
+        policy,
+        admission_id,
+        periods,
+        at_ms=at_ms,
+        estimate_micro=estimate_micro,
+        own=member,
+    )
+
+
+async def withdraw(policy: KeyPolicy, admission_id: str, member: str) -> None:
+    """Undo an admission that no dispatch took over (its request ended before: a 400, a 404,
+    the client gone while sending the body): its in-flight member and its entry in the
+    requests window go, so it counts for nothing. One round trip."""
+    redis = await async_redis.get()
+    async with redis.pipeline(transaction=False) as pipeline:
+        pipeline.zrem(redis_keys.key_policy_in_flight(policy.key_id), member)
+        pipeline.zrem(redis_keys.key_policy_requests(policy.key_id), admission_id)
+        await pipeline.execute()
+
+
+async def _run_admission(
+    mode: str,
+    policy: KeyPolicy,
+    admission_id: str,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimate_micro: int,
+    own: str = "",
+) -> Verdict:
     key_id = policy.key_id
     window_start = tokens_window_start(at_ms)
     keys = [
@@ -225,11 +222,14 @@ async def admit(
         periods.next_day_ms,
         periods.next_month_ms,
         max(0, min(estimate_micro, MAX_RESERVATION_MICRO)),
+        mode,
+        own,
     ]
     redis = await async_redis.get()
     verdict, retry_after_ms, reserved = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
     verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
-    seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if verdict not in ("ok", "cold") else 0
+    refused = verdict not in ("ok", "cold", "gone")
+    seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if refused else 0
     return Verdict(verdict, seconds, int(reserved))
 
 
