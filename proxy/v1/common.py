@@ -283,7 +283,7 @@ def build_dispatch_request(
         stream=stream,
         scheduler_settings=valid.client.scheduler_settings,
         fingerprint=valid.client.fingerprint,
-        client_identity=read_client_identity(body, headers),
+        client_identity=read_client_identity(body, headers, client_key_id=valid.client.key_id),
         client_api_key_id=valid.client.key_id,
         client_ip=request.META.get("REMOTE_ADDR"),
         user_agent=request.headers.get("user-agent"),

@@ -242,7 +242,9 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                 stream=True,
                 scheduler_settings=client.scheduler_settings,
                 fingerprint=client.fingerprint,
-                client_identity=read_client_identity(body, self._headers),
+                client_identity=read_client_identity(
+                    body, self._headers, client_key_id=client.key_id
+                ),
                 client_api_key_id=client.key_id,
                 client_ip=client_address[0],
                 user_agent=self._headers.get("user-agent"),
