@@ -108,6 +108,9 @@ def run_web() -> None:
         # uvicorn (which would trust 127.0.0.1 by default).
         proxy_headers=False,
         server_header=False,
+        # A client WebSocket frame is capped as a /v1 body is: refused from its header (close
+        # 1009) before it is read (proxy/v1/websocket.py).
+        ws_max_size=settings.V1_MAX_BODY_BYTES,
         log_config=_uvicorn_log_config(),
         # After SIGTERM, requests in flight may finish for this long; then they are cancelled
         # and the lifespan shutdown writes what they left (config/drain.py).

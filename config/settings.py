@@ -329,6 +329,12 @@ LEDGER_FLUSH_INTERVAL_MS = env_int("LEDGER_FLUSH_INTERVAL_MS", 200, minimum=1, m
 # it, after the key check. Every other route (webhook, admin) is capped at 1 MiB (the largest
 # real Telegram update is a few KiB) before Django reads any of it.
 V1_MAX_BODY_BYTES = 16 * 1024 * 1024
+# The bytes of /v1 request bodies (and client WebSocket frames) one process holds at once, from
+# the first byte read to the end of the answer (proxy/v1/body_memory.py): a request beyond it is
+# 503 server_busy with Retry-After: 1 before its body is read. At least one largest body.
+V1_BODY_BYTES_PER_PROCESS = env_int(
+    "V1_BODY_BYTES_PER_PROCESS", 256 * 1024 * 1024, minimum=V1_MAX_BODY_BYTES
+)
 MAX_REQUEST_BODY_BYTES = 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BODY_BYTES
 # An account import (POST /api/admin/accounts/import) may carry a large backup: its own cap.

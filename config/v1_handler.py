@@ -11,10 +11,16 @@ Measured with bench/ (see bench/README.md) these made the API queue behind one t
 This handler builds Django's request from the headers first and, before a byte of the body is
 read: resolves the client through the trusted proxies, checks the Host against ALLOWED_HOSTS
 (400), refuses a declared body over ``V1_MAX_BODY_BYTES`` (413, spec §1.1) and, on the POST
-routes, checks the client key (401: an anonymous client cannot make the server read 16 MiB).
-Then it reads the body (413 when a chunked one passes the limit), runs the async view (which
-reuses the key check, still one PostgreSQL round trip), streams the response, and cancels the
-view when the client leaves.
+routes, checks the client key (401: an anonymous client cannot make the server read 16 MiB),
+holds the declared size of the process's body memory (503 ``server_busy`` when it is full,
+``proxy.v1.body_memory``) and, for a key with a policy, admits the request by the policy from
+the headers alone (429 when the key is over its requests or tokens window, its concurrency or
+its budget; ``proxy.policies.early`` — the dispatch takes that admission over, so the request
+counts once). Then it reads the body (413 when a chunked one passes the limit, 503 when it no
+longer fits), runs the async view (which reuses the key check, still one PostgreSQL round trip),
+streams the response, and cancels the view when the client leaves. At the end the body memory
+is given back, and so is an admission no dispatch took over. Refusals with the body unread
+close the connection after the answer.
 
 ``BodySizeLimit`` caps the body of every other route (the webhook, the admin) the same way:
 Django's own handler would spool a body of any size to disk before the view sees it. Under
@@ -36,7 +42,7 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.http.cookie import parse_cookie
 from django.utils.log import log_response
 
@@ -47,8 +53,21 @@ from proxy.dispatch.sse import SERVER_SHUTDOWN
 from proxy.dispatch.types import RequestTiming
 from proxy.v1 import chat as chat_views
 from proxy.v1 import responses as responses_views
-from proxy.v1.common import authenticate_before_body, request_timing, stamp_overhead
-from proxy.v1.errors import INVALID_HOST, body_too_large, error_response, request_id_from
+from proxy.v1.body_memory import SERVER_BUSY, SERVER_BUSY_RETRY_AFTER_SECONDS, BodyHold
+from proxy.v1.common import (
+    admit_before_body,
+    authenticate_before_body,
+    give_back_untaken_admission,
+    request_timing,
+    stamp_overhead,
+)
+from proxy.v1.errors import (
+    INVALID_HOST,
+    body_too_large,
+    error_response,
+    request_id_for,
+    request_id_from,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +115,28 @@ class APIHandler(ASGIHandler):
             # The body was never read; the server closes the connection after the answer.
             await self.send_response(stamp_overhead(refusal, timing), send)
             return
+        hold = BodyHold()
+        if not hold.grow_to(_declared_length(scope)):
+            # The process holds as many bodies as it may (proxy/v1/body_memory.py).
+            await self._refuse_unread(request, send, _server_busy(request), timing)
+            return
+        try:
+            refusal = await admit_before_body(request)
+            if refusal is not None:
+                # The key's policy said no from the headers: not a byte of the body is read.
+                await self._refuse_unread(request, send, refusal, timing)
+                return
+            await self._read_and_answer(request, body_file, hold, scope, receive, send)
+        finally:
+            hold.release()
+            await give_back_untaken_admission(request)
+
+    async def _read_and_answer(
+        self, request: HttpRequest, body_file: io.BytesIO, hold: BodyHold, scope, receive, send
+    ) -> None:
+        """Read the body (held against the process's body memory as it grows), then answer."""
+        limit = settings.V1_MAX_BODY_BYTES
+        timing = request.cpr_timing
         while True:
             waiting = time.monotonic()
             message = await receive()
@@ -106,6 +147,10 @@ class APIHandler(ASGIHandler):
             if body_file.tell() > limit:
                 # A chunked body (no Content-Length) is refused as soon as it passes the limit.
                 await self._refuse_too_large(scope, send, limit, timing)
+                return
+            if not hold.grow_to(body_file.tell()):
+                # A chunked body that no longer fits in the process's body memory.
+                await self._refuse_unread(request, send, _server_busy(request), timing)
                 return
             if not message.get("more_body", False):
                 break
@@ -129,6 +174,14 @@ class APIHandler(ASGIHandler):
                     task.cancel(SERVER_SHUTDOWN if shutting_down and task is responding else None)
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    async def _refuse_unread(
+        self, request: HttpRequest, send, response: HttpResponse, timing: RequestTiming
+    ) -> None:
+        """Answer ``response`` with the body (or its rest) unread, and close the connection
+        after it: the unread bytes are not taken in to find the next request."""
+        response["Connection"] = "close"
+        await self.send_response(stamp_overhead(response, timing), send)
 
     async def _respond(self, request, send) -> None:
         view = DIRECT_VIEWS.get(request.path_info) if request.method == "POST" else None
@@ -178,6 +231,13 @@ async def send_event_stream(response, ending, send) -> None:
                 return
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body"})
+
+
+def _server_busy(request: HttpRequest) -> HttpResponse:
+    """503 ``server_busy``: the process holds as many /v1 bodies as it may."""
+    response = error_response(SERVER_BUSY, request_id_for(request))
+    response["Retry-After"] = str(SERVER_BUSY_RETRY_AFTER_SECONDS)
+    return response
 
 
 def _header(scope, name: bytes) -> str | None:

@@ -1,12 +1,14 @@
 """The connection-level attacks of issue 35 against the drill's running web process: sockets
 that hold their headers back, an oversized header, cookie bombs, a WebSocket upgrade to an
-unknown path. Run first in the bad-input part (``drill/fuzz.py``); each returns figures, and
+unknown path, a flood of frames on one client WebSocket, large bodies from a key its policy
+refuses. Run first in the bad-input part (``drill/fuzz.py``); each returns figures, and
 ``problems`` collects what broke."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -14,6 +16,7 @@ import time
 import aiohttp
 import requests
 
+from drill.proxy_load import MODEL
 from drill.system import System
 
 # The drill's web closes a connection whose headers are not in after this long
@@ -22,6 +25,11 @@ HEADER_TIMEOUT_SECONDS = 5
 SLOW_SOCKETS = 200
 # Correctness bound on a cookie bomb's answer (the quadratic parse took seconds).
 COOKIE_ANSWER_SECONDS = 1.0
+FLOOD_FRAMES = 30
+FLOOD_FRAME_BYTES = 2 * 1024 * 1024
+STALLED_BODY_BYTES = 15 * 1024 * 1024
+STALLED_REQUESTS = 20
+TERMINAL_EVENTS = ("response.completed", "response.failed", "response.incomplete", "error")
 
 
 class Edges:
@@ -35,6 +43,8 @@ class Edges:
         self.oversized_header()
         self.cookie_bombs()
         self.unknown_websocket_path()
+        self.websocket_frame_flood()
+        self.policy_before_body()
 
     def _connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.system.port), timeout=30)
@@ -122,6 +132,95 @@ class Edges:
         self.figures["WebSocket to unknown paths"] = sorted(set(statuses))
         if set(statuses) != {404}:
             self.problems.append(f"WebSocket upgrades to unknown paths answered {set(statuses)}")
+
+    def websocket_frame_flood(self) -> None:
+        """One client socket, a request and then 30 × 2 MiB frames sent back to back: every
+        frame gets its answer (served, or refused at once as one too many waiting), none a
+        5xx, and the socket still serves a request afterwards."""
+        url = f"ws://127.0.0.1:{self.system.port}/v1/responses"
+        auth = {"Authorization": f"Bearer {self.system.client_key}"}
+        large = json.dumps(
+            {"type": "response.create", "model": MODEL, "input": "x" * FLOOD_FRAME_BYTES}
+        )
+
+        async def flood() -> tuple[list[dict], str]:
+            endings: list[dict] = []
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(url, headers=auth, max_msg_size=0) as socket_,
+            ):
+                await socket_.send_str(json.dumps({"type": "response.create", "model": MODEL}))
+                for _ in range(FLOOD_FRAMES):
+                    await socket_.send_str(large)
+                while len(endings) < FLOOD_FRAMES + 1:
+                    event = json.loads((await socket_.receive(timeout=120)).data)
+                    if event.get("type") in TERMINAL_EVENTS:
+                        endings.append(event)
+                await socket_.send_str(json.dumps({"type": "response.create", "model": MODEL}))
+                while (last := json.loads((await socket_.receive(timeout=60)).data)).get(
+                    "type"
+                ) not in TERMINAL_EVENTS:
+                    pass
+            return endings, last["type"]
+
+        try:
+            endings, after = asyncio.run(flood())
+        except (aiohttp.ClientError, TimeoutError, TypeError, ValueError) as error:
+            self.problems.append(f"client WebSocket frame flood: {type(error).__name__}")
+            return
+        errors = [event for event in endings if event["type"] == "error"]
+        refused = [e for e in errors if e.get("error", {}).get("code") == "request_already_waiting"]
+        self.figures["WebSocket flood frames refused as waiting"] = f"{len(refused)}/{FLOOD_FRAMES}"
+        server_errors = [event["status"] for event in errors if event.get("status", 0) >= 500]
+        if server_errors:
+            self.problems.append(f"client WebSocket flood: error frames {server_errors}")
+        if after != "response.completed":
+            self.problems.append(f"client WebSocket after the flood: {after}")
+
+    def policy_before_body(self) -> None:
+        """A key whose requests window is spent: 20 requests declaring 15 MiB bodies, none sent,
+        are each answered 429 from their headers."""
+        admin = {"x-api-key": self.system.admin_api_key}
+        base = self.system.base
+        created = requests.post(
+            f"{base}/api/admin/keys", json={"name": "drill edges"}, headers=admin, timeout=30
+        ).json()["data"]
+        self.system.secrets.add("client key", created["key"])
+        requests.put(
+            f"{base}/api/admin/keys/policy",
+            params={"id": created["id"]},
+            json={"requestsPerMinute": 1},
+            headers=admin,
+            timeout=30,
+        ).raise_for_status()
+        first = requests.post(
+            f"{base}/v1/responses",
+            json={"model": MODEL, "input": "hi", "stream": False},
+            headers={"Authorization": f"Bearer {created['key']}"},
+            timeout=60,
+        ).status_code
+        statuses = []
+        for _ in range(STALLED_REQUESTS):
+            with self._connect() as connection:
+                connection.sendall(
+                    (
+                        f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Authorization: Bearer {created['key']}\r\n"
+                        f"Content-Type: application/json\r\n"
+                        f"Content-Length: {STALLED_BODY_BYTES}\r\n\r\n"
+                    ).encode()
+                )
+                answer = b""
+                with contextlib.suppress(OSError):
+                    answer = connection.recv(4096)
+            statuses.append(
+                answer.split(b" ", 2)[1].decode() if answer[:7] == b"HTTP/1." else "none"
+            )
+        self.figures["policy-refused 15 MiB bodies, unsent"] = sorted(set(statuses))
+        if first != 200 or set(statuses) != {"429"}:
+            self.problems.append(
+                f"a spent key's unsent bodies: first {first}, then {sorted(set(statuses))}"
+            )
 
 
 def run_checks(system: System) -> tuple[dict[str, object], list[str]]:

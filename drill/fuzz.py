@@ -7,7 +7,8 @@
   document (``/api/schema/?format=json``), authenticated with the admin API key;
 * everywhere: text no database can store (lone surrogates, NUL), bodies that are not UTF-8 and
   JSON nested as deep as a parser accepts or deeper; and first the connection-level attacks of
-  ``drill/edges.py`` (slow headers, a 1 MiB header, cookie bombs, unknown WebSocket paths).
+  ``drill/edges.py`` (slow headers, a 1 MiB header, cookie bombs, unknown WebSocket paths, a
+  frame flood on one client WebSocket, unsent bodies of a key its policy refuses).
 
 No answer may be a 500, or another 5xx that is not the product's own "try again" answer; every
 ``/v1`` error is an OpenAI error envelope; input that is rejected writes nothing (for ``/v1``: no
@@ -372,7 +373,8 @@ def run(system: System, scanner: Scanner, *, examples: int) -> Part:
         part.note(problem)
     part.require(
         not edge_problems,
-        "slow and oversized headers, cookie bombs and unknown WebSocket paths are refused at once",
+        "slow and oversized headers, cookie bombs, unknown WebSocket paths, frame floods and "
+        "policy-refused bodies are refused at once",
     )
     fuzz = Fuzz(system, scanner, examples)
     found = {**fuzz.webhook(), **fuzz.v1(), **fuzz.admin(), **fuzz.schemathesis()}

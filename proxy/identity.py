@@ -3,7 +3,8 @@
 A 32-byte secret, created once in CPR_DATA_DIR/identity_hmac_secret (hex, mode 0600) and never
 regenerated, keys every pseudonym: losing it would change every installation id at once and
 break prompt-cache and affinity continuity (pitfall §11.5). The same client value gets a
-different pseudonym on each account, and the same one on the same account every time.
+different pseudonym on each account and for each client key, and the same one on the same
+account for the same key every time; the installation id is the account's alone.
 """
 
 from __future__ import annotations
@@ -65,11 +66,24 @@ def installation_id(account_id: str) -> str:
     return str(uuid.UUID(bytes=_digest("installation-id", account_id, "")[:16], version=4))
 
 
-def scoped_id(domain: str, account_id: str, value: str) -> str:
-    """``wi_`` pseudonyms: prompt-cache-key, session-id, thread-id, turn-id, window-id,
-    parent-thread-id."""
-    return "wi_" + pseudonym(domain, account_id, value)
+def _account_and_key(account_id: str, client_key_id: str | None) -> str:
+    # The spec's "account" part, widened to "account \0 client key" (a departure from §2.5):
+    # two client keys sending the same value to one account must not send the same pseudonym,
+    # or they would share the upstream's prompt cache and session (a side channel between
+    # keys). No key (an admin's connection test) is the empty key.
+    return f"{account_id}\0{client_key_id or ''}"
 
 
-def client_request_id(account_id: str, value: str) -> str:
-    return "cr_" + pseudonym("client-request-id", account_id, value)
+def scoped_id(domain: str, account_id: str, value: str, *, client_key_id: str | None) -> str:
+    """``wi_`` pseudonyms of a client value on one account for one client key: base64url of
+    HMAC(secret, ``domain \0 account \0 client key \0 value``). Domains: prompt-cache-key,
+    session-id, thread-id, turn-id, window-id, parent-thread-id, user, safety-identifier."""
+    return "wi_" + pseudonym(domain, _account_and_key(account_id, client_key_id), value)
+
+
+def client_request_id(account_id: str, value: str, *, client_key_id: str | None) -> str:
+    """``cr_`` + the pseudonym of the client's request id (or the proxy's request id), scoped
+    like ``scoped_id``."""
+    return "cr_" + pseudonym(
+        "client-request-id", _account_and_key(account_id, client_key_id), value
+    )

@@ -1,12 +1,15 @@
-"""Reads of the proxy's request path (PostgreSQL): the candidates and their re-check.
+"""Reads of the proxy's request path (PostgreSQL): the candidates and their re-check, and the
+ledger's word on whose a response is.
 
 The candidates come back as one JSON column (``SNAPSHOT_CANDIDATES_JSON_SQL``) of the pool
 snapshot's statement (``proxy.pool_snapshot``: read again only when the pool changed); before
-each later attempt ``still_eligible`` re-reads their state in one query.
+each later attempt ``still_eligible`` re-reads their state in one query. ``response_ownership``
+is asked only for a previous response id Redis does not know (``proxy.dispatch.continuity``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from proxy.accounts import AccountView, ineligibility
@@ -88,3 +91,40 @@ async def still_eligible(accounts: list[AccountView], *, now: datetime) -> list[
         if ineligibility(account, now=now) is None:
             kept.append(account)
     return kept
+
+
+# One lookup through the seed's partial index idx_usage_records_response_id (``response_id =``
+# implies ``is not null``). A response id has one row (a success is exactly one row, seed
+# §4.7); the aggregate stays exact if there were more: any row of another key (or of none)
+# makes the id another's.
+_RESPONSE_OWNERSHIP_SQL = """
+select count(*),
+       coalesce(bool_or(client_api_key_id is distinct from %(client_key_id)s::text), false),
+       (array_agg(account_id order by created_at desc))[1]
+from usage_records where response_id = %(response_id)s
+"""
+
+
+@dataclass(frozen=True)
+class ResponseOwnership:
+    """What the ledger says of a response id: whether a row of it belongs to another client
+    key (or to none), and the account of its newest row."""
+
+    of_another_key: bool
+    account_id: str | None
+
+
+async def response_ownership(
+    response_id: str, *, client_key_id: str | None
+) -> ResponseOwnership | None:
+    """The ledger's owner of ``response_id`` as seen by ``client_key_id`` (one indexed query),
+    or None when ``usage_records`` has no row of it. Raises what the database raises."""
+    async with database_connection() as connection:
+        cursor = await connection.execute(
+            _RESPONSE_OWNERSHIP_SQL,
+            {"response_id": response_id, "client_key_id": client_key_id},
+        )
+        count, of_another_key, account_id = await cursor.fetchone()
+    if not count:
+        return None
+    return ResponseOwnership(of_another_key=of_another_key, account_id=account_id)

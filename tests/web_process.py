@@ -73,6 +73,21 @@ class WebProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def _status_kib(self, field: str) -> int:
+        """A field of ``/proc/<pid>/status`` in KiB (with one worker, the process is it)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+        raise AssertionError(f"no {field} in /proc/{self.process.pid}/status")
+
+    def resident_bytes(self) -> int:
+        """The worker's resident memory now (VmRSS)."""
+        return self._status_kib("VmRSS") * 1024
+
+    def peak_resident_bytes(self) -> int:
+        """The most resident memory the worker ever had (VmHWM, its high-water mark)."""
+        return self._status_kib("VmHWM") * 1024
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()

@@ -20,6 +20,10 @@ call, no replay, no routing hint), its turn state reaches nobody else's request,
 replay node no other key's history. The conversation's preference (the scheduler's script)
 only looks at the key's own records, in the key's own conversation index.
 
+Redis may lose a record at any time; ownership does not go with it: for a previous id Redis
+does not know (or when its lookup fails) the durable ledger is asked
+(``proxy.dispatch.ledger_ownership``).
+
 Redis failures degrade to normal scheduling; they are logged without keys or values.
 """
 
@@ -38,6 +42,7 @@ from redis.commands.core import AsyncScript
 from proxy import redis_keys
 from proxy.dispatch.conversation import stable_key
 from proxy.dispatch.failures import AttemptFailure, FailureKind, history_error_code
+from proxy.dispatch.ledger_ownership import ledger_verdict
 from proxy.dispatch.replay import MAX_DEPTH, reconstruct, replay_body
 from proxy.dispatch.types import DispatchReport, DispatchRequest, StreamEnd
 from proxy.dispatch.upstream_request import ClientIdentity
@@ -132,9 +137,12 @@ class Continuity:
     record: dict | None = None
     # The request's client key: the only key whose records and nodes this request may use.
     client_key_id: str | None = None
-    # The previous id has a record, but not of this key (or of no key): the request is
-    # answered as if the id never existed (``proxy.dispatch.unknown_previous``).
+    # The previous id has a record (or a ledger row), but not of this key (or of no key): the
+    # request is answered as if the id never existed (``proxy.dispatch.unknown_previous``).
     foreign: bool = False
+    # No record, but this key's own ledger row of the id: the account that produced it, where
+    # the external id's one attempt goes first.
+    ledger_account_id: str | None = None
     # Rebuilt lazily (one Redis script call), only when a recovery needs it.
     _history: list | None = field(default=None, repr=False)
     _history_read: bool = field(default=False, repr=False)
@@ -192,8 +200,9 @@ async def look_up(
     client_key_id: str | None,
 ) -> Continuity:
     """The record of ``previous_response_id`` when it is ``client_key_id``'s (managed), a
-    record of another key or of none (foreign), or nothing (external): one Redis round trip; a
-    Redis failure is logged and means "nothing known"."""
+    record or ledger row of another key or of none (foreign), or nothing (external, with this
+    key's ledger account when it has a row): one Redis round trip, and one ledger query when
+    Redis knows nothing (its failure logged)."""
     continuity = Continuity(
         conversation_id=conversation_id,
         variant_hash=variant,
@@ -217,7 +226,10 @@ async def look_up(
                 # Dropped here: nothing of another key's record goes further.
                 continuity.foreign = True
     except Exception as error:
-        logger.warning("affinity lookup failed (%s); scheduling normally", type(error).__name__)
+        logger.warning("affinity lookup failed (%s); asking the ledger", type(error).__name__)
+    if continuity.record is None and not continuity.foreign:
+        verdict = await ledger_verdict(previous_response_id, client_key_id=client_key_id)
+        continuity.foreign, continuity.ledger_account_id = verdict.foreign, verdict.account_id
     return continuity
 
 
@@ -354,10 +366,8 @@ def owner_request(request: DispatchRequest, continuity: Continuity) -> DispatchR
     stored = continuity.stored_turn_state
     if stored is None or "x-codex-turn-state" in identity.context:
         return request
-    with_state = ClientIdentity(
-        values=identity.values,
-        client_request_id=identity.client_request_id,
-        context={"x-codex-turn-state": stored, **identity.context},
+    with_state = dataclasses.replace(
+        identity, context={"x-codex-turn-state": stored, **identity.context}
     )
     return dataclasses.replace(request, client_identity=with_state)
 
@@ -367,9 +377,8 @@ async def replay_request(request: DispatchRequest, continuity: Continuity) -> Di
     previous id, no turn state."""
     history = await continuity.history()
     identity = request.client_identity
-    without_state = ClientIdentity(
-        values=identity.values,
-        client_request_id=identity.client_request_id,
+    without_state = dataclasses.replace(
+        identity,
         context={k: v for k, v in identity.context.items() if k != "x-codex-turn-state"},
     )
     return dataclasses.replace(

@@ -245,8 +245,10 @@ class Dispatch:
             return self._foreign(eligible)
         if continuity.external:
             # Unknown previous id (spec §5.3): exactly one account, the id untouched, its answer
-            # as it is — never fanned out, never replayed.
-            return CandidateQueue(eligible, settings, limit=1)
+            # as it is — never fanned out, never replayed. When the ledger has this key's row of
+            # it (its Redis record lapsed), that attempt is on the account that made it.
+            made_it = [a for a in eligible if a.id == continuity.ledger_account_id]
+            return CandidateQueue(made_it or eligible, settings, limit=1)
         # Managed (the previous response's record was found): its owner alone first.
         owner_id = continuity.preferred_account_id
         self._others = [account for account in eligible if account.id != owner_id]

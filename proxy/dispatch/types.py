@@ -10,7 +10,6 @@ envelope; ``proxy.v1.errors.openai_errors`` maps it.
 from __future__ import annotations
 
 import functools
-import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +25,7 @@ from proxy.dispatch.scheduler import SchedulerSettings, Slot
 from proxy.dispatch.sse import Frame, SSEScanner
 from proxy.dispatch.upstream_request import ClientIdentity
 from proxy.models_catalog import Catalog
+from proxy.policies.early import EarlyAdmission, new_admission_id
 from proxy.policies.rules import KeyPolicy
 
 
@@ -70,8 +70,11 @@ class DispatchRequest:
     # The key's policy (None: unlimited), read with the key; ``admission_id`` names this
     # request in the policy's Redis counters, ``key_admitted`` says it holds a slot there and
     # ``key_reserved_micro`` what it reserved of the key's budget (micro-USD).
+    # ``early_admission``: the admission the /v1 handler made before the body was read, for
+    # the dispatch to take over (``proxy.policies.early``).
     key_policy: KeyPolicy | None = None
-    admission_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    early_admission: EarlyAdmission | None = None
+    admission_id: str = field(default_factory=new_admission_id)
     key_admitted: bool = False
     key_reserved_micro: int = 0
     # The client's use_websocket (removed from the body): False forces HTTP SSE (spec §1.8).

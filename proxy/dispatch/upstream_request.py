@@ -35,6 +35,12 @@ _IDENTITY_FIELDS = (
         "x-codex-parent-thread-id",
     ),
 )
+# Body-only identity values (no header, no client_metadata key): field -> pseudonym domain.
+_BODY_ONLY_IDS = (
+    ("prompt_cache_key", "prompt-cache-key"),
+    ("user", "user"),
+    ("safety_identifier", "safety-identifier"),
+)
 # Context forwarded as upstream headers (body key, header name); the turn metadata has the ids
 # in it replaced by the account's.
 _CONTEXT_FIELDS = (
@@ -75,6 +81,8 @@ class ClientIdentity:
     values: dict[str, str] = field(default_factory=dict)  # pseudonym domain -> client value
     client_request_id: str | None = None
     context: dict[str, str] = field(default_factory=dict)  # upstream header -> value
+    # The client key that sent them: every pseudonym is scoped by it as well as the account.
+    client_key_id: str | None = None
     # (account id, request id) -> that account's scope: every pseudonym computed once for the
     # headers and the body of an attempt.
     scopes: dict[tuple[str, str], AccountScope] = field(
@@ -99,24 +107,27 @@ def _subagent(metadata: dict) -> str | None:
     return None
 
 
-def read_client_identity(body: dict, headers: dict[str, str]) -> ClientIdentity:
-    """Collect identity inputs: body top level, then ``client_metadata``, then headers; and the
-    context headers (body camelCase field, else the client's header), with the subagent that
-    ``client_metadata`` names.
+def read_client_identity(
+    body: dict, headers: dict[str, str], *, client_key_id: str | None
+) -> ClientIdentity:
+    """Collect ``client_key_id``'s identity inputs: body top level, then ``client_metadata``,
+    then headers; and the context headers (body camelCase field, else the client's header),
+    with the subagent that ``client_metadata`` names.
 
     Raises InvalidHeaderValue when a value that is copied into an upstream header cannot be one.
     """
     metadata = body.get("client_metadata") if isinstance(body.get("client_metadata"), dict) else {}
-    identity_inputs = ClientIdentity()
+    identity_inputs = ClientIdentity(client_key_id=client_key_id)
     for body_key, metadata_key, header, domain, _ in _IDENTITY_FIELDS:
         value = (
             _text(body.get(body_key)) or _text(metadata.get(metadata_key)) or headers.get(header)
         )
         if value:
             identity_inputs.values[domain] = value
-    prompt_cache_key = _text(body.get("prompt_cache_key"))
-    if prompt_cache_key:
-        identity_inputs.values["prompt-cache-key"] = prompt_cache_key
+    for body_key, domain in _BODY_ONLY_IDS:
+        value = _text(body.get(body_key))
+        if value:
+            identity_inputs.values[domain] = value
     identity_inputs.client_request_id = (
         _text(body.get("x-client-request-id"))
         or _text(metadata.get("x-client-request-id"))
@@ -142,6 +153,7 @@ def account_scope(client: ClientIdentity, account_id: str, request_id: str) -> A
             client.values,
             client_request_id=client.client_request_id or request_id,
             account_id=account_id,
+            client_key_id=client.client_key_id,
         )
     return scope
 

@@ -11,9 +11,17 @@ the headers, the body's top level, ``client_metadata`` and the ids inside the Co
 
 Where this goes beyond 2.0.0 (which forwarded them verbatim), so that no value of the client's
 links two accounts: the ids inside ``x-codex-turn-metadata`` (header, ``client_metadata`` and
-body), ``client_metadata["root_turn_id"]``, the installation id's other spellings
-(``installation_id``, ``installationId``, as the original's later versions) and the body's
-camelCase ``codexWindowId`` / ``parentThreadId``.
+body; a JSON string or an object; snake_case or camelCase keys), ``client_metadata
+["root_turn_id"]``, the installation id's other spellings (``installation_id``,
+``installationId``, as the original's later versions), the body's camelCase ``codexWindowId``
+/ ``parentThreadId``, and OpenAI's end-user identifiers ``user`` and ``safety_identifier``.
+
+Every ``wi_`` and ``cr_`` value is scoped by the client key as well as the account
+(``proxy.identity``): two keys sending the same value to one account send two values, so they
+share no upstream prompt cache or session. The installation id stays the account's.
+
+Left as the client sent them: ``metadata`` (the client's own key-value pairs, which OpenAI
+stores with the response and returns) and any text of ``input``.
 """
 
 from __future__ import annotations
@@ -35,6 +43,14 @@ TURN_METADATA_IDS = {
     "window_id": "window-id",
     "context_window_id": "window-id",
     "parent_thread_id": "parent-thread-id",
+    # The same ids as other clients (the desktop app's JavaScript) spell them.
+    "sessionId": "session-id",
+    "threadId": "thread-id",
+    "turnId": "turn-id",
+    "rootTurnId": "turn-id",
+    "windowId": "window-id",
+    "contextWindowId": "window-id",
+    "parentThreadId": "parent-thread-id",
 }
 # A turn metadata string naming none of these is left as it is, without being parsed.
 _TURN_METADATA_MARKERS = tuple(f'"{key}"' for key in (*TURN_METADATA_IDS, *INSTALLATION_KEYS))
@@ -51,6 +67,9 @@ TOP_LEVEL_IDS = {
     "codexWindowId": "window-id",
     "x-codex-parent-thread-id": "parent-thread-id",
     "parentThreadId": "parent-thread-id",
+    # OpenAI's end-user identifiers: a stable id of the client's user would link accounts.
+    "user": "user",
+    "safety_identifier": "safety-identifier",
 }
 TOP_LEVEL_KEYS = frozenset(
     {*TOP_LEVEL_IDS, "x-client-request-id", *INSTALLATION_KEYS, *TURN_METADATA_KEYS}
@@ -73,9 +92,11 @@ class AccountScope:
     """What an attempt on ``account_id`` sends in place of the client's identity values.
 
     ``ids`` maps each pseudonym domain the client sent a value for to that value's pseudonym on
-    this account (stable per account and value, different across accounts)."""
+    this account for this client key (stable per account, key and value; different across
+    accounts and across keys)."""
 
     account_id: str
+    client_key_id: str | None
     installation_id: str
     client_request_id: str
     ids: dict[str, str]
@@ -83,13 +104,23 @@ class AccountScope:
     _turn_metadata: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, values: dict[str, str], *, client_request_id: str, account_id: str) -> AccountScope:
-        """The scope of the client's ``values`` (domain -> value) on ``account_id``;
+    def of(
+        cls,
+        values: dict[str, str],
+        *,
+        client_request_id: str,
+        account_id: str,
+        client_key_id: str | None,
+    ) -> AccountScope:
+        """The scope of ``client_key_id``'s ``values`` (domain -> value) on ``account_id``;
         ``client_request_id`` is the client's own id, else the proxy's request id."""
         scope = cls(
             account_id=account_id,
+            client_key_id=client_key_id,
             installation_id=identity.installation_id(account_id),
-            client_request_id=identity.client_request_id(account_id, client_request_id),
+            client_request_id=identity.client_request_id(
+                account_id, client_request_id, client_key_id=client_key_id
+            ),
             ids={},
         )
         for domain, value in values.items():
@@ -97,11 +128,14 @@ class AccountScope:
         return scope
 
     def scoped(self, domain: str, value: str) -> str:
-        """The ``wi_`` pseudonym of ``value`` in ``domain`` on this account (computed once)."""
+        """The ``wi_`` pseudonym of ``value`` in ``domain`` on this account for this key
+        (computed once)."""
         key = (domain, value)
         pseudonym = self._pseudonyms.get(key)
         if pseudonym is None:
-            pseudonym = self._pseudonyms[key] = identity.scoped_id(domain, self.account_id, value)
+            pseudonym = self._pseudonyms[key] = identity.scoped_id(
+                domain, self.account_id, value, client_key_id=self.client_key_id
+            )
         return pseudonym
 
     def turn_metadata(self, raw: str) -> str:
@@ -113,6 +147,11 @@ class AccountScope:
             scoped = self._turn_metadata[raw] = self._scope_turn_metadata(raw)
         return scoped
 
+    def turn_metadata_object(self, parsed: dict) -> dict:
+        """Turn metadata the client sent as a JSON object rather than as its string: a copy
+        with the same ids replaced as in the string form (key order kept)."""
+        return self._scope_ids(parsed) or parsed
+
     def _scope_turn_metadata(self, raw: str) -> str:
         if not any(marker in raw for marker in _TURN_METADATA_MARKERS):
             return raw
@@ -122,21 +161,27 @@ class AccountScope:
             return raw
         if not isinstance(parsed, dict):
             return raw
+        scoped = self._scope_ids(parsed)
+        if scoped is None:
+            return raw
+        # Written back as compactly as the Codex CLI writes it; an ASCII value (a header's)
+        # stays ASCII.
+        return json.dumps(scoped, ensure_ascii=raw.isascii(), separators=(",", ":"))
+
+    def _scope_ids(self, parsed: dict) -> dict | None:
+        """A copy of turn metadata ``parsed`` with its ids replaced; None when it has none."""
+        scoped = dict(parsed)
         changed = False
         for key, value in parsed.items():
             if not isinstance(value, str) or not value:
                 continue
             if key in INSTALLATION_KEYS:
-                parsed[key] = self.installation_id
+                scoped[key] = self.installation_id
                 changed = True
             elif key in TURN_METADATA_IDS:
-                parsed[key] = self.scoped(TURN_METADATA_IDS[key], value)
+                scoped[key] = self.scoped(TURN_METADATA_IDS[key], value)
                 changed = True
-        if not changed:
-            return raw
-        # Written back as compactly as the Codex CLI writes it; an ASCII value (a header's)
-        # stays ASCII.
-        return json.dumps(parsed, ensure_ascii=raw.isascii(), separators=(",", ":"))
+        return scoped if changed else None
 
 
 def _set_or_remove(fields: dict, key: str, value: str | None) -> None:
@@ -149,9 +194,13 @@ def _set_or_remove(fields: dict, key: str, value: str | None) -> None:
 def scope_top_level(body: dict, scope: AccountScope) -> dict:
     """A copy of ``body`` whose top-level identity fields the client sent as strings carry
     this account's values (a field whose value is blank is dropped, as the original's
-    ``replace_existing_identity_field``). Key order is kept."""
+    ``replace_existing_identity_field``); turn metadata sent as an object has its ids
+    replaced. Key order is kept."""
     scoped = dict(body)
     for key in TOP_LEVEL_KEYS.intersection(body):
+        if key in TURN_METADATA_KEYS and isinstance(body[key], dict):
+            scoped[key] = scope.turn_metadata_object(body[key])
+            continue
         if not isinstance(body[key], str):
             continue
         if key in TOP_LEVEL_IDS:
@@ -187,6 +236,8 @@ def scope_metadata(metadata: dict, scope: AccountScope, *, turn_metadata: str | 
             own = scoped.get(key)
             if isinstance(own, str) and own:
                 scoped[key] = scope.turn_metadata(own)
+            elif isinstance(own, dict):
+                scoped[key] = scope.turn_metadata_object(own)
             elif turn_metadata:
                 scoped[key] = scope.turn_metadata(turn_metadata)
         else:

@@ -58,6 +58,18 @@ def _record_dispatch(report: DispatchReport) -> None:
             instruments.FAILOVERS.labels(reason=failure.kind.value).inc()
 
 
+def record_refused_before_dispatch(
+    route: str, status: int, key_id: str, *, elapsed_seconds: float
+) -> None:
+    """A request its key's policy refused before its body was read: counted as a refusal in
+    the dispatch is, with an empty model (the body, which names it, was never read)."""
+    try:
+        instruments.REQUESTS.labels(route=route, status=str(status), model="", key_id=key_id).inc()
+        instruments.REQUEST_DURATION.labels(route=route).observe(elapsed_seconds)
+    except Exception:
+        logger.warning("request metrics not recorded", exc_info=True)
+
+
 def record_token_refresh(result: str) -> None:
     try:
         instruments.TOKEN_REFRESHES.labels(result=result).inc()

@@ -18,14 +18,18 @@
   admitted while the spend plus the reservations of the requests in flight is under the
   budget, so requests admitted side by side cannot all pass a budget that has room for one;
   each is settled to its real cost at the end. The estimate's history is kept beside them:
-  the key's high-water in its budget window (``cost_high``) and the model's in the pool
+  the key's high-water in its budget window (``cost_high``) and each model's in the pool
   (``model_cost``), seeded from ``usage_records`` when missing (``cost_history``) and raised,
-  never lowered, by settlements; the model's is also recomputed every 5 minutes (its 7-day
+  never lowered, by settlements; a model's is also recomputed every 5 minutes (its 7-day
   window slides), by the one admission that claims the refresh.
 
-Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing but
-the removal of a crashed worker's stale members; a ``cold`` answer may claim the model's
-refresh); settlement is one more, after the response.
+Admission is **one** Lua call (``counter_scripts``: checks first, then the writes, so a
+refusal changes nothing but the removal of a crashed worker's stale members; a ``cold`` answer
+may claim a model's refresh); settlement is one more, after the response. The same script also
+answers, without writing, whether a request would be admitted (``peek``: a client WebSocket
+frame that waits behind the socket's running request), and raises the reservation of a request
+admitted before its body was read once its body and model are known (``confirm``: issue 35
+item 4, ``proxy.policies.early``); ``withdraw`` undoes an admission no dispatch took over.
 After a FLUSHALL every counter starts from zero and the spend is recomputed from PostgreSQL:
 nothing breaks, nothing goes negative, no reservation is left behind.
 """
@@ -35,13 +39,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.loop_resources import async_redis
+from proxy.policies.counter_scripts import ADMIT_LUA, SETTLE_LUA
 from proxy.policies.rules import WINDOW_SECONDS, KeyPolicy, tokens_window_start
 from proxy.runtime_state.script_calls import ScriptCall
 
@@ -52,7 +57,7 @@ TOKENS_KEY_TTL_SECONDS = 2 * WINDOW_SECONDS
 SPEND_TTL_SECONDS = 60
 CONCURRENCY_RETRY_AFTER_MS = 1000
 NO_LIMIT = -1
-# The model's high-water in the pool is computed again from the usage rows this often (its 7-day
+# A model's high-water in the pool is computed again from the usage rows this often (its 7-day
 # window slides; keys without a policy do not settle here), and raised by settlements meanwhile.
 # One admission claims each refresh (the others keep reserving the copy), so a busy pool runs
 # the 7-day query once per period, not once per request that finds it due.
@@ -62,110 +67,9 @@ MODEL_COST_TTL_SECONDS = 24 * 3600
 # No one request reserves more than $10,000 (keeps the member's number an exact integer).
 MAX_RESERVATION_MICRO = 10_000 * 1_000_000
 
-# KEYS: requests, tokens (current window), in flight, spend day, spend month, the key's cost
-#       high-water (its budget window), the model's cost high-water in the pool, its refresh
-#       claim
-# ARGV: now_ms, window_ms, rpm, tpm, concurrency, day budget, month budget (-1 = none),
-#       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms,
-#       the body's estimate, the default estimate (the model's prior when the pool has no
-#       history of it), micro-USD, the model's refresh period ms
-# Returns {verdict, retry_after_ms (cold: what is missing, MISSING_* bits), reserved micro-USD};
-# verdict: ok | cold | day_budget | month_budget | day_reserved | month_reserved | requests |
-# tokens | concurrency.
-_ADMIT = """
-local now = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local rpm, tpm, concurrency = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local day_budget, month_budget = tonumber(ARGV[6]), tonumber(ARGV[7])
-local slot_ttl = tonumber(ARGV[9])
--- A crashed worker's requests (no heartbeat for a slot TTL) hold no slot and no reservation.
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl)
-local estimate = 0
-if day_budget >= 0 or month_budget >= 0 then
-  local day = redis.call('GET', KEYS[4])
-  local month = redis.call('GET', KEYS[5])
-  local key_high = redis.call('GET', KEYS[6])
-  local model_high = redis.call('GET', KEYS[7])
-  local missing = 0
-  if (day_budget >= 0 and not day) or (month_budget >= 0 and not month) then missing = 1 end
-  if not key_high then missing = missing + 2 end
-  if not model_high then
-    missing = missing + 4
-  elseif redis.call('SET', KEYS[8], '1', 'NX', 'PX', tonumber(ARGV[15])) then
-    missing = missing + 8  -- due for its refresh, and this admission is the one to do it
-  end
-  if missing > 0 then return {'cold', missing, 0} end
-  day, month = tonumber(day or '0'), tonumber(month or '0')
-  if day_budget >= 0 and day >= day_budget then
-    return {'day_budget', tonumber(ARGV[11]) - now, 0}
-  end
-  if month_budget >= 0 and month >= month_budget then
-    return {'month_budget', tonumber(ARGV[12]) - now, 0}
-  end
-  local reserved = 0
-  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-    reserved = reserved + (tonumber(string.match(member, ':(%d+)$')) or 0)
-  end
-  if day_budget >= 0 and day + reserved >= day_budget then
-    return {'day_reserved', 1000, 0}
-  end
-  if month_budget >= 0 and month + reserved >= month_budget then
-    return {'month_reserved', 1000, 0}
-  end
-  local prior = tonumber(model_high)
-  if prior <= 0 then prior = tonumber(ARGV[14]) end  -- no history of the model in the pool
-  estimate = math.max(tonumber(ARGV[13]), tonumber(key_high), prior)
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if rpm >= 0 and redis.call('ZCARD', KEYS[1]) >= rpm then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {'requests', tonumber(oldest[2]) + window - now, 0}
-end
-if tpm >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= tpm then
-  return {'tokens', tonumber(ARGV[10]) - now, 0}
-end
-if concurrency >= 0 and redis.call('ZCARD', KEYS[3]) >= concurrency then
-  return {'concurrency', 1000, 0}
-end
-redis.call('ZADD', KEYS[1], now, ARGV[8])
-redis.call('PEXPIRE', KEYS[1], window)
-redis.call('ZADD', KEYS[3], now, ARGV[8] .. ':' .. string.format('%d', estimate))
-redis.call('PEXPIRE', KEYS[3], slot_ttl)
-return {'ok', 0, estimate}
-"""
-
-# KEYS: in flight, tokens (window of the end), spend day, spend month, the key's cost
-#       high-water, the model's cost high-water in the pool
-# ARGV: in-flight member, tokens, cost micro-USD, tokens key ttl s, 1 when the key has a budget
-# The high-waters are raised to a dearer cost, never lowered, and only where they exist (a
-# missing one is seeded from the usage rows, which hold this request's row by then).
-_SETTLE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-local tokens = tonumber(ARGV[2])
-if tokens > 0 then
-  redis.call('INCRBY', KEYS[2], tokens)
-  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
-end
-local cost = tonumber(ARGV[3])
-if cost > 0 then
-  for i = 3, 4 do
-    if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], cost) end
-  end
-  local first = 6
-  if ARGV[5] == '1' then first = 5 end
-  for i = first, 6 do
-    local high = redis.call('GET', KEYS[i])
-    if high and cost > tonumber(high) then
-      redis.call('SET', KEYS[i], string.format('%d', cost), 'KEEPTTL')
-    end
-  end
-end
-return 1
-"""
-
 _SCRIPTS = {
-    "admit": AsyncScript(None, _ADMIT.encode()),
-    "settle": AsyncScript(None, _SETTLE.encode()),
+    "admit": AsyncScript(None, ADMIT_LUA.encode()),
+    "settle": AsyncScript(None, SETTLE_LUA.encode()),
 }
 
 
@@ -188,23 +92,31 @@ def in_flight_member(admission_id: str, reserved_micro: int) -> str:
     return f"{admission_id}:{reserved_micro}"
 
 
-# What a ``cold`` admission found missing (bits of its second value).
+# What a ``cold`` admission found missing (bits of ``Verdict.missing``).
 MISSING_SPEND = 1
 MISSING_KEY_HIGH = 2
 MISSING_MODEL_HIGH = 4
 STALE_MODEL_HIGH = 8  # present, but due for its refresh (this admission claimed it)
+# A candidate model's high-water in ``Verdict.model_highs`` of a ``cold`` admission.
+HIGH_MISSING = -1
+HIGH_DUE = -2
 
 
 @dataclass(frozen=True)
 class Verdict:
     """What the admission said: ``verdict`` (``ok`` when admitted) and, for a refusal, the
-    seconds after which the same request would pass (rounded up, at least 1); admitted, the
-    micro-USD it reserved of the key's budget; ``cold``, what is missing (``MISSING_*``)."""
+    seconds after which the same request would pass (rounded up, at least 1). Admitted (or
+    ``cold``), with a budget: the micro-USD it reserved, and the high-waters it read — the
+    key's and each candidate model's (``model_highs``, in ``Estimates.models`` order; 0 = the
+    pool has no history of it; cold: ``HIGH_MISSING`` / ``HIGH_DUE``); ``cold``, what is
+    missing (``MISSING_*``)."""
 
     verdict: str
     retry_after_seconds: int = 0
     reserved_micro: int = 0
     missing: int = 0
+    key_high_micro: int = 0
+    model_highs: tuple[int, ...] = ()
 
     @property
     def admitted(self) -> bool:
@@ -235,12 +147,17 @@ def _reservation(micro: int) -> int:
 
 @dataclass(frozen=True)
 class Estimates:
-    """A request's own parts of its reservation (``estimate``), in micro-USD: its body's input
-    and the default that stands for a model the pool has no history of."""
+    """What a request brings to its reservation (``estimate``), in micro-USD: its own part (the
+    body's input; 0 before the body is read) and the candidate models whose prior counts —
+    the request's model once its body is known, the key's allowed models before — each with
+    the default that stands for it when the pool has no history of it."""
 
-    model: str
-    body_micro: int = 0
-    default_micro: int = 0
+    own_micro: int = 0
+    models: tuple[str, ...] = ()
+    defaults_micro: tuple[int, ...] = ()
+
+
+NO_ESTIMATES = Estimates()  # a key without a budget, or a look that reserves nothing
 
 
 async def admit(
@@ -249,14 +166,70 @@ async def admit(
     periods: Periods,
     *,
     at_ms: int,
-    estimates: Estimates,
+    estimates: Estimates = NO_ESTIMATES,
 ) -> Verdict:
     """One Lua call: the budgets (the spend, then the spend with the reservations of the
     requests in flight), the sliding requests window, the tokens window and the concurrency
     are checked; when all pass the request is counted and holds an in-flight slot
-    (``admission_id``) reserving the largest of its body's estimate, the key's cost high-water
-    and the model's (or, without history, the default estimate). Verdict ``cold`` = with a
-    budget, a spend or a high-water is not cached: nothing was written."""
+    (``admission_id``) reserving the largest of its own estimate, the key's cost high-water
+    and the candidate models' priors. Verdict ``cold`` = with a budget, a spend or a
+    high-water is not cached (or a model's is due): nothing was written."""
+    return await _run_admission("admit", policy, admission_id, periods, at_ms, estimates)
+
+
+async def peek(
+    policy: KeyPolicy, periods: Periods, *, at_ms: int, not_counting: str | None = None
+) -> Verdict:
+    """Would a request be admitted now? The admission's checks in one Lua call that writes
+    nothing; the in-flight member ``not_counting`` (the running request the asking one will
+    follow) is left out of the concurrency and the reservations. A spend that is not cached
+    passes (the admission itself computes it)."""
+    return await _run_admission(
+        "peek", policy, "", periods, at_ms, NO_ESTIMATES, own=not_counting or ""
+    )
+
+
+async def confirm(
+    policy: KeyPolicy,
+    admission_id: str,
+    member: str,
+    periods: Periods,
+    *,
+    at_ms: int,
+    estimates: Estimates,
+) -> Verdict:
+    """For a request admitted before its body was read (in-flight ``member``): refresh the
+    member and, with a budget, raise its reservation to the estimate now that its body and
+    model are known (``estimates``) when that is larger, after checking the budgets again. One
+    Lua call. Refused, the admission is undone (it counts for nothing); ``gone``: the member
+    had lapsed (older than the slot TTL) and the request is admitted by no one; ``cold``: a
+    spend or a high-water is not cached (or the model's is due)."""
+    return await _run_admission(
+        "confirm", policy, admission_id, periods, at_ms, estimates, own=member
+    )
+
+
+async def withdraw(policy: KeyPolicy, admission_id: str, member: str) -> None:
+    """Undo an admission that no dispatch took over (its request ended before: a 400, a 404,
+    the client gone while sending the body): its in-flight member and its entry in the
+    requests window go, so it counts for nothing. One round trip."""
+    redis = await async_redis.get()
+    async with redis.pipeline(transaction=False) as pipeline:
+        pipeline.zrem(redis_keys.key_policy_in_flight(policy.key_id), member)
+        pipeline.zrem(redis_keys.key_policy_requests(policy.key_id), admission_id)
+        await pipeline.execute()
+
+
+async def _run_admission(
+    mode: str,
+    policy: KeyPolicy,
+    admission_id: str,
+    periods: Periods,
+    at_ms: int,
+    estimates: Estimates,
+    *,
+    own: str = "",
+) -> Verdict:
     key_id = policy.key_id
     window_start = tokens_window_start(at_ms)
     period, _ = high_water_period(policy, periods)
@@ -267,8 +240,6 @@ async def admit(
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
         redis_keys.key_policy_cost_high(key_id, period),
-        redis_keys.key_policy_model_cost(estimates.model),
-        redis_keys.key_policy_model_cost_refresh(estimates.model),
     ]
     args = [
         at_ms,
@@ -283,55 +254,62 @@ async def admit(
         (window_start + WINDOW_SECONDS) * 1000,
         periods.next_day_ms,
         periods.next_month_ms,
-        _reservation(estimates.body_micro),
-        _reservation(estimates.default_micro),
+        _reservation(estimates.own_micro),
+        mode,
+        own,
         MODEL_COST_REFRESH_SECONDS * 1000,
     ]
+    for model, default in zip(estimates.models, estimates.defaults_micro, strict=True):
+        keys.append(redis_keys.key_policy_model_cost(model))
+        keys.append(redis_keys.key_policy_model_cost_refresh(model))
+        args.append(_reservation(default))
     redis = await async_redis.get()
-    verdict, second, reserved = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
+    verdict, second, reserved, key_high, highs = await _SCRIPTS["admit"](
+        keys=keys, args=args, client=redis
+    )
     verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+    read = {"key_high_micro": int(key_high), "model_highs": tuple(int(h) for h in highs)}
     if verdict == "cold":
-        return Verdict(verdict, missing=int(second))
-    seconds = max(1, math.ceil(int(second) / 1000)) if verdict != "ok" else 0
-    return Verdict(verdict, seconds, int(reserved))
+        return Verdict(verdict, missing=int(second), **read)
+    refused = verdict not in ("ok", "gone")
+    seconds = max(1, math.ceil(int(second) / 1000)) if refused else 0
+    return Verdict(verdict, seconds, int(reserved), **read)
 
 
 @dataclass(frozen=True)
 class Seed:
     """What a cold admission computed from ``usage_records`` (micro-USD); None = not computed
-    (it was not missing). ``model_high_refreshed``: the model's copy was there but due, and is
-    replaced (its 7-day window moved on: it may go down)."""
+    (it was not missing). ``model_highs``: the candidate models' high-waters computed;
+    ``refreshed_models``: those whose copy was there but due, and is replaced (its 7-day
+    window moved on: it may go down)."""
 
     day_micro: int | None = None
     month_micro: int | None = None
     key_high_micro: int | None = None
-    model_high_micro: int | None = None
-    model_high_refreshed: bool = False
+    model_highs: dict[str, int] = field(default_factory=dict)
+    refreshed_models: frozenset[str] = frozenset()
 
 
-async def seed(policy: KeyPolicy, periods: Periods, model: str, values: Seed) -> None:
+async def seed(policy: KeyPolicy, periods: Periods, values: Seed) -> None:
     """Cache what was computed from PostgreSQL, each with SET NX (a value another process
-    seeded, and the settlements since, win) — but a refresh of the model's, which replaces
-    it: the spend for 60 s, the key's high-water until its window ends, the model's for
+    seeded, and the settlements since, win) — but a refresh of a model's, which replaces it:
+    the spend for 60 s, the key's high-water until its window ends, a model's for
     ``MODEL_COST_TTL_SECONDS``, due again in ``MODEL_COST_REFRESH_SECONDS``. One round
     trip."""
     key_id = policy.key_id
     redis = await async_redis.get()
     async with redis.pipeline(transaction=False) as pipeline:
-        if values.day_micro is not None:
-            pipeline.set(
-                redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
-                values.day_micro,
-                nx=True,
-                ex=SPEND_TTL_SECONDS,
-            )
-        if values.month_micro is not None:
-            pipeline.set(
-                redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
-                values.month_micro,
-                nx=True,
-                ex=SPEND_TTL_SECONDS,
-            )
+        for label, micro in (
+            (f"day:{periods.day}", values.day_micro),
+            (f"month:{periods.month}", values.month_micro),
+        ):
+            if micro is not None:
+                pipeline.set(
+                    redis_keys.key_policy_spend(key_id, label),
+                    micro,
+                    nx=True,
+                    ex=SPEND_TTL_SECONDS,
+                )
         if values.key_high_micro is not None:
             period, ends_ms = high_water_period(policy, periods)
             pipeline.set(
@@ -340,11 +318,11 @@ async def seed(policy: KeyPolicy, periods: Periods, model: str, values: Seed) ->
                 nx=True,
                 pxat=ends_ms,
             )
-        if values.model_high_micro is not None:
+        for model, micro in values.model_highs.items():
             pipeline.set(
                 redis_keys.key_policy_model_cost(model),
-                values.model_high_micro,
-                nx=not values.model_high_refreshed,
+                micro,
+                nx=model not in values.refreshed_models,
                 ex=MODEL_COST_TTL_SECONDS,
             )
             # A first seed is fresh for a period too (a refresh's claim is already there).

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -12,14 +14,17 @@ from django.utils import timezone
 
 from proxy import json_parse
 from proxy.catalog_cache import recognised_catalog
-from proxy.dispatch.client_errors import ClientFailure
+from proxy.dispatch.client_errors import ClientError, ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
 from proxy.dispatch.relay import StreamEnding
 from proxy.dispatch.types import DispatchRequest, RequestTiming
 from proxy.dispatch.upstream_request import SUBAGENTS, read_client_identity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import LedgerEntry
+from proxy.metrics.recording import record_refused_before_dispatch
 from proxy.models_catalog import Catalog, resolve_alias
+from proxy.policies import admission
+from proxy.policies.early import EarlyAdmission
 from proxy.v1.auth import AuthenticatedClient, KeyHolder, KeyLookupUnavailable, authenticate
 from proxy.v1.errors import (
     DATABASE_RETRY_AFTER_SECONDS,
@@ -121,6 +126,76 @@ async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
+async def admit_before_body(request: HttpRequest) -> HttpResponse | None:
+    """After ``authenticate_before_body``, for a key with a policy: admit the request by it from
+    the headers alone (requests and tokens windows, concurrency, budgets —
+    ``proxy.policies.early``) and keep the admission for the dispatch to take over; return the
+    refusal (429, ``Retry-After``) to send instead of reading the body, else None. The allowed
+    models need the body's model: the dispatch checks them."""
+    checked = getattr(request, "v1_authenticated", None)
+    if checked is None or checked[1].policy is None:
+        return None
+    request_id, client = checked
+    try:
+        outcome = await admission.admit_before_body(client.policy)
+    except Exception:
+        # Redis failing: the dispatch's own admission decides (and answers) after the body.
+        logger.warning("key policy admission before the body failed", exc_info=True)
+        return None
+    if isinstance(outcome, EarlyAdmission):
+        request.v1_early_admission = outcome
+        return None
+    if outcome is None:
+        return None
+    ledger.submit(_refused_before_body_entry(request, request_id, client.key_id, outcome.error))
+    record_refused_before_dispatch(
+        request.path_info,
+        outcome.error.status,
+        client.key_id,
+        elapsed_seconds=time.monotonic() - request_timing(request).arrived,
+    )
+    failure = ClientFailure(outcome.error, retry_after=outcome.retry_after_seconds)
+    return failure_response(failure, request_id)
+
+
+async def give_back_untaken_admission(request: HttpRequest) -> None:
+    """At the request's end: the admission made before its body, unless a dispatch took it
+    over, is given back (a request that never reached its dispatch counts for nothing)."""
+    early = getattr(request, "v1_early_admission", None)
+    if early is not None and early.pending:  # (a dispatch's admission costs nothing here)
+        await asyncio.shield(early.withdraw_if_not_taken())
+
+
+def _refused_before_body_entry(
+    request: HttpRequest, request_id: str, key_id: str, error: ClientError
+) -> LedgerEntry:
+    """The ops_error_logs row of a request its key's policy refused before the body was read
+    (as a refusal in the dispatch leaves one, without the model: it was never read)."""
+    return LedgerEntry(
+        errors=[
+            ErrorFact(
+                request_id=request_id,
+                client_api_key_id=key_id,
+                route=request.path[:200],
+                created_at=timezone.now(),
+                message="v1 key policy refused the request before its body",
+                status_code=error.status,
+                client_status_code=error.status,
+                failure_class=error.code,
+                metadata={
+                    "failed": True,
+                    "errorKind": error.code,
+                    "error": error.message,
+                    "failureSource": "proxy",
+                    "beforeBody": True,
+                    "clientIp": request.META.get("REMOTE_ADDR"),
+                    "userAgent": request.headers.get("user-agent"),
+                },
+            )
+        ]
+    )
+
+
 def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dict[str, str]):
     """Copy the safe upstream headers (spec §1.4) and set our request id."""
     for name in SAFE_UPSTREAM_HEADERS:
@@ -208,7 +283,7 @@ def build_dispatch_request(
         stream=stream,
         scheduler_settings=valid.client.scheduler_settings,
         fingerprint=valid.client.fingerprint,
-        client_identity=read_client_identity(body, headers),
+        client_identity=read_client_identity(body, headers, client_key_id=valid.client.key_id),
         client_api_key_id=valid.client.key_id,
         client_ip=request.META.get("REMOTE_ADDR"),
         user_agent=request.headers.get("user-agent"),
@@ -218,6 +293,7 @@ def build_dispatch_request(
         catalog=catalog,
         accounts=valid.client.accounts,
         key_policy=valid.client.policy,
+        early_admission=getattr(request, "v1_early_admission", None),
         body_bytes=valid.body_bytes,
         # Stamped by the /v1 handler at the request's arrival (config/v1_handler.py).
         timing=request_timing(request),

@@ -76,16 +76,40 @@ def _row_cost_branches(model: str) -> list[When]:
     return branches
 
 
+def _row_cost(models: Iterable[str]) -> Case | None:
+    """A row's cost (USD) as one ``CASE`` over ``models`` (None without models); 0 for a row of
+    another model."""
+    branches = [branch for model in sorted(set(models)) for branch in _row_cost_branches(model)]
+    if not branches:
+        return None
+    return Case(*branches, default=Value(0.0), output_field=FloatField())
+
+
 def highest_request_cost(records: QuerySet, *, models: Iterable[str] | None = None) -> float | None:
     """The cost (USD) of the most expensive row of ``records``, or None without rows.
     ``models``: the models the rows can have, when the caller knows them (else one more
     query finds them)."""
     if models is None:
         models = records.order_by().values_list("model", flat=True).distinct()
-    branches = [branch for model in sorted(set(models)) for branch in _row_cost_branches(model)]
-    if not branches:
+    cost = _row_cost(models)
+    if cost is None:
         return None
-    top = _priced_rows(records).aggregate(
-        top=Max(Case(*branches, default=Value(0.0), output_field=FloatField()))
-    )["top"]
+    top = _priced_rows(records).aggregate(top=Max(cost))["top"]
     return None if top is None else float(top)
+
+
+def highest_request_cost_per_model(records: QuerySet, models: Iterable[str]) -> dict[str, float]:
+    """The cost (USD) of the most expensive row of each of ``models`` among ``records``, in one
+    grouped query; a model without rows is left out."""
+    models = sorted(set(models))
+    cost = _row_cost(models)
+    if cost is None:
+        return {}
+    rows = (
+        _priced_rows(records.filter(model__in=models))
+        .order_by()
+        .values("model")
+        .annotate(top=Max(cost))
+        .values_list("model", "top")
+    )
+    return {model: float(top) for model, top in rows if top is not None}

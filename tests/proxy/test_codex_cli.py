@@ -96,9 +96,9 @@ def test_codex_exec_multi_turn_session_through_the_proxy(
     socket_requests = []
     answer = ResponsesSocket._answer
 
-    async def counted(self, data):
+    async def counted(self, data, *following):
         socket_requests.append(data)
-        await answer(self, data)
+        await answer(self, data, *following)
 
     monkeypatch.setattr(ResponsesSocket, "_answer", counted)
 

@@ -37,22 +37,29 @@ def test_stable_key_is_uuid_shaped_and_ignores_leading_system_reminders():
 
 def test_conversation_id_anchors_on_the_clients_own_ids_first():
     body = _body(prompt_cache_key="pck-1")
-    by_key = local_conversation_id(body, read_client_identity(body, {}), KEY)
+    by_key = local_conversation_id(body, read_client_identity(body, {}, client_key_id=KEY), KEY)
     assert by_key.startswith("lc_")
     # The same prompt_cache_key with other content is the same conversation ...
     other = _body(prompt_cache_key="pck-1", input="something else")
-    assert local_conversation_id(other, read_client_identity(other, {}), KEY) == by_key
+    assert (
+        local_conversation_id(other, read_client_identity(other, {}, client_key_id=KEY), KEY)
+        == by_key
+    )
     # ... a session id anchors when there is no prompt_cache_key ...
     session_a = local_conversation_id(
-        _body(), read_client_identity(_body(), {"session-id": "s1"}), KEY
+        _body(), read_client_identity(_body(), {"session-id": "s1"}, client_key_id=KEY), KEY
     )
     session_b = local_conversation_id(
-        _body(), read_client_identity(_body(), {"session-id": "s2"}), KEY
+        _body(), read_client_identity(_body(), {"session-id": "s2"}, client_key_id=KEY), KEY
     )
     assert session_a != session_b
     # ... and without any id, the first turn's content does (a new first message, a new one).
-    no_ids = local_conversation_id(_body(), read_client_identity(_body(), {}), KEY)
-    again = local_conversation_id(_body(), read_client_identity(_body(), {}), KEY)
+    no_ids = local_conversation_id(
+        _body(), read_client_identity(_body(), {}, client_key_id=KEY), KEY
+    )
+    again = local_conversation_id(
+        _body(), read_client_identity(_body(), {}, client_key_id=KEY), KEY
+    )
     assert no_ids == again != session_a
     assert "pck-1" not in by_key
 
@@ -67,7 +74,7 @@ def test_the_same_anchor_under_another_client_key_is_another_conversation():
         (_body(), {"thread-id": "t1"}),
         (_body(), {}),
     ):
-        identity = read_client_identity(body, headers)
+        identity = read_client_identity(body, headers, client_key_id=None)
         of_a = local_conversation_id(body, identity, "key_a")
         assert of_a == local_conversation_id(body, identity, "key_a")
         assert of_a != local_conversation_id(body, identity, "key_b")

@@ -26,6 +26,7 @@ from django.utils import timezone
 from proxy.models import Account, AccountUsage, RuntimeSettings
 from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.key_policies import PolicyValues, key_policy_set
+from telemetry.models import UsageRecord
 from tests.fakes.codex import Reply, previous_response_not_found
 from tests.proxy.conftest import make_pool_account, post_responses, reset_rotation
 
@@ -283,6 +284,134 @@ def test_key_b_with_key_as_prompt_cache_key_is_neither_steered_nor_given_its_soc
         client_key.id,
         key_b.id,
     ]
+
+
+# ----------------------------------------------------------------------------- Redis forgot
+
+
+def _record_key(response_id: str) -> str:
+    return f"{settings.REDIS_KEY_PREFIX}affinity:v2:resp:{response_id}"
+
+
+def _lose_the_record(redis_client, response_id: str, how: str) -> None:
+    """What Redis may do to a record at any time (seed §2.9): let it lapse (its 4 h TTL, a
+    FLUSHALL, an eviction: the same state) or hand back something unreadable (the lookup
+    fails)."""
+    if how == "lapsed":
+        redis_client.delete(_record_key(response_id))
+    else:
+        redis_client.set(_record_key(response_id), b"\xff not a record", keepttl=True)
+
+
+@pytest.mark.parametrize("how", ["lapsed", "unreadable"])
+def test_key_b_with_key_as_id_after_redis_lost_its_record_still_gets_the_never_existed_answer(
+    proxy, upstream, client_key, key_b, redis_client, how
+):
+    # Reported by the review of issue 34 (tests/proxy/test_review34_defects.py, commit
+    # f130c8f): with the record gone the id was "unknown", sent untouched to one account — A's
+    # own here, the only one — which continued A's conversation for B (200, A's secret).
+    make_pool_account("tok-a")
+    a_id = _completed(_turn(proxy, client_key, SECRET))["id"]
+    proxy.drain()
+    assert UsageRecord.objects.filter(response_id=a_id).count() == 1
+    _lose_the_record(redis_client, a_id, how)
+    before = len(upstream.requests)
+
+    foreign = _turn(proxy, key_b, "what was the code?", previous=a_id)
+    after_foreign = len(upstream.requests)
+    unknown_id = _unknown_id()
+    unknown = _turn(proxy, key_b, "what was the code?", previous=unknown_id)
+
+    assert after_foreign == before  # A's id went nowhere
+    _assert_never_existed(foreign, unknown, a_id, unknown_id)
+    assert foreign.json()["error"]["code"] == "previous_response_not_found"
+    assert _carrying(upstream, a_id, SECRET) == upstream.requests[:1]
+    # The ledger's word holds on compact too.
+    compact = requests.post(
+        f"{proxy.url}/v1/responses/compact",
+        json={"model": "gpt-5.4", "input": [_user("compact")], "previous_response_id": a_id},
+        headers={"Authorization": f"Bearer {key_b.key}"},
+        timeout=30,
+    )
+    assert compact.json() == previous_response_not_found(a_id)
+    assert len(upstream.requests) == after_foreign + 1  # only the unknown id's one attempt
+
+
+def test_a_keys_own_id_whose_record_lapsed_is_tried_on_the_account_that_made_it(
+    proxy, upstream, client_key, redis_client
+):
+    # quota_reset_priority without rotation: tok-b (earlier reset) ranks first, so only the
+    # ledger's account can send the continuation to tok-a.
+    RuntimeSettings.objects.update(rotation_strategy="quota_reset_priority")
+    reset_rotation()
+    soon = timezone.now() + timedelta(hours=1)
+    for token, reset_at, status in (
+        ("tok-a", soon + timedelta(hours=1), "active"),
+        ("tok-b", soon, "disabled"),
+    ):
+        AccountUsage.objects.create(
+            account=make_pool_account(token, status=status), window_reset_at=reset_at
+        )
+    first = _completed(_turn(proxy, client_key, SECRET))  # tok-b is away: tok-a
+    proxy.drain()
+    Account.objects.filter(access_token="tok-b").update(status="active")
+    redis_client.delete(_record_key(first["id"]))
+
+    continued = _turn(proxy, client_key, "and then?", previous=first["id"])
+
+    # Before: tok-b (first in rank) got the id and answered previous_response_not_found.
+    assert upstream.tokens_called() == ["tok-a", "tok-a"]
+    assert continued.status_code == 200, continued.text
+    assert upstream.responses_requests()[-1].json()["previous_response_id"] == first["id"]
+    # The control: an id the ledger does not have is the one attempt of whichever ranks first.
+    unknown_id = _unknown_id()
+    _turn(proxy, client_key, "and then?", previous=unknown_id)
+    assert upstream.tokens_called()[2:] == ["tok-b"]
+
+
+def test_a_lapsed_id_whose_ledger_row_names_no_key_is_nobodys(
+    proxy, upstream, client_key, key_b, redis_client
+):
+    # A row without a key (one imported from the original's ledger, say) proves nobody's
+    # ownership: like a record without clientKeyId, its id is answered as never existing.
+    make_pool_account("tok-a")
+    a_id = _completed(_turn(proxy, client_key, SECRET))["id"]
+    proxy.drain()
+    UsageRecord.objects.filter(response_id=a_id).update(client_api_key_id=None)
+    redis_client.delete(_record_key(a_id))
+    before = len(upstream.requests)
+
+    answers = [_turn(proxy, key, "again", previous=a_id) for key in (key_b, client_key)]
+    after = len(upstream.requests)
+    unknown_id = _unknown_id()
+    unknown = _turn(proxy, key_b, "again", previous=unknown_id)
+
+    assert after == before
+    for answer in answers:
+        _assert_never_existed(answer, unknown, a_id, unknown_id)
+
+
+def test_key_b_before_the_ledger_row_of_key_as_answer_is_written_meets_its_record(
+    proxy, upstream, client_key, key_b, settings
+):
+    """The ledger writes its rows in batches after the answer; the Redis record, written at
+    once, covers the gap: B presenting A's id the moment A has it gets the never-existed
+    answer while no usage row of A's response exists yet."""
+    settings.LEDGER_FLUSH_INTERVAL_MS = 60_000  # the batch holds A's row for the whole test
+    make_pool_account("tok-a")
+    a_id = _completed(_turn(proxy, client_key, SECRET))["id"]
+    before = len(upstream.requests)
+
+    foreign = _turn(proxy, key_b, "what was the code?", previous=a_id)
+    rows_then = UsageRecord.objects.filter(response_id=a_id).count()
+    unknown_id = _unknown_id()
+    unknown = _turn(proxy, key_b, "what was the code?", previous=unknown_id)
+
+    assert rows_then == 0
+    assert len(upstream.requests) == before + 1  # only the unknown id's attempt
+    _assert_never_existed(foreign, unknown, a_id, unknown_id)
+    proxy.drain()
+    assert UsageRecord.objects.filter(response_id=a_id).count() == 1
 
 
 # ----------------------------------------------------------------------------- compact, legacy

@@ -284,3 +284,117 @@ def test_the_keys_policy_applies_on_the_client_websocket_too(proxy, upstream, cl
     assert over_limit[0]["status"] == 429
     assert over_limit[0]["error"]["code"] == "key_rate_limited"
     assert len(upstream.websocket_requests()) == 1
+
+
+async def _next_event(socket) -> dict:
+    message = await socket.receive(timeout=30)
+    assert message.type is aiohttp.WSMsgType.TEXT, message
+    return json.loads(message.data)
+
+
+async def _until(socket, event_type: str, seen: list[dict]) -> None:
+    """Read events into ``seen`` up to and including the next one of ``event_type``."""
+    while True:
+        event = await _next_event(socket)
+        seen.append(event)
+        if event["type"] == event_type:
+            return
+
+
+def test_one_frame_waits_behind_the_running_one_and_any_further_is_refused(
+    proxy, upstream, client_key
+):
+    """Issue 35 item 3: a socket holds at most the request being answered and one waiting
+    behind it; a third frame meanwhile is refused at once (and dropped: it is never sent
+    upstream), the waiting one is answered after the first."""
+    make_pool_account("tok-a")
+    upstream.program("tok-a", Reply(deltas=20, delta_delay=0.1), Reply())
+    auth = {"Authorization": f"Bearer {client_key.key}"}
+
+    async def scenario(session):
+        seen: list[dict] = []
+        async with session.ws_connect(_url(proxy), headers=auth) as socket:
+            await socket.send_str(_create(input=["first"]))
+            await _until(socket, "response.created", seen)
+            await socket.send_str(_create(input=["second"]))
+            await socket.send_str(_create(input=["third"]))
+            await _until(socket, "response.completed", seen)
+            await _until(socket, "response.completed", seen)
+        return seen
+
+    seen = _session_run(scenario)
+
+    kinds = [event["type"] for event in seen]
+    assert kinds.count("error") == 1
+    # Refused while the first was still streaming, not after it.
+    assert kinds.index("error") < kinds.index("response.completed")
+    assert seen[kinds.index("error")] == {
+        "type": "error",
+        "status": 429,
+        "error": {
+            "message": "A request is already waiting on this socket behind the one in progress; "
+            "send the next one when an answer ends",
+            "type": "rate_limit_error",
+            "code": "request_already_waiting",
+        },
+    }
+    # The waiting one was answered after the first, in full.
+    after_first = kinds[kinds.index("response.completed") + 1 :]
+    assert after_first[0] == "response.created" and after_first[-1] == "response.completed"
+    assert [request.json()["input"] for request in upstream.websocket_requests()] == [
+        ["first"],
+        ["second"],
+    ]
+
+
+def test_a_waiting_frame_meets_the_keys_policy_when_it_arrives(proxy, upstream, client_key):
+    """Issue 35 item 3: the frame that will wait is checked against its key's policy on
+    arrival — a model the key may not use, and a requests window the running request filled —
+    and answered at once, while the running one still streams. The concurrency check leaves
+    the socket's own running request out (the waiting frame runs only after it), so with a
+    limit of one the waiting frame is served."""
+    from django.utils import timezone
+
+    from proxy.services.key_policies import PolicyValues, key_policy_set
+
+    make_pool_account("tok-a")
+    upstream.program("tok-a", Reply(deltas=20, delta_delay=0.1), Reply(deltas=20, delta_delay=0.1))
+    key_policy_set(
+        key=client_key,
+        values=PolicyValues(
+            allowed_models=["gpt-5.4"], requests_per_minute=2, max_concurrent_requests=1
+        ),
+        now=timezone.now(),
+    )
+    auth = {"Authorization": f"Bearer {client_key.key}"}
+
+    async def scenario(session):
+        first: list[dict] = []
+        second: list[dict] = []
+        async with session.ws_connect(_url(proxy), headers=auth) as socket:
+            await socket.send_str(_create(input=["one"]))
+            await _until(socket, "response.created", first)
+            await socket.send_str(_create(model="gpt-5.4-mini", input=["not allowed"]))
+            await _until(socket, "error", first)
+            await socket.send_str(_create(input=["two"]))  # waits (concurrency: own not counted)
+            await _until(socket, "response.completed", first)
+            await _until(socket, "response.created", second)
+            await socket.send_str(_create(input=["three"]))  # the window holds one and two
+            await _until(socket, "error", second)
+            await _until(socket, "response.completed", second)
+        return first, second
+
+    first, second = _session_run(scenario)
+
+    [not_allowed] = [event for event in first if event["type"] == "error"]
+    assert not_allowed["status"] == 403
+    assert not_allowed["error"]["code"] == "model_not_allowed"
+    assert first[-1]["type"] == "response.completed"  # it kept streaming past the refusal
+    [over_window] = [event for event in second if event["type"] == "error"]
+    assert over_window["status"] == 429
+    assert over_window["error"]["code"] == "key_rate_limited"
+    assert second[-1]["type"] == "response.completed"
+    assert [request.json()["input"] for request in upstream.websocket_requests()] == [
+        ["one"],
+        ["two"],
+    ]

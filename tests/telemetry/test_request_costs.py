@@ -1,7 +1,8 @@
 """The dearest usage row, priced in PostgreSQL (``telemetry/queries/request_costs.py``): the
 same figure ``telemetry.billing.request_cost`` gives that row in Python, for every price branch
 (tiers, long context, cached tokens with and without a cache price, NULL tokens, a model the
-table does not know), and only the rows asked about."""
+table does not know), and only the rows asked about — over all of them, or model by model in
+one grouped query (a key's allowed models, before its request's body names one)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from telemetry.billing import request_cost
 from telemetry.models import UsageRecord
-from telemetry.queries.request_costs import highest_request_cost
+from telemetry.queries.request_costs import highest_request_cost, highest_request_cost_per_model
 from telemetry.services.ledger import usage_record_create
 
 T0 = datetime(2026, 11, 1, 10, 7, 30, tzinfo=UTC)
@@ -82,3 +83,31 @@ def test_the_highest_is_the_dearest_row_of_the_ones_asked_about():
         max(cost for row, cost in costs.items() if row[0] == "gpt-5.4")
     )
     assert highest_request_cost(UsageRecord.objects.filter(model="nobody")) is None
+
+
+@pytest.mark.django_db
+def test_the_highest_per_model_is_each_models_dearest_row_in_one_query(
+    django_assert_num_queries,
+):
+    for row in ROWS:
+        _row(*row)
+    dearest: dict[str, float] = {}
+    for model, tier, input_tokens, output_tokens, cached in ROWS:
+        cost = request_cost(
+            model=model,
+            service_tier=tier,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached,
+        ).total
+        dearest[model] = max(dearest.get(model, 0.0), cost)
+
+    with django_assert_num_queries(1):
+        priced = highest_request_cost_per_model(
+            UsageRecord.objects.all(), ["gpt-5.4", "gpt-5.5", "my-own-model", "nobody"]
+        )
+
+    assert priced.keys() == {"gpt-5.4", "gpt-5.5", "my-own-model"}  # "nobody" has no rows
+    for model, cost in priced.items():
+        assert cost == pytest.approx(dearest[model], rel=1e-12)
+    assert highest_request_cost_per_model(UsageRecord.objects.all(), []) == {}
