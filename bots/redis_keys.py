@@ -40,14 +40,6 @@ def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"
 
 
-def update_given_back(bot_id: int, update_id: int) -> str:
-    """HASH of a webhook update's attempts that ended without a send permit: ``unsent`` how
-    many (not counted toward MAX_ATTEMPTS: the bot was pacing itself, the update was not
-    failing), and 1 for each pipeline step one of them settled (``card``: the user's card shows
-    the update's names; ``counted``: the message passed the user's rate gate)."""
-    return f"{_prefix()}update_given_back:{bot_id}:{update_id}"
-
-
 # ------------------------------------------------------------------ the outbound limiter
 
 
