@@ -40,6 +40,18 @@ def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"
 
 
+def relay_refused(bot_id: int, user_id: int) -> str:
+    """The user's private chat refused an admin's reply for good (blocked, deactivated): the
+    note in the user's topic is posted once, until a reply reaches them again."""
+    return f"{_prefix()}relay_refused:{bot_id}:{user_id}"
+
+
+def card_stale(bot_id: int, user_id: int) -> str:
+    """The user's names changed while no message of theirs was relayed (banned, unverified,
+    over the rate limit): their pinned card is edited with the next relayed message."""
+    return f"{_prefix()}card_stale:{bot_id}:{user_id}"
+
+
 # ------------------------------------------------------------------ the outbound limiter
 
 

@@ -57,8 +57,8 @@ def albums_sweep_task() -> int:
     return sweep_albums()
 
 
-@shared_task(name=INBOX_DRAIN_TASK, soft_time_limit=150, time_limit=180)
-def inbox_drain_task(*, bot_id: int | None = None) -> int:
+@shared_task(name=INBOX_DRAIN_TASK, bind=True, soft_time_limit=150, time_limit=180)
+def inbox_drain_task(self, *, bot_id: int | None = None) -> int:
     """Work on the inbox's due updates (queued by the webhook, by a row given back for later,
     by an album sent, and every INBOX_SWEEP_SECONDS by beat without ``bot_id``: the bot the
     worker is configured for); returns how many attempts it made.
@@ -69,7 +69,8 @@ def inbox_drain_task(*, bot_id: int | None = None) -> int:
     bot_id = load_config().bot_id if bot_id is None else bot_id
     if bot_id is None:
         return 0
-    return drain_inbox(bot_id=bot_id).worked
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    return drain_inbox(bot_id=bot_id, queue=queue).worked
 
 
 @shared_task(name=PURGE_CONTINUE_TASK)

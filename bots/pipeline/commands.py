@@ -203,15 +203,17 @@ def _purge(issued: Issued, topic: Topic) -> None:
 
 
 def _delete_user(issued: Issued, topic: Topic) -> None:
-    """/deluser posts its prompt; the deletion itself is recorded when it is confirmed."""
-    request_user_deletion(issued, topic)
-    issued.audit(AuditAction.DELETE_USER, AuditOutcome.REQUESTED, user_id=topic.user_id)
+    """/deluser posts its prompt, recorded as requested once it is posted (a prompt Telegram
+    refused requested nothing); the deletion itself is recorded when it is confirmed."""
+    if request_user_deletion(issued, topic):
+        issued.audit(AuditAction.DELETE_USER, AuditOutcome.REQUESTED, user_id=topic.user_id)
 
 
 def _wipe(issued: Issued) -> None:
-    """/wipealldata posts its prompt; the wipe is recorded when it is confirmed."""
-    request_wipe(issued)
-    issued.audit(AuditAction.WIPE, AuditOutcome.REQUESTED)
+    """/wipealldata posts its prompt, recorded as requested once it is posted; the wipe is
+    recorded when it is confirmed."""
+    if request_wipe(issued):
+        issued.audit(AuditAction.WIPE, AuditOutcome.REQUESTED)
 
 
 # ------------------------------------------------------------------ verification settings (General)

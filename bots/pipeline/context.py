@@ -34,7 +34,7 @@ class BotContext:
 
 
 # Steps of an update's pipeline that an attempt may settle and a later attempt of the same
-# update need not repeat (recorded when an attempt is given back for want of a send permit).
+# update need not repeat (kept on the update's inbox row when an attempt gives it back).
 CARD_SETTLED = "card"  # the user's pinned card shows the names this update carries
 MESSAGE_COUNTED = "counted"  # the message passed the user's rate gate (counted once)
 

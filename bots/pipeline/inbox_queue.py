@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from celery import current_app
+
 from bots.task_names import INBOX_DRAIN_TASK
 
 logger = logging.getLogger(__name__)
@@ -21,13 +22,19 @@ logger = logging.getLogger(__name__)
 INBOX_SWEEP_SECONDS = 15.0
 
 
-def queue_drain(*, bot_id: int, countdown: float = 0.0) -> None:
-    """Nudge a worker to drain the bot's inbox after ``countdown`` seconds. Call it once the
-    rows it is about are committed (a worker too early finds nothing, and the sweep comes
-    later). A broker that cannot take the message is logged only: the sweep finds the row."""
+def queue_drain(*, bot_id: int, countdown: float = 0.0, queue: str | None = None) -> None:
+    """Nudge a worker to drain the bot's inbox after ``countdown`` seconds (on ``queue``: a
+    drain queues its successors on the queue it came from; None: the task's route). Call it
+    once the rows it is about are committed (a worker too early finds nothing, and the sweep
+    comes later). A broker that cannot take the message is logged only: the sweep finds the
+    row."""
+    options = {"queue": queue} if queue else {}
     try:
         current_app.send_task(
-            INBOX_DRAIN_TASK, kwargs={"bot_id": bot_id}, countdown=max(0.0, countdown)
+            INBOX_DRAIN_TASK,
+            kwargs={"bot_id": bot_id},
+            countdown=max(0.0, countdown),
+            **options,
         )
     except Exception:  # the broker (Redis) is down: the row waits for the sweep
         logger.warning("inbox: could not queue a drain; the sweep will find the row")

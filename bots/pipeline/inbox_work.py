@@ -11,7 +11,7 @@ An attempt ends in one of these ways:
   unreachable: the row waits, with the steps the attempt settled (its card, its rate count)
   kept, so the next attempt does not repeat them;
 * **given back, counted** — a retryable failure (a 5xx, the network, the database, a bug): the
-  row is due again after a back-off (10 s, 60 s, 6 min, then 10 min), and once MAX_ATTEMPTS
+  row is due again after a back-off (1 min, 2 min, 5 min, then 10 min), and once MAX_ATTEMPTS
   attempts failed the update is poison: its claim is marked failed, its row deleted;
 * **lease lost** — another holder took the row over (this one was taken for dead): no further
   call was made, and the other holder finishes it.
@@ -59,11 +59,14 @@ WORKER_SEND_BUDGET_SECONDS = 20.0
 # A row whose call got no permit is tried again when the limiter expects one (at the soonest
 # after this long, at the latest after a minute: the group's window).
 NO_PERMIT_RETRY_SECONDS = 0.5
+NO_PERMIT_RETRY_MAX_SECONDS = 60.0
 # A row that waits for a deletion (or for Redis) is tried again after this long.
 DELETION_RETRY_SECONDS = 5.0
 # After the n-th failed attempt a row is due again after BACKOFF_SECONDS[n - 1] (the last one
-# for the rest): with MAX_ATTEMPTS = 3, an update survives 7 minutes of a failing Bot API.
-BACKOFF_SECONDS = (10.0, 60.0, 360.0, 600.0)
+# for the rest). The first is the 60 s Telegram's redelivery took before (spec §6: a stale claim
+# is taken over after 60 s), which the per-user windows assume (a notice slot a failed attempt
+# used is free again); with MAX_ATTEMPTS = 3 an update survives 8 minutes of a failing Bot API.
+BACKOFF_SECONDS = (60.0, 120.0, 300.0, 600.0)
 # One drain's share of the worker (then it queues the next drain, if rows are left).
 DRAIN_SECONDS = 50.0
 
@@ -118,7 +121,7 @@ def work_on(
         logger.warning("update %s: taken over by another holder; left to it", leased.update_id)
         return Outcome(Ending.LEASE_LOST)
     except NoSendPermit as error:
-        due_in = min(max(error.wait_seconds, NO_PERMIT_RETRY_SECONDS), BACKOFF_SECONDS[1])
+        due_in = min(max(error.wait_seconds, NO_PERMIT_RETRY_SECONDS), NO_PERMIT_RETRY_MAX_SECONDS)
         return _give_back(context, leased, error, due_in=due_in, counted=False)
     except DeletionInProgress as error:
         return _give_back(context, leased, error, due_in=DELETION_RETRY_SECONDS, counted=False)
@@ -206,10 +209,11 @@ def drain_inbox(
     drain_seconds: float = DRAIN_SECONDS,
     budget_seconds: float = WORKER_SEND_BUDGET_SECONDS,
     monotonic: Callable[[], float] = time.monotonic,
+    queue: str | None = None,
 ) -> DrainReport:
     """Work on the bot's rows that are due, oldest first and each conversation in order, for
-    up to ``drain_seconds``; then queue the next drain when rows may be left. A row given back
-    for later is nudged for when it is due."""
+    up to ``drain_seconds``; then queue the next drain (on ``queue``, the one this drain came
+    from) when rows may be left. A row given back for later is nudged for when it is due."""
     report = DrainReport()
     config = load_config()
     if not config.bot_token or config.support_chat_id is None or config.bot_id != bot_id:
@@ -220,7 +224,7 @@ def drain_inbox(
     while True:
         if monotonic() - started >= drain_seconds:
             report.stopped_early = True
-            queue_drain(bot_id=bot_id)
+            queue_drain(bot_id=bot_id, queue=queue)
             return report
         leased = inbox_claim_next(bot_id=bot_id, now=clock(), token=new_lease_token())
         if leased is None:
@@ -233,5 +237,5 @@ def drain_inbox(
             next_due = outcome.due_in if next_due is None else min(next_due, outcome.due_in)
     if next_due is not None:
         # One nudge for all the rows given back here (a burst gives many back at once).
-        queue_drain(bot_id=bot_id, countdown=next_due)
+        queue_drain(bot_id=bot_id, countdown=next_due, queue=queue)
     return report

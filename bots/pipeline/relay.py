@@ -83,7 +83,7 @@ def relay_inbound(
         ),
     )
     if user.is_risk:
-        best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))
+        best_effort("risk reminder", lambda: remind_risk(ctx, user=user, thread_id=topic.thread_id))
 
 
 def _send(ctx: BotContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
@@ -140,10 +140,12 @@ def _resend(
         return None
 
 
-def _remind_risk(ctx: BotContext, *, user: BotUser, topic: Topic) -> None:
+def remind_risk(ctx: BotContext, *, user: BotUser, thread_id: int) -> None:
+    """The high-risk reminder in the user's topic, when its 24 h slot is won (spec §2.10; the
+    caller makes it best effort)."""
     if user_claim_risk_reminder(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
         ctx.client.send_message(
             chat_id=ctx.support_chat_id,
             text=copy.risk_reminder(display_name(user)),
-            message_thread_id=topic.thread_id,
+            message_thread_id=thread_id,
         )

@@ -159,7 +159,9 @@ class Inbox:
         """Work on every update that is due now; how many attempts were made."""
         from bots.pipeline.inbox_work import drain_inbox
 
-        report = drain_inbox(bot_id=self.bot_id, clock=lambda: self.clock.now, drain_seconds=seconds)
+        report = drain_inbox(
+            bot_id=self.bot_id, clock=lambda: self.clock.now, drain_seconds=seconds
+        )
         return report.worked
 
     def waiting(self) -> list[int]:
@@ -168,9 +170,10 @@ class Inbox:
 
         return list(InboxUpdate.objects.order_by("update_id").values_list("update_id", flat=True))
 
-    def later(self, **delta: float) -> int:
-        """Move the clock, then drain (a row given back is due again after its wait)."""
-        self.clock.advance(**delta)
+    def later(self, *, outbound_limiter: bool = True, **delta: float) -> int:
+        """Move the clock (``Clock.advance``), then drain (a row given back is due again after
+        its wait)."""
+        self.clock.advance(outbound_limiter=outbound_limiter, **delta)
         return self.drain()
 
 

@@ -152,12 +152,13 @@ def test_a_retryable_failure_is_answered_200_and_finished_by_the_worker_after_it
     assert _claim(telegram, update) == ("processing", 1)  # one failed attempt
     assert inbox.waiting() == [update["update_id"]]
     assert RelayedMessage.objects.count() == 0
-    # The worker is nudged for when the row is due again: 10 s after the failure.
-    assert [countdown for _, _, countdown in queued_drains.sent] == [10.0]
+    # The worker is nudged for when the row is due again: 60 s after the failure (the time
+    # Telegram's redelivery took before, spec §6).
+    assert [countdown for _, _, countdown in queued_drains.sent] == [60.0]
     telegram.forget_calls()
 
     webhook.deliver_ok(update)  # a redelivery meanwhile is a duplicate: nothing is done
-    assert inbox.later(seconds=9) == 0  # not due yet
+    assert inbox.later(seconds=59) == 0  # not due yet
     assert telegram.calls() == []
 
     assert inbox.later(seconds=1) == 1
@@ -173,13 +174,13 @@ def test_poison_after_max_attempts_is_marked_failed(webhook, telegram, user, ver
     update = telegram.private_message(user, text="hello")
     telegram.fail("createForumTopic", status=502, times=100)
 
-    webhook.deliver_ok(update)  # attempt 0 fails; due again in 10 s
-    assert inbox.later(seconds=10) == 1  # attempt 1 fails; due again in 60 s
-    assert inbox.later(seconds=60) == 1  # attempt 2 fails; due again in 6 minutes
+    webhook.deliver_ok(update)  # attempt 0 fails; due again in a minute
+    assert inbox.later(seconds=60) == 1  # attempt 1 fails; due again in 2 minutes
+    assert inbox.later(seconds=120) == 1  # attempt 2 fails; due again in 5 minutes
     assert len(telegram.calls("createForumTopic")) == 3
     assert _claim(telegram, update) == ("processing", 3)
 
-    assert inbox.later(seconds=359) == 0
+    assert inbox.later(seconds=299) == 0
     assert inbox.later(seconds=1) == 1  # the fourth attempt is declared poison, calls nothing
 
     assert _claim(telegram, update) == ("failed", 3)
@@ -195,7 +196,7 @@ def test_max_attempts_is_configurable(webhook, bot_settings, telegram, user, ver
     telegram.fail("createForumTopic", status=500, times=10)
 
     webhook.deliver_ok(update)
-    inbox.later(seconds=10)
+    inbox.later(seconds=60)
 
     assert _claim(telegram, update) == ("failed", 1)
     assert len(telegram.calls("createForumTopic")) == 1
@@ -370,7 +371,7 @@ def test_a_retryable_fault_at_any_call_ends_with_exactly_one_relayed_copy(
         assert inbox.waiting() == []  # logged and done
     else:
         assert inbox.waiting() == [update["update_id"]]
-    assert inbox.later(seconds=10) == (0 if _is_best_effort(name, call_number) else 1)
+    assert inbox.later(seconds=60) == (0 if _is_best_effort(name, call_number) else 1)
     webhook.deliver_ok(update)  # Telegram's redelivery, were it to come: a duplicate
     assert inbox.waiting() == []
     assert _copies_in_topic(telegram, "hello") == 1
@@ -415,7 +416,7 @@ def test_a_dropped_connection_is_retried_by_the_worker(webhook, telegram, user, 
 
     webhook.deliver_ok(update)
     assert _copies_in_topic(telegram, "hello") == 0
-    inbox.later(seconds=10)
+    inbox.later(seconds=60)
 
     assert _copies_in_topic(telegram, "hello") == 1
 
@@ -476,7 +477,7 @@ def test_a_ledger_failure_is_never_marked_processed_early(
     assert RelayedMessage.objects.count() == 0
 
     failing_ledger()
-    inbox.later(seconds=10)
+    inbox.later(seconds=60)
 
     # The accepted at-least-once cost: the relay had happened before the ledger failed.
     assert _copies_in_topic(telegram, "hello") == 2
