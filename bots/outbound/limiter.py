@@ -470,7 +470,7 @@ class OutboundLimiter:
             wait = min(outcome, IN_FLIGHT_POLL) if in_flight else outcome
             if deadline is not None and self._monotonic() + wait > deadline:
                 self.withdraw(chat_id=chat_id, permit_id=permit_id)
-                self.last_refusal_wait = outcome
+                self.last_refusal_wait = wait  # for a call in flight: a poll, not its lease
                 return None
             if on_wait is not None:
                 on_wait(outcome)
