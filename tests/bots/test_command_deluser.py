@@ -371,6 +371,30 @@ def test_a_prompt_that_could_not_be_sent_is_sent_once_on_redelivery(
     assert DeleteConfirmation.objects.count() == 1
 
 
+def test_in_a_closed_topic_the_prompt_is_posted_in_general_and_its_buttons_work(
+    webhook, telegram, admin, user, topic
+):
+    """Issue 36: the original's prompt went into the closed topic, which Telegram refuses, so
+    /deluser there did nothing and said nothing."""
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="/deluser"))
+
+    [prompt] = [
+        message
+        for message in telegram.bot_messages(telegram.support_chat_id)
+        if message.thread_id is None  # General
+    ]
+    assert prompt.text == copy.closed_topic_reply(topic.thread_id, copy.deluser_prompt(USER_ID))
+    assert DeleteConfirmation.objects.get().prompt_msg_id == prompt.message_id
+    yes, _ = keyboard_data(prompt)
+
+    assert click_in_group(webhook, telegram, admin, prompt.message_id, yes) == (
+        copy.toast_deluser_done()
+    )
+    assert _gail_rows() == GONE
+
+
 # ------------------------------------------------------------------ races and redeliveries
 
 

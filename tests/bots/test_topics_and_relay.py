@@ -19,6 +19,7 @@ from tests.bots.helpers import (
     dm_texts,
     make_user,
     open_conversation,
+    set_switches,
     topic_texts,
     user_row,
 )
@@ -472,3 +473,38 @@ def test_a_failed_reminder_changes_nothing_else(webhook, telegram, user, clock):
 
     assert RelayedMessage.objects.count() == 1
     assert ProcessedUpdate.objects.get().status == "processed"
+
+
+# ------------------------------------------------------------------ a card that had to wait
+
+
+@pytest.mark.parametrize("held", ["banned", "over the rate limit"])
+def test_a_name_change_while_held_back_updates_the_card_when_the_user_is_next_relayed(
+    held, bot_settings, webhook, telegram, user, clock
+):
+    """Issue 36: the names are stored when the user writes, but a message that is not relayed
+    (banned, over MAX_MESSAGES_PER_MINUTE) edits no card — and the next one, whose names are
+    the same by then, did not either: the card kept the old name for good."""
+    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
+    renamed = telegram.user(user.id, "Robert", last_name="Stone", username="bob")
+    if held == "banned":
+        BotUser.objects.filter(user_id=user.id).update(is_banned=True)
+    else:
+        set_switches(verify_enabled="0")  # over the limit: dropped, no challenge to pass
+        bot_settings.MAX_MESSAGES_PER_MINUTE = "1"
+    webhook.deliver_ok(telegram.private_message(renamed, text="held back"))
+    assert "held back" not in topic_texts(telegram, topic.thread_id)
+    assert card_text(telegram, topic).startswith("昵称：Bob Stone (@bob)")
+
+    BotUser.objects.filter(user_id=user.id).update(is_banned=False)
+    clock.advance(minutes=2)
+    telegram.forget_calls()
+    webhook.deliver_ok(telegram.private_message(renamed, text="it's Robert now"))
+
+    assert [call.method for call in telegram.calls()] == ["editMessageText", "sendMessage"]
+    assert card_text(telegram, topic).startswith("昵称：Robert Stone (@bob)")
+    assert topic_texts(telegram, topic.thread_id)[-1] == "it's Robert now"
+    # Fixed once: the message after that edits nothing.
+    telegram.forget_calls()
+    webhook.deliver_ok(telegram.private_message(renamed, text="thanks"))
+    assert [call.method for call in telegram.calls()] == ["sendMessage"]
