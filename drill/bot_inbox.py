@@ -118,8 +118,8 @@ def _state(system: System, user_ids: list[int], update_ids: list[int]) -> dict:
             ).fetchall()
         )
         ledger = connection.execute(
-            "select private_msg_id, count(*) from messages where bot_id = %s and direction = 'in'"
-            " and user_id = any(%s) group by private_msg_id",
+            "select user_id, private_msg_id, count(*) from messages where bot_id = %s"
+            " and direction = 'in' and user_id = any(%s) group by user_id, private_msg_id",
             [BOT_ID, user_ids],
         ).fetchall()
         claims = Counter(
@@ -138,7 +138,7 @@ def _state(system: System, user_ids: list[int], update_ids: list[int]) -> dict:
     return {
         "topics": topics,
         "threads": threads,
-        "ledger": dict(ledger),
+        "ledger": {(user_id, message_id): count for user_id, message_id, count in ledger},
         "claims": claims,
         "waiting": waiting,
     }
