@@ -11,7 +11,7 @@ An attempt ends in one of these ways:
   unreachable: the row waits, with the steps the attempt settled (its card, its rate count)
   kept, so the next attempt does not repeat them;
 * **given back, counted** — a retryable failure (a 5xx, the network, the database, a bug): the
-  row is due again after a back-off (1 min, 2 min, 5 min, then 10 min), and once MAX_ATTEMPTS
+  row is due again after a back-off (1 min, 1 min, 2 min, 5 min, then 10 min), and once MAX_ATTEMPTS
   attempts failed the update is poison: its claim is marked failed, its row deleted;
 * **lease lost** — another holder took the row over (this one was taken for dead): no further
   call was made, and the other holder finishes it.
@@ -63,10 +63,11 @@ NO_PERMIT_RETRY_MAX_SECONDS = 60.0
 # A row that waits for a deletion (or for Redis) is tried again after this long.
 DELETION_RETRY_SECONDS = 5.0
 # After the n-th failed attempt a row is due again after BACKOFF_SECONDS[n - 1] (the last one
-# for the rest). The first is the 60 s Telegram's redelivery took before (spec §6: a stale claim
-# is taken over after 60 s), which the per-user windows assume (a notice slot a failed attempt
-# used is free again); with MAX_ATTEMPTS = 3 an update survives 8 minutes of a failing Bot API.
-BACKOFF_SECONDS = (60.0, 120.0, 300.0, 600.0)
+# for the rest). The first two are the 60 s Telegram's redelivery took before (spec §6: a
+# stale claim is taken over after 60 s), which the per-user windows assume (a notice slot a
+# failed attempt used is free again); with MAX_ATTEMPTS = 3 the fourth attempt, 4 minutes
+# after the first, declares the update poison — longer MAX_ATTEMPTS wait longer between tries.
+BACKOFF_SECONDS = (60.0, 60.0, 120.0, 300.0, 600.0)
 # One drain's share of the worker (then it queues the next drain, if rows are left).
 DRAIN_SECONDS = 50.0
 

@@ -175,12 +175,12 @@ def test_poison_after_max_attempts_is_marked_failed(webhook, telegram, user, ver
     telegram.fail("createForumTopic", status=502, times=100)
 
     webhook.deliver_ok(update)  # attempt 0 fails; due again in a minute
-    assert inbox.later(seconds=60) == 1  # attempt 1 fails; due again in 2 minutes
-    assert inbox.later(seconds=120) == 1  # attempt 2 fails; due again in 5 minutes
+    assert inbox.later(seconds=60) == 1  # attempt 1 fails; due again in a minute
+    assert inbox.later(seconds=60) == 1  # attempt 2 fails; due again in 2 minutes
     assert len(telegram.calls("createForumTopic")) == 3
     assert _claim(telegram, update) == ("processing", 3)
 
-    assert inbox.later(seconds=299) == 0
+    assert inbox.later(seconds=119) == 0
     assert inbox.later(seconds=1) == 1  # the fourth attempt is declared poison, calls nothing
 
     assert _claim(telegram, update) == ("failed", 3)
