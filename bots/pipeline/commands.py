@@ -11,8 +11,9 @@ only"), and a command is never relayed to a user nor written to the ledger.
 * Commands about "the topic's user" find the user through the binding (open or closed); a topic
   without one gets the "cannot find the user" notice — a target is never guessed.
 * Order: the database first, then the best-effort card refresh, then the reply. The reply goes to
-  the same thread (General without message_thread_id); a retryable failure raises, so Telegram
-  redelivers the update and the idempotent setters run again, re-sending only the reply.
+  the same thread (General without message_thread_id; General too when the topic is closed); a
+  retryable failure raises, so the update is tried again later (the inbox) and the idempotent
+  setters run again, re-sending only the reply.
 """
 
 from __future__ import annotations

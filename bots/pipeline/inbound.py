@@ -74,8 +74,8 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
         _card_waits(ctx, ensured)
         _hold_for_verification(ctx, ensured, switches, starting=starting)
         return
-    # A message is counted once: a redelivery of an attempt given back for want of a send
-    # permit (a burst may bring it back many times a minute) does not count it again.
+    # A message is counted once: a later attempt of an update given back for want of a send
+    # permit (a burst may try it many times a minute) does not count it again.
     if not ctx.settled(MESSAGE_COUNTED):
         if not user_count_message(
             bot_id=ctx.bot_id,

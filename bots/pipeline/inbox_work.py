@@ -163,7 +163,7 @@ def _give_back(
 ) -> Outcome:
     # str(error) of a Telegram error is sanitized (method, status, description): no token.
     logger.info(
-        "update %s: %s; %s in %.0f s",
+        "update %s: %s; %s in %.1f s",
         leased.update_id,
         error,
         "retried" if counted else "waits, tried again",

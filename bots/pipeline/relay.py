@@ -40,8 +40,8 @@ def relay_inbound(
 
     TOPIC_CLOSED ⇒ reopen and resend once. Topic gone (deleted by hand) ⇒ replace the topic,
     post a fresh card, resend once. Other permanent errors ⇒ drop (binding kept, no ledger).
-    Retryable errors and ledger failures propagate: the update is redelivered. A message the
-    ledger already records (a redelivery after a failure that followed the relay) is not sent
+    Retryable errors and ledger failures propagate: the update is tried again later. A message
+    the ledger already records (a later attempt after a failure that followed the relay) is not sent
     again; the ledger row is written again once on a fresh connection when the first try meets
     a dead one, so only a process killed during the send or before that row relays twice.
     """
