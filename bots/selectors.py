@@ -14,7 +14,6 @@ from bots.models import (
     Broadcast,
     DeleteConfirmation,
     Direction,
-    ProcessedUpdate,
     RelayedMessage,
     Setting,
     Topic,
@@ -141,14 +140,6 @@ def relayed_reply_exists(*, bot_id: int, user_id: int, group_msg_id: int) -> boo
 
 def topic_get_for_thread(*, bot_id: int, thread_id: int) -> Topic | None:
     return Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).first()
-
-
-def processed_update_status(*, bot_id: int, update_id: int) -> str | None:
-    return (
-        ProcessedUpdate.objects.filter(bot_id=bot_id, update_id=update_id)
-        .values_list("status", flat=True)
-        .first()
-    )
 
 
 def bot_tables_missing() -> list[str]:

@@ -42,14 +42,13 @@ from bots.pipeline.inbox_queue import queue_drain
 from bots.pipeline.router import route_update
 from bots.services.deletion_fence import DeletionInProgress, deletion_fenced
 from bots.services.inbox import (
-    InboxLease,
     LeasedUpdate,
-    LeaseLost,
     inbox_claim_next,
     inbox_finish,
     inbox_release,
     new_lease_token,
 )
+from bots.services.inbox_lease import InboxLease, LeaseLost
 
 logger = logging.getLogger(__name__)
 

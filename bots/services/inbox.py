@@ -10,7 +10,8 @@ finishing it — each one statement (or one transaction), each deciding on its o
   conversation (no earlier row of the same user, no other album of the user being collected).
   One conditional ``UPDATE … RETURNING`` with ``FOR UPDATE SKIP LOCKED``: two workers never hold
   one row, nor two rows of one conversation.
-* ``inbox_renew`` — the holder keeps its lease (``InboxLease``, before each Bot API call).
+* ``inbox_renew`` — the holder keeps its lease (``bots.services.inbox_lease``, before each
+  Bot API call).
 * ``inbox_release`` — the holder gives the row back: counted (it failed: MAX_ATTEMPTS) or not
   (it waited for a send permit, a deletion, a 429), with the steps it settled.
 * ``inbox_finish`` — the row deleted and the claim marked processed (or failed: poison) in one
@@ -29,17 +30,14 @@ import enum
 import hashlib
 import json
 import secrets
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from bots.clients.telegram import TelegramRetryableError
-from bots.models import InboxUpdate, ProcessedUpdate, UpdateStatus
+from bots.models import InboxUpdate, UpdateStatus
 from bots.services.processed_updates import STALE_CLAIM_AFTER
 
 # A holder's lease: renewed at least every LEASE_RENEW_SECONDS while it works (before each Bot
@@ -397,55 +395,3 @@ def inbox_finish(*, leased: LeasedUpdate, status: UpdateStatus) -> Finished:
         )
         owned, more = cursor.fetchone()
     return Finished(owned=owned == 1, more_in_conversation=bool(more))
-
-
-def inbox_claim_status(*, bot_id: int, update_id: int) -> str | None:
-    """The update's ``processed_updates`` status (None: no claim)."""
-    return (
-        ProcessedUpdate.objects.filter(bot_id=bot_id, update_id=update_id)
-        .values_list("status", flat=True)
-        .first()
-    )
-
-
-# ------------------------------------------------------------------ the lease while working
-
-
-class LeaseLost(TelegramRetryableError):
-    """The update's lease is another holder's now: this holder makes no further call."""
-
-    def __init__(self, update_id: int) -> None:
-        super().__init__(
-            method="(inbox lease)",
-            status=None,
-            description=f"update {update_id}: the inbox lease was lost",
-        )
-
-
-class InboxLease:
-    """Keeps a holder's lease alive while it works: ``keep()`` (before every Bot API call and
-    while a call waits for its permit) renews it when LEASE_RENEW_SECONDS have passed, and
-    raises LeaseLost — before the call is made — once it is another holder's."""
-
-    def __init__(
-        self,
-        leased: LeasedUpdate,
-        *,
-        clock: Callable[[], datetime] = timezone.now,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.leased = leased
-        self._clock = clock
-        self._monotonic = monotonic
-        self._renewed_at = monotonic()
-        self.lost = False
-
-    def keep(self) -> None:
-        if self.lost:
-            raise LeaseLost(self.leased.update_id)
-        if self._monotonic() - self._renewed_at < LEASE_RENEW_SECONDS:
-            return
-        if not inbox_renew(leased=self.leased, now=self._clock()):
-            self.lost = True
-            raise LeaseLost(self.leased.update_id)
-        self._renewed_at = self._monotonic()

@@ -8,8 +8,10 @@ from datetime import timedelta
 
 import pytest
 
+from bots.conf import load_config
 from bots.models import AlbumItem, InboxUpdate, ProcessedUpdate
 from bots.services.inbox import (
+    LEASE_RENEW_SECONDS,
     LEASE_SECONDS,
     Stored,
     StoreState,
@@ -20,6 +22,7 @@ from bots.services.inbox import (
     inbox_renew,
     inbox_store,
 )
+from bots.services.inbox_lease import InboxLease, LeaseLost
 from tests.bots.conftest import START
 
 pytestmark = pytest.mark.django_db
@@ -237,3 +240,46 @@ def test_finishing_tells_whether_the_conversation_has_rows_behind():
     )
     assert _claim_row(1) == ("processed", 0)
     assert list(InboxUpdate.objects.values_list("update_id", flat=True)) == [2]
+
+
+# ------------------------------------------------------------------ the holder's lease
+
+
+def test_a_holder_taken_for_dead_makes_no_further_call(bot_settings, telegram):
+    """The webhook's attempt stalled past its lease (taken for dead); a worker took the row
+    over. When the stalled holder goes on, its next Bot API call is not made: the lease, kept
+    before every call, is found another's."""
+    _store(1, token="stalled")
+    assert _claim(seconds=LEASE_SECONDS + 1, token="worker").update_id == 1
+    elapsed = [0.0]
+    lease = InboxLease(
+        _leased(1, token="stalled"),
+        clock=lambda: START + timedelta(seconds=LEASE_SECONDS + 2),
+        monotonic=lambda: elapsed[0],
+    )
+    client = load_config().telegram_client(budget_seconds=5, guard=lease.keep)
+    telegram.met(telegram.user(6601, "Una"))
+
+    client.send_message(chat_id=6601, text="still mine")  # renewed less than 10 s ago: made
+    elapsed[0] = LEASE_RENEW_SECONDS
+    with pytest.raises(LeaseLost):
+        client.send_message(chat_id=6601, text="not mine any more")
+
+    assert [call.params["text"] for call in telegram.calls("sendMessage")] == ["still mine"]
+    assert InboxUpdate.objects.get().lease_token == "worker"
+
+
+def test_a_live_holder_keeps_its_lease_past_the_first_minute(bot_settings, telegram):
+    _store(1)
+    elapsed = [0.0]
+    lease = InboxLease(
+        _leased(1), clock=lambda: START + timedelta(seconds=50), monotonic=lambda: elapsed[0]
+    )
+    elapsed[0] = LEASE_RENEW_SECONDS  # 50 s into the attempt, 10 s after the last renewal
+
+    lease.keep()
+
+    assert _claim(seconds=LEASE_SECONDS + 1) is None  # not taken for dead
+    assert InboxUpdate.objects.get().lease_expires_at == START + timedelta(
+        seconds=50 + LEASE_SECONDS
+    )
