@@ -7,8 +7,8 @@ Parts: ``proxy`` (load at c=32 with Redis flushes, PostgreSQL connections termin
 worker SIGTERMed then SIGKILLed), ``bot`` (a redelivery storm against the webhook with the fake
 Bot API injecting 429s and 5xx, then the same with a web worker killed, then click storms on a
 broadcast's confirm button and on /deluser's two buttons), ``inbox`` (the bot's inbox with
-updates waiting behind a long 429 while a web worker, the Celery worker and Redis are killed
-in turn: nothing lost, nothing doubled, each user's order kept), ``fuzz`` (hypothesis
+updates waiting behind a long 429 while the web process, the Celery worker and Redis are
+killed in turn: nothing lost, nothing doubled, each user's order kept), ``fuzz`` (hypothesis
 over the webhook, /v1 bodies and headers and the admin API; schemathesis over the OpenAPI
 document). The secrets scan always runs last, over everything collected. Logs and a JSON of the
 figures go to ``var/drill/<timestamp>/``.

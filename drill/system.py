@@ -281,6 +281,14 @@ class System:
             process.wait(10)
         self._start_process(name)
 
+    def restart_exited(self) -> list[str]:
+        """Start again the processes that exited (compose's ``restart: unless-stopped``);
+        their names."""
+        exited = [name for name, process in self.processes.items() if process.poll() is not None]
+        for name in exited:
+            self._start_process(name)
+        return exited
+
     def web_worker_pids(self) -> list[int]:
         """The uvicorn worker processes of web (children of its supervisor, not the
         multiprocessing resource tracker)."""
