@@ -48,8 +48,8 @@ PROXY_TABLES = (
     " accounts, client_api_keys"
 )
 BOT_TABLES = (
-    "processed_updates, messages, topics, users, broadcasts, delete_confirmations, bots,"
-    " admin_users"
+    "processed_updates, update_inbox, album_items, messages, topics, users, broadcasts,"
+    " delete_confirmations, bots, admin_users"
 )
 
 
