@@ -38,9 +38,10 @@ from tests.fakes.telegram import BOT_ID
 
 # The group is blocked this long (Telegram's retry_after), so that updates wait in the inbox:
 # shorter than the webhook's 5 s budget in the web round (its requests wait for the permit,
-# holding their updates' leases, when the worker is killed), longer in the others (the webhooks
-# leave everything to the worker, which waits holding a lease).
-BLOCK_SECONDS = {"web": 4, "worker": 12, "redis": 12}
+# holding their updates' leases, when the web process is killed), longer in the others (the
+# webhooks leave everything to the worker, which takes a row back within 10 s and waits for
+# the rest of the block holding its lease).
+BLOCK_SECONDS = {"web": 4, "worker": 20, "redis": 12}
 IN_FLIGHT = 24  # webhook requests at once (Telegram's max_connections is 40)
 # A killed holder's lease lapses after 60 s, and the beat sweep runs every 15 s.
 DEADLINE_SECONDS = 240
@@ -214,7 +215,8 @@ def run(system: System, scanner: Scanner, *, kill: str, users: int, messages: in
             await asyncio.to_thread(system.restart_process, "web")
             struck["web back after (s)"] = await asyncio.to_thread(system.wait_healthy, 120)
         elif kill == "worker":
-            await asyncio.sleep(block / 2)  # the worker holds a row, waiting out the block
+            # The worker holds a row, waiting out the block.
+            await _until(lambda: _leased(system, update_ids) > 0, block + 10)
             struck["leased at the kill"] = await asyncio.to_thread(_leased, system, update_ids)
             await asyncio.to_thread(system.restart_process, "worker")
         else:

@@ -55,10 +55,12 @@ logger = logging.getLogger(__name__)
 # How long one worker attempt may wait for all its send permits together (the webhook's
 # attempt waits TELEGRAM_SEND_BUDGET_MS): beyond it the row is given back and taken again.
 WORKER_SEND_BUDGET_SECONDS = 20.0
-# A row whose call got no permit is tried again when the limiter expects one (at the soonest
-# after this long, at the latest after a minute: the group's window).
+# A row whose call got no permit is tried again when the limiter expects one: at the soonest
+# after NO_PERMIT_RETRY_SECONDS, at the latest after NO_PERMIT_RETRY_MAX_SECONDS — then a worker
+# waits for the permit itself (up to WORKER_SEND_BUDGET_SECONDS), ready to take it the moment it
+# comes (the limiter's guess is for the next slot, which another caller may take first).
 NO_PERMIT_RETRY_SECONDS = 0.5
-NO_PERMIT_RETRY_MAX_SECONDS = 60.0
+NO_PERMIT_RETRY_MAX_SECONDS = 10.0
 # A row that waits for a deletion (or for Redis) is tried again after this long.
 DELETION_RETRY_SECONDS = 5.0
 # After the n-th failed attempt a row is due again after BACKOFF_SECONDS[n - 1] (the last one
