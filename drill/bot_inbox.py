@@ -215,7 +215,9 @@ def run(system: System, scanner: Scanner, *, kill: str, users: int, messages: in
             await asyncio.to_thread(system.restart_process, "web")
             struck["web back after (s)"] = await asyncio.to_thread(system.wait_healthy, 120)
         elif kill == "worker":
-            # The worker holds a row, waiting out the block.
+            # Every update answered (no webhook holds one any more), then the worker holds a
+            # row, waiting out the block.
+            await _until(lambda: len(deliveries.acknowledged) == len(updates), 60)
             await _until(lambda: _leased(system, update_ids) > 0, block + 10)
             struck["leased at the kill"] = await asyncio.to_thread(_leased, system, update_ids)
             await asyncio.to_thread(system.restart_process, "worker")
