@@ -345,5 +345,6 @@ def test_the_inbox_table_has_its_columns_keys_and_index():
     }
     with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "insert into update_inbox (bot_id, update_id, payload, attempts) values (1, 2, '{}', -1)"
+            "insert into update_inbox (bot_id, update_id, payload, attempts)"
+            " values (1, 2, '{}', -1)"
         )
