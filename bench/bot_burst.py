@@ -64,8 +64,8 @@ TELEGRAM_MAX_CONNECTIONS = 40
 # How long Telegram waits for a webhook's answer (beyond: the delivery failed, redelivered).
 DELIVERY_TIMEOUT_SECONDS = 60
 BOT_TABLES = (
-    "users, topics, messages, settings, processed_updates, delete_confirmations, broadcasts,"
-    " album_items, admin_audit_log, bots"
+    "users, topics, messages, settings, processed_updates, update_inbox, delete_confirmations,"
+    " broadcasts, album_items, admin_audit_log, bots"
 )
 
 

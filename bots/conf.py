@@ -12,6 +12,7 @@ once and tests can override them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -123,6 +124,7 @@ class BotConfig:
         in_place_retry: bool = True,
         paced: bool = True,
         budget_seconds: float | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> TelegramClient:
         """The Bot API client of this configuration. Callers check ``bot_token`` first.
 
@@ -131,7 +133,8 @@ class BotConfig:
         for all of them together (None: a job's per-call wait). ``paced=False`` only for a
         caller that takes its permits itself (the broadcast's send loop).
         ``in_place_retry=False``: a 429 is raised at once (a paced sender hands its retry_after
-        to the shared limiter instead of retrying on its own)."""
+        to the shared limiter instead of retrying on its own). ``guard``: run before every
+        call of a paced client (an update's inbox lease, ``bots.outbound.paced``)."""
         if not self.bot_token:
             raise ValueError("TELEGRAM_BOT_TOKEN is not set")
         options = {
@@ -143,7 +146,10 @@ class BotConfig:
         if not paced or bot_id is None:
             return TelegramClient(**options)
         return PacedTelegramClient(
-            limiter=self.outbound_limiter(bot_id), budget_seconds=budget_seconds, **options
+            limiter=self.outbound_limiter(bot_id),
+            budget_seconds=budget_seconds,
+            guard=guard,
+            **options,
         )
 
     def outbound_limiter(self, bot_id: int) -> OutboundLimiter:

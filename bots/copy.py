@@ -99,6 +99,37 @@ def no_binding() -> str:
     return _("找不到对应的用户：这个话题没有有效的绑定（从未建立或已关闭），请不要在这里继续回复。")
 
 
+def closed_topic_reply(thread_id: int, text: str) -> str:
+    """An answer meant for a closed topic, posted in General instead (issue 36)."""
+    return _("（话题 {thread_id} 已关闭，回复改发在 General）").format(thread_id=thread_id) + (
+        f"\n{text}"
+    )
+
+
+def reply_not_relayed_archived(user_id: int, thread_id: int) -> str:
+    return _(
+        "⚠️ 未转发：用户 {user_id} 的会话（话题 {thread_id}）已归档，这条回复没有发给用户。"
+        "用户再次发消息并通过验证后会重新打开话题。"
+    ).format(user_id=user_id, thread_id=thread_id)
+
+
+def reply_not_relayed_closed(user_id: int, thread_id: int) -> str:
+    return _(
+        "⚠️ 未转发：无法重新打开用户 {user_id} 的话题（{thread_id}），这条回复没有发给用户。"
+    ).format(user_id=user_id, thread_id=thread_id)
+
+
+def reply_refused_by_user(reason: str) -> str:
+    return _(
+        "⚠️ 回复未送达：用户已屏蔽机器人或账号已不可用（Telegram：{reason}）。"
+        "在此之前，之后的回复也不会送达；此提示只发一次。"
+    ).format(reason=reason)
+
+
+def reply_not_delivered(reason: str) -> str:
+    return _("⚠️ 这条回复未送达用户（Telegram：{reason}）。").format(reason=reason)
+
+
 def risk_reminder(name: str) -> str:
     return _("⚠️ 高危用户来信，请谨慎处理：{name}").format(name=name)
 

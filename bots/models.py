@@ -485,3 +485,65 @@ class AlbumItem(models.Model):
 
     def __str__(self) -> str:
         return f"album {self.media_group_id} item {self.source_msg_id}"
+
+
+class InboxUpdate(models.Model):
+    """``update_inbox``: a Telegram update accepted by the webhook and not finished yet (issue
+    36). A table of its own beside the seed's eight (they stay as the seed says).
+
+    The webhook writes the row in the transaction of the update's ``processed_updates`` claim,
+    before it answers 200: from then on the row, not Telegram's redelivery, is what brings the
+    update to its end. The webhook finishes it at once when it can (within
+    TELEGRAM_SEND_BUDGET_MS); otherwise — no send permit in time, a deletion running, a long
+    429, a transient Bot API failure, the user's earlier updates still waiting — a Celery worker
+    does, under the same limiter. A row is worked on by one holder at a time (``lease_token``
+    until ``lease_expires_at``, renewed while it works); a holder that died leaves a lease that
+    expires, and the next worker takes the row over. The row is deleted in the transaction that
+    marks the claim processed (or failed, for poison). One conversation's rows (the user's
+    updates and the admins' in the user's topic) are worked on strictly in ``update_id`` order.
+    """
+
+    pk = models.CompositePrimaryKey("bot_id", "update_id")
+    bot_id = models.BigIntegerField()
+    update_id = models.BigIntegerField()
+    # The user whose conversation the update belongs to (their private chat, or the topic bound
+    # to them); NULL: an update of no conversation (General, buttons of the group).
+    conversation_user_id = models.BigIntegerField(null=True, blank=True)
+    # The album (``media_group_id``) the update's message belongs to: its items are collected
+    # while later updates of the conversation wait for the album to be sent.
+    media_group_id = models.TextField(null=True, blank=True)
+    payload = models.JSONField()  # the update, its text made storable
+    # Where Telegram delivered it (the Turnstile button's origin without PUBLIC_BASE_URL).
+    origin = models.TextField(null=True, blank=True)
+    # Attempts that failed (a retryable error) or whose holder died: MAX_ATTEMPTS makes poison.
+    attempts = models.IntegerField(db_default=0)
+    # Attempts given back without failing (no send permit in time, a deletion running, a 429):
+    # the bot pacing itself, never counted toward MAX_ATTEMPTS.
+    waits = models.IntegerField(db_default=0)
+    # The pipeline steps an earlier attempt settled ("card", "counted"): not repeated.
+    settled = models.JSONField(db_default=[])
+    not_before = models.DateTimeField(db_default=Now())  # no attempt before this
+    lease_token = models.TextField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(db_default="", blank=True)  # sanitized, for the console
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "update_inbox"
+        verbose_name = "update waiting in the inbox"
+        verbose_name_plural = "inbox"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(attempts__gte=0), name="update_inbox_attempts_check"
+            ),
+            models.CheckConstraint(condition=Q(waits__gte=0), name="update_inbox_waits_check"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["bot_id", "conversation_user_id", "update_id"],
+                name="idx_update_inbox_conversation",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"update {self.update_id} waiting"

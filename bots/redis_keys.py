@@ -40,12 +40,16 @@ def wipe_decision(bot_id: int, prompt_message_id: int) -> str:
     return f"{_prefix()}wipe_decision:{bot_id}:{prompt_message_id}"
 
 
-def update_given_back(bot_id: int, update_id: int) -> str:
-    """HASH of a webhook update's attempts that ended without a send permit: ``unsent`` how
-    many (not counted toward MAX_ATTEMPTS: the bot was pacing itself, the update was not
-    failing), and 1 for each pipeline step one of them settled (``card``: the user's card shows
-    the update's names; ``counted``: the message passed the user's rate gate)."""
-    return f"{_prefix()}update_given_back:{bot_id}:{update_id}"
+def relay_refused(bot_id: int, user_id: int) -> str:
+    """The user's private chat refused an admin's reply for good (blocked, deactivated): the
+    note in the user's topic is posted once, until a reply reaches them again."""
+    return f"{_prefix()}relay_refused:{bot_id}:{user_id}"
+
+
+def card_stale(bot_id: int, user_id: int) -> str:
+    """The user's names changed while no message of theirs was relayed (banned, unverified,
+    over the rate limit): their pinned card is edited with the next relayed message."""
+    return f"{_prefix()}card_stale:{bot_id}:{user_id}"
 
 
 # ------------------------------------------------------------------ the outbound limiter

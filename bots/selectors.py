@@ -14,7 +14,6 @@ from bots.models import (
     Broadcast,
     DeleteConfirmation,
     Direction,
-    ProcessedUpdate,
     RelayedMessage,
     Setting,
     Topic,
@@ -131,16 +130,16 @@ def relayed_message_exists(*, bot_id: int, user_id: int, private_msg_id: int) ->
     ).exists()
 
 
+def relayed_reply_exists(*, bot_id: int, user_id: int, group_msg_id: int) -> bool:
+    """Whether the ledger records the admin's topic message ``group_msg_id`` as relayed to the
+    user."""
+    return RelayedMessage.objects.filter(
+        bot_id=bot_id, user_id=user_id, direction=Direction.OUT, group_msg_id=group_msg_id
+    ).exists()
+
+
 def topic_get_for_thread(*, bot_id: int, thread_id: int) -> Topic | None:
     return Topic.objects.filter(bot_id=bot_id, thread_id=thread_id).first()
-
-
-def processed_update_status(*, bot_id: int, update_id: int) -> str | None:
-    return (
-        ProcessedUpdate.objects.filter(bot_id=bot_id, update_id=update_id)
-        .values_list("status", flat=True)
-        .first()
-    )
 
 
 def bot_tables_missing() -> list[str]:

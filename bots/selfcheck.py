@@ -148,7 +148,9 @@ def webhook_problems(origin: str) -> list[str]:
     url = info.get("url") if isinstance(info.get("url"), str) else ""
     if not url:
         problems.append(copy.check_webhook_not_bound())
-    elif url != webhook_url(origin):
+    elif url != webhook_url(config.public_base_url or origin):
+        # setwebhook registers PUBLIC_BASE_URL's origin when it is set (behind a proxy the
+        # selfcheck request's own origin may be another).
         problems.append(copy.check_webhook_points_elsewhere(url))
     last_error = info.get("last_error_message")
     if isinstance(last_error, str) and last_error:

@@ -9,6 +9,7 @@ from bots.conf import load_config
 from bots.pipeline.albums import flush_album, sweep_albums
 from bots.pipeline.broadcast.jobs import SendJob, broadcasts_resume
 from bots.pipeline.broadcast.sending import run_send_job
+from bots.pipeline.inbox_work import drain_inbox
 from bots.pipeline.purge import PurgeJob, continue_purge
 from bots.pipeline.wipe import WipeJob, continue_wipe
 from bots.services.audit import audit_trim
@@ -16,6 +17,7 @@ from bots.services.processed_updates import processed_update_trim
 from bots.task_names import (
     ALBUM_FLUSH_TASK,
     BROADCAST_SEND_TASK,
+    INBOX_DRAIN_TASK,
     PURGE_CONTINUE_TASK,
     WIPE_CONTINUE_TASK,
 )
@@ -53,6 +55,22 @@ def album_flush_task(*, bot_id: int, media_group_id: str) -> str:
 def albums_sweep_task() -> int:
     """Every minute: flush the albums whose queued flush was lost; returns how many."""
     return sweep_albums()
+
+
+@shared_task(name=INBOX_DRAIN_TASK, bind=True, soft_time_limit=150, time_limit=180)
+def inbox_drain_task(self, *, bot_id: int | None = None) -> int:
+    """Work on the inbox's due updates (queued by the webhook, by a row given back for later,
+    by an album sent, and every INBOX_SWEEP_SECONDS by beat without ``bot_id``: the bot the
+    worker is configured for); returns how many attempts it made.
+
+    Idempotent: each row is leased before it is worked on (one holder at a time), and a
+    finished update is never worked on again (its claim is settled, its row deleted).
+    """
+    bot_id = load_config().bot_id if bot_id is None else bot_id
+    if bot_id is None:
+        return 0
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    return drain_inbox(bot_id=bot_id, queue=queue).worked
 
 
 @shared_task(name=PURGE_CONTINUE_TASK)

@@ -58,6 +58,12 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "bots.tasks.albums_sweep_task",
         "schedule": 60.0,
     },
+    # Support bot: the inbox's updates whose worker nudge was lost (Redis died, a worker died
+    # with it), issue 36.
+    "bots-sweep-inbox": {
+        "task": "bots.tasks.inbox_drain_task",
+        "schedule": 15.0,
+    },
     # Support bot: the audit trail of admin actions beyond AUDIT_RETENTION_DAYS, daily.
     "bots-trim-admin-audit": {
         "task": "bots.tasks.admin_audit_trim_task",

@@ -6,7 +6,9 @@ figures, exit 1 when an invariant broke (2 when the system could not be started)
 Parts: ``proxy`` (load at c=32 with Redis flushes, PostgreSQL connections terminated and a web
 worker SIGTERMed then SIGKILLed), ``bot`` (a redelivery storm against the webhook with the fake
 Bot API injecting 429s and 5xx, then the same with a web worker killed, then click storms on a
-broadcast's confirm button and on /deluser's two buttons), ``fuzz`` (hypothesis
+broadcast's confirm button and on /deluser's two buttons), ``inbox`` (the bot's inbox with
+updates waiting behind a long 429 while the web process, the Celery worker and Redis are
+killed in turn: nothing lost, nothing doubled, each user's order kept), ``fuzz`` (hypothesis
 over the webhook, /v1 bodies and headers and the admin API; schemathesis over the OpenAPI
 document). The secrets scan always runs last, over everything collected. Logs and a JSON of the
 figures go to ``var/drill/<timestamp>/``.
@@ -28,7 +30,7 @@ from drill.report import Part, as_json, print_report
 from drill.secrets_scan import Scanner
 from drill.system import ROOT, System
 
-PARTS = ("proxy", "bot", "fuzz")
+PARTS = ("proxy", "bot", "inbox", "fuzz")
 
 
 def arguments() -> argparse.Namespace:
@@ -43,12 +45,14 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=4, help="messages per storm user")
     parser.add_argument("--copies", type=int, default=3, help="deliveries of each update")
     parser.add_argument("--clicks", type=int, default=12, help="presses of a broadcast's confirm")
+    parser.add_argument("--inbox-users", type=int, help="inbox users per round (12; --quick 6)")
     parser.add_argument("--examples", type=int, help="fuzz examples per target (150; --quick 40)")
     parser.add_argument("--web-workers", type=int, default=3)
     chosen = parser.parse_args()
     chosen.requests = chosen.requests or (600 if chosen.quick else 3000)
     chosen.users = chosen.users or (20 if chosen.quick else 60)
     chosen.examples = chosen.examples or (40 if chosen.quick else 150)
+    chosen.inbox_users = chosen.inbox_users or (6 if chosen.quick else 12)
     unknown = set(chosen.parts.split(",")) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
@@ -106,6 +110,22 @@ def main() -> int:
             parts.append(
                 _logged(system, lambda: clicks.run_deluser(system, scanner, clicks=chosen.clicks))
             )
+        if "inbox" in wanted:
+            from drill import bot_inbox
+
+            for kill in bot_inbox.ROUNDS:
+                parts.append(
+                    _logged(
+                        system,
+                        lambda kill=kill: bot_inbox.run(
+                            system,
+                            scanner,
+                            kill=kill,
+                            users=chosen.inbox_users,
+                            messages=chosen.messages,
+                        ),
+                    )
+                )
         if "fuzz" in wanted:
             from drill import fuzz
 

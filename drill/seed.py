@@ -1,12 +1,12 @@
 """The drill's Django-side steps, each run in its own process by the orchestrator (which never
 sets Django up itself):
 
-    python -m drill.seed prepare      → {"database_url": ..., "redis_url": ...}
+    python -m drill.seed prepare      → {"database_url": ...}
     DATABASE_URL=... python -m drill.seed populate --accounts 4 --cap 8
                                       → {"client_key": ..., "admin_api_key": ..., ...}
 
-``prepare`` creates the database ``cpr_drill`` next to the project's (embedded or given) one and
-points at a Redis database of its own (DRILL_REDIS_DB, 9 by default): the drill FLUSHes it.
+``prepare`` creates the database ``cpr_drill`` next to the project's (embedded or given) one. The
+drill's Redis is a server of its own (``drill.system.DrillRedis``), which it flushes and kills.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import json
 import os
 import sys
 from datetime import timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 DRILL_DATABASE = "cpr_drill"
-DRILL_REDIS_DB = int(os.environ.get("DRILL_REDIS_DB", "9"))
 # Known values of every kind of secret the system holds, so the scan can look for them.
 ACCESS_TOKEN = "drill-access-token-{index}-Zq8Lr"
 REFRESH_TOKEN = "drill-refresh-token-{index}-Kp3Vx"
@@ -34,12 +32,6 @@ def _setup() -> None:
     django.setup()
 
 
-def redis_url_with_db(url: str, db: int) -> str:
-    """``url`` pointing at database ``db`` (the path of a redis:// URL)."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", parts.query, parts.fragment))
-
-
 def prepare() -> dict:
     _setup()
     from django.conf import settings
@@ -48,10 +40,7 @@ def prepare() -> dict:
 
     server = settings.DATABASES["default"]
     create_database_if_missing(server, DRILL_DATABASE)
-    return {
-        "database_url": database_url_for(server, DRILL_DATABASE),
-        "redis_url": redis_url_with_db(settings.REDIS_URL, DRILL_REDIS_DB),
-    }
+    return {"database_url": database_url_for(server, DRILL_DATABASE)}
 
 
 PROXY_TABLES = (
@@ -59,8 +48,8 @@ PROXY_TABLES = (
     " accounts, client_api_keys"
 )
 BOT_TABLES = (
-    "processed_updates, messages, topics, users, broadcasts, delete_confirmations, bots,"
-    " admin_users"
+    "processed_updates, update_inbox, album_items, messages, topics, users, broadcasts,"
+    " delete_confirmations, bots, admin_users"
 )
 
 

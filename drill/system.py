@@ -1,6 +1,7 @@
 """The system under drill: the project's own processes (``config.run`` web, worker and beat, as
-``make run`` starts them) on the drill's database and Redis database, with the fake ChatGPT
-upstream and the fake Bot API served from this process (loopback only).
+``make run`` starts them) on the drill's database and a Redis server of the drill's own (which a
+part may SIGKILL and start again, empty), with the fake ChatGPT upstream and the fake Bot API
+served from this process (loopback only).
 
 Every secret the system is given is generated here and listed in ``System.secrets``, so the
 secrets scan knows what to look for.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from config.embedded import free_port
+from config.embedded import free_port, redis_server_executable, redis_url
 from tests.fakes.codex import FakeCodexUpstream, Reply
 from tests.fakes.oauth import FakeOAuthServer
 from tests.fakes.telegram import BOT_ID, FakeTelegram
@@ -42,6 +43,70 @@ class Secrets:
 
     def add(self, kind: str, *values: str) -> None:
         self.values.setdefault(kind, []).extend(value for value in values if value)
+
+
+class DrillRedis:
+    """A Redis-protocol server (the embedded default's binary) of the drill only, on a port and
+    with a password of its own, nothing saved to disk: a part may kill it and start it again,
+    as a Redis that died and came back empty (``restart``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.password = "drill-redis-" + secrets.token_urlsafe(16)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return redis_url(self.port, self.password)
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [
+                redis_server_executable(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--requirepass",
+                self.password,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        import redis
+
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if redis.Redis(port=self.port, password=self.password).ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: every key (queued Celery messages, the limiter, leases, fences) is lost."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def restart(self, *, after_seconds: float = 0.0) -> None:
+        self.kill()
+        time.sleep(after_seconds)
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
 
 
 def _run(command: list[str], env: dict, *, capture: bool = True) -> str:
@@ -74,6 +139,7 @@ class System:
         self.base = f"http://127.0.0.1:{self.port}"
         self.env: dict[str, str] = {}
         self.database_url = ""
+        self.redis_server = DrillRedis(log_dir / "redis")
         self.redis_url = ""
         self.key_prefix = "cprdrill:"
         self.client_key = ""
@@ -90,7 +156,10 @@ class System:
         self.telegram.start()
         self.oauth.start()
         prepared = json.loads(_run([sys.executable, "-m", "drill.seed", "prepare"], os.environ))
-        self.database_url, self.redis_url = prepared["database_url"], prepared["redis_url"]
+        self.database_url = prepared["database_url"]
+        self.redis_server.start()
+        self.redis_url = self.redis_server.url
+        self.secrets.add("redis password", self.redis_server.password)
         self.env = self._environment()
         _run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], self.env)
         populated = json.loads(
@@ -183,6 +252,7 @@ class System:
         self.codex.stop()
         self.telegram.stop()
         self.oauth.stop()
+        self.redis_server.stop()
 
     # ------------------------------------------------------------------ probes
 
@@ -204,6 +274,22 @@ class System:
                 return time.monotonic() - started
             time.sleep(0.05)
         raise RuntimeError(f"/healthz did not recover within {timeout} s")
+
+    def restart_process(self, name: str) -> None:
+        """SIGKILL ``name`` (web, worker or beat) with all its children, then start it again."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        self._start_process(name)
+
+    def restart_exited(self) -> list[str]:
+        """Start again the processes that exited (compose's ``restart: unless-stopped``);
+        their names."""
+        exited = [name for name, process in self.processes.items() if process.poll() is not None]
+        for name in exited:
+            self._start_process(name)
+        return exited
 
     def web_worker_pids(self) -> list[int]:
         """The uvicorn worker processes of web (children of its supervisor, not the

@@ -41,9 +41,12 @@ class VerificationSwitchesForm(forms.Form):
 
     def clean_verify_mode(self) -> str:
         mode = self.cleaned_data["verify_mode"]
-        missing = missing_keys(load_config()) if mode == MODE_TURNSTILE else []
+        switching = mode != verification_settings_get().mode
+        missing = missing_keys(load_config()) if mode == MODE_TURNSTILE and switching else []
         if missing:
-            # As /verifymode_turnstile (spec §4.6): never a mode that cannot verify anybody.
+            # As /verifymode_turnstile (spec §4.6): never a switch to a mode that cannot verify
+            # anybody. Keeping Turnstile (the form always sends the mode) is no switch: the
+            # other switch — verification off, say — still goes through.
             raise forms.ValidationError(f"Turnstile needs {', '.join(missing)}.")
         return mode
 

@@ -127,6 +127,16 @@ def is_message_not_modified(error: TelegramError) -> bool:
     return "message is not modified" in _description(error)
 
 
+def is_recipient_unreachable(error: TelegramError) -> bool:
+    """A private chat the bot can no longer write to: the user blocked the bot, deleted their
+    account ("user is deactivated"), or never wrote to it ("chat not found", 403 "can't
+    initiate conversation"). Permanent, and the same for every later message to them."""
+    text = _description(error)
+    return error.permanent and (
+        error.status == 403 or "chat not found" in text or "user is deactivated" in text
+    )
+
+
 # ------------------------------------------------------------------ client
 
 

@@ -319,6 +319,7 @@ class OutboundLimiter:
         self.limits = limits
         self._sleep = sleep
         self._monotonic = monotonic
+        self.last_refusal_wait = 0.0  # seconds: see ``acquire``
         self._redis = get_redis_connection("default")
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._release = self._redis.register_script(_RELEASE)
@@ -448,8 +449,10 @@ class OutboundLimiter:
         weight: int = 1,
     ) -> Permit | None:
         """Wait for a permit into ``chat_id``; None when none came within ``timeout`` seconds
-        (None: wait as long as it takes). ``on_wait(seconds)`` runs before every sleep (at most
-        LONGEST_SLEEP apart) with the wait still ahead — a long job keeps its heartbeat there."""
+        (None: wait as long as it takes) — then ``last_refusal_wait`` is the wait the limiter
+        saw ahead (a hint: others may take the slot first). ``on_wait(seconds)`` runs before
+        every sleep (at most LONGEST_SLEEP apart) with the wait still ahead — a long job keeps
+        its heartbeat there."""
         deadline = None if timeout is None else self._monotonic() + timeout
         permit_id = secrets.token_hex(8)
         while True:
@@ -467,6 +470,7 @@ class OutboundLimiter:
             wait = min(outcome, IN_FLIGHT_POLL) if in_flight else outcome
             if deadline is not None and self._monotonic() + wait > deadline:
                 self.withdraw(chat_id=chat_id, permit_id=permit_id)
+                self.last_refusal_wait = wait  # for a call in flight: a poll, not its lease
                 return None
             if on_wait is not None:
                 on_wait(outcome)

@@ -17,6 +17,9 @@ deletes first takes a permit from the shared limiter (``bots.outbound.limiter``)
 * A 429 is learned: its ``retry_after`` blocks the bucket for every process (the group's, or the
   bot's), and a short one (≤ IN_PLACE_RETRY_MAX_SECONDS) is retried once in place — after the
   limiter lets the call through again, inside the same budget.
+* A ``guard`` (an update's inbox lease, ``bots.services.inbox.InboxLease.keep``) runs before
+  every call and while a call waits for its permit: it keeps the lease alive, and raises —
+  the call not made — once the update is another holder's.
 """
 
 from __future__ import annotations
@@ -79,7 +82,12 @@ def current_priority() -> Priority:
 
 
 class NoSendPermit(TelegramRetryableError):
-    """The call was not made: no permit came within the budget (retry later)."""
+    """The call was not made: no permit came within the budget (retry later).
+    ``wait_seconds``: how long the limiter saw the wait ahead (a hint for when to try again)."""
+
+    def __init__(self, *, method: str, wait_seconds: float = 0.0) -> None:
+        super().__init__(method=method, status=None, description="no send permit within the budget")
+        self.wait_seconds = wait_seconds
 
 
 class PacedTelegramClient(TelegramClient):
@@ -87,6 +95,7 @@ class PacedTelegramClient(TelegramClient):
 
     ``budget_seconds``: the time every call of this client together may wait for permits (a
     webhook's update); None: each call waits up to JOB_PERMIT_TIMEOUT_SECONDS (a job).
+    ``guard``: run before every call and during permit waits (module docstring).
     """
 
     def __init__(
@@ -95,10 +104,12 @@ class PacedTelegramClient(TelegramClient):
         limiter: OutboundLimiter,
         budget_seconds: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        guard: Callable[[], None] | None = None,
         **client_options: Any,
     ) -> None:
         super().__init__(**client_options)
         self.limiter = limiter
+        self._guard = guard
         self._monotonic = monotonic
         self._budget = budget_seconds
         self._deadline = None if budget_seconds is None else monotonic() + budget_seconds
@@ -109,6 +120,8 @@ class PacedTelegramClient(TelegramClient):
     def call(self, method: str, parameters: Mapping[str, Any] | None = None) -> Any:
         """As ``TelegramClient.call``, under the limiter. Raises TelegramRetryableError when no
         permit came within the budget (the call was not made)."""
+        if self._guard is not None:
+            self._guard()
         payload = {key: value for key, value in (parameters or {}).items() if value is not None}
         chat_id = payload.get("chat_id")
         counted = method in COUNTED_METHODS
@@ -151,13 +164,16 @@ class PacedTelegramClient(TelegramClient):
             timeout=timeout,
             counted=counted,
             weight=weight,
-            on_wait=release_database_connection,
+            on_wait=self._while_waiting,
         )
         if permit is None:
-            raise NoSendPermit(
-                method=method, status=None, description="no send permit within the budget"
-            )
+            raise NoSendPermit(method=method, wait_seconds=self.limiter.last_refusal_wait)
         return permit
+
+    def _while_waiting(self, seconds: float = 0.0) -> None:
+        if self._guard is not None:
+            self._guard()
+        release_database_connection(seconds)
 
 
 def release_database_connection(seconds: float = 0.0) -> None:

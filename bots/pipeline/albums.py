@@ -12,6 +12,11 @@ the flush again. A user's album whose topic was closed or deleted within the win
 relay instead (``bots.pipeline.album_fallback``: the topic reopened or replaced as for any
 message); any other permanent failure drops the album (logged). The beat sweep
 (``albums_sweep_task``) flushes albums whose queued flush was lost.
+
+While an album's items wait, the later updates of its conversation wait in the inbox behind it
+(issue 36: an album then a text arrives as the album then the text, both ways); the flush
+nudges the inbox's worker once the items are gone. A user marked high-risk gets the topic's
+reminder after the album as after a single message.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ from bots.models import AlbumItem, Direction, RelayedMessage
 from bots.pipeline.album_fallback import relay_one_by_one
 from bots.pipeline.content import Content, send_content
 from bots.pipeline.context import BotContext, worker_context
+from bots.pipeline.failures import best_effort
+from bots.pipeline.inbox_queue import queue_drain
+from bots.pipeline.relay import remind_risk
+from bots.selectors import user_get
 from bots.task_names import ALBUM_FLUSH_TASK
 
 logger = logging.getLogger(__name__)
@@ -93,8 +102,21 @@ def queue_flush(*, bot_id: int, media_group_id: str, countdown: float) -> None:
     )
 
 
+# The outcomes after which the album's items are gone: the conversation's updates waiting
+# behind the album (issue 36) may go now.
+ALBUM_DONE = frozenset({"sent", "dropped", "relayed one by one"})
+
+
 def flush_album(*, bot_id: int, media_group_id: str, now: datetime | None = None) -> str:
-    """Send the album's waiting items (see the module docstring); what happened."""
+    """Send the album's waiting items (see the module docstring); what happened. Once they
+    are gone, a worker is nudged for the updates of the conversation queued behind them."""
+    outcome = _flush_album(bot_id=bot_id, media_group_id=media_group_id, now=now)
+    if outcome in ALBUM_DONE:
+        queue_drain(bot_id=bot_id)  # committed: the items' rows are gone
+    return outcome
+
+
+def _flush_album(*, bot_id: int, media_group_id: str, now: datetime | None) -> str:
     ctx = worker_context(bot_id)
     if ctx is None:
         return "not configured"
@@ -132,10 +154,21 @@ def flush_album(*, bot_id: int, media_group_id: str, now: datetime | None = None
         else:
             _record(batch, sent, now=now)
             AlbumItem.objects.filter(id__in=[item.id for item in batch]).delete()
+            _remind_risk(ctx, batch[0])
             outcome = "sent"
         if len(items) > ALBUM_MAX_ITEMS:
             queue_flush(bot_id=bot_id, media_group_id=media_group_id, countdown=0)
     return outcome
+
+
+def _remind_risk(ctx: BotContext, first: AlbumItem) -> None:
+    """A user marked high-risk: the topic's reminder after the album, as after a single
+    message (spec §2.10: best effort, at most once in 24 h)."""
+    if first.direction != Direction.IN:
+        return
+    user = user_get(bot_id=first.bot_id, user_id=first.user_id)
+    if user is not None and user.is_risk:
+        best_effort("risk reminder", lambda: remind_risk(ctx, user=user, thread_id=first.thread_id))
 
 
 def _topic_lost(item: AlbumItem, error: TelegramPermanentError) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from bots import copy
+from bots.clients.telegram import TelegramPermanentError, is_message_not_modified
 from bots.models import BotUser, Topic
 from bots.outbound.limiter import Priority
 from bots.outbound.paced import outbound_priority
@@ -115,15 +116,22 @@ def edit_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     if topic.pinned_msg_id is None:
         return False
     text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
+
+    def edit() -> bool:
+        try:
+            ctx.client.edit_message_text(
+                chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
+            )
+        except TelegramPermanentError as error:
+            if is_message_not_modified(error):
+                return True  # the card shows exactly this already
+            raise
+        return True
+
     # Card edits yield to live relays in the shared outbound limiter.
     with outbound_priority(Priority.CARD):
-        edited = best_effort(
-            "card refresh",
-            lambda: ctx.client.edit_message_text(
-                chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
-            ),
-        )
-    return edited is not None
+        edited = best_effort("card refresh", edit)
+    return edited is True
 
 
 def refresh_card(ctx: BotContext, *, user_id: int, verification_enabled: bool) -> None:

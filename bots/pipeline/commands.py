@@ -11,8 +11,9 @@ only"), and a command is never relayed to a user nor written to the ledger.
 * Commands about "the topic's user" find the user through the binding (open or closed); a topic
   without one gets the "cannot find the user" notice — a target is never guessed.
 * Order: the database first, then the best-effort card refresh, then the reply. The reply goes to
-  the same thread (General without message_thread_id); a retryable failure raises, so Telegram
-  redelivers the update and the idempotent setters run again, re-sending only the reply.
+  the same thread (General without message_thread_id; General too when the topic is closed); a
+  retryable failure raises, so the update is tried again later (the inbox) and the idempotent
+  setters run again, re-sending only the reply.
 """
 
 from __future__ import annotations
@@ -203,15 +204,17 @@ def _purge(issued: Issued, topic: Topic) -> None:
 
 
 def _delete_user(issued: Issued, topic: Topic) -> None:
-    """/deluser posts its prompt; the deletion itself is recorded when it is confirmed."""
-    request_user_deletion(issued, topic)
-    issued.audit(AuditAction.DELETE_USER, AuditOutcome.REQUESTED, user_id=topic.user_id)
+    """/deluser posts its prompt, recorded as requested once it is posted (a prompt Telegram
+    refused requested nothing); the deletion itself is recorded when it is confirmed."""
+    if request_user_deletion(issued, topic):
+        issued.audit(AuditAction.DELETE_USER, AuditOutcome.REQUESTED, user_id=topic.user_id)
 
 
 def _wipe(issued: Issued) -> None:
-    """/wipealldata posts its prompt; the wipe is recorded when it is confirmed."""
-    request_wipe(issued)
-    issued.audit(AuditAction.WIPE, AuditOutcome.REQUESTED)
+    """/wipealldata posts its prompt, recorded as requested once it is posted; the wipe is
+    recorded when it is confirmed."""
+    if request_wipe(issued):
+        issued.audit(AuditAction.WIPE, AuditOutcome.REQUESTED)
 
 
 # ------------------------------------------------------------------ verification settings (General)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from bots import copy
-from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
+from bots.pipeline.replies import send_in_thread
 
 # A prompt's buttons work this long after it was sent (spec §11)...
 CONFIRM_WINDOW_SECONDS = 60
@@ -38,7 +38,8 @@ def send_prompt(
     confirm_data: str,
     cancel_data: str,
 ) -> dict | None:
-    """Send a warning into the support group's ``thread_id`` with a confirm and a cancel button.
+    """Send a warning into the support group's ``thread_id`` with a confirm and a cancel button
+    — into General when the topic is closed (``send_in_thread``: the buttons work there too).
 
     Returns the sent message, or None after a permanent failure (logged). Retryable ⇒ raise.
     """
@@ -48,13 +49,12 @@ def send_prompt(
             [{"text": copy.cancel_label(), "callback_data": cancel_data}],
         ]
     }
-    return required(
-        "confirmation prompt",
-        lambda: ctx.client.send_message(
-            chat_id=ctx.support_chat_id,
-            text=text,
-            message_thread_id=None if thread_id == GENERAL_THREAD_ID else thread_id,
-            reply_markup=keyboard,
+    return send_in_thread(
+        ctx,
+        thread_id=thread_id,
+        text=text,
+        send=lambda body, thread: ctx.client.send_message(
+            chat_id=ctx.support_chat_id, text=body, message_thread_id=thread, reply_markup=keyboard
         ),
     )
 

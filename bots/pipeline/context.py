@@ -34,7 +34,7 @@ class BotContext:
 
 
 # Steps of an update's pipeline that an attempt may settle and a later attempt of the same
-# update need not repeat (recorded when an attempt is given back for want of a send permit).
+# update need not repeat (kept on the update's inbox row when an attempt gives it back).
 CARD_SETTLED = "card"  # the user's pinned card shows the names this update carries
 MESSAGE_COUNTED = "counted"  # the message passed the user's rate gate (counted once)
 
@@ -49,12 +49,12 @@ class AttemptProgress:
 @dataclass(frozen=True)
 class UpdateContext(BotContext):
     update_id: int
-    attempts: int  # 0 on the first delivery; a redelivery takes over a failed attempt
+    attempts: int  # earlier attempts at this update (0 at the first; the inbox counts them)
     # The origin Telegram delivered the update to (scheme and host through trusted proxies):
     # the Turnstile button's origin when PUBLIC_BASE_URL is not set. None: not known.
     request_origin: str | None = None
     # The steps an earlier attempt of this update settled before it was given back for want
-    # of a send permit (CARD_SETTLED, MESSAGE_COUNTED): this redelivery does not repeat them.
+    # of a send permit (CARD_SETTLED, MESSAGE_COUNTED): this attempt does not repeat them.
     settled_before: frozenset[str] = frozenset()
     progress: AttemptProgress = field(default_factory=AttemptProgress)
 
@@ -67,7 +67,9 @@ class UpdateContext(BotContext):
 
     @property
     def is_redelivery(self) -> bool:
-        """An earlier attempt of this update ran and failed: some of its writes may be done."""
+        """An earlier attempt of this update ran (it failed, waited, or its holder died): some of
+        its writes may be done. (The name is the original's: Telegram's redelivery was the retry
+        before the inbox, issue 36.)"""
         return self.attempts > 0
 
 

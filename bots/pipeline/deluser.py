@@ -34,6 +34,7 @@ from bots.pipeline.confirmations import (
     within_window,
 )
 from bots.pipeline.context import BotContext, UpdateContext
+from bots.pipeline.inbox_queue import queue_drain
 from bots.pipeline.issued import Issued
 from bots.selectors import binding_exists, delete_confirmation_get, topic_get_for_user, user_get
 from bots.services.deletion import (
@@ -53,8 +54,9 @@ USER_FENCE_SECONDS = 15 * 60.0
 _PAYLOAD = re.compile(r"d:(yes|no):([0-9]{1,16}):([0-9]{1,16}):([0-9]{1,12})")
 
 
-def request_user_deletion(issued: Issued, topic: Topic) -> None:
-    """The command: send the prompt into the topic, then record it (pending).
+def request_user_deletion(issued: Issued, topic: Topic) -> bool:
+    """The command: send the prompt into the topic (into General when the topic is closed),
+    then record it (pending). True when the prompt was posted.
 
     Prompt send retryable ⇒ raise; permanent ⇒ logged, nothing recorded.
     """
@@ -70,7 +72,7 @@ def request_user_deletion(issued: Issued, topic: Topic) -> None:
         cancel_data=f"d:no:{payload}",
     )
     if sent is None:
-        return
+        return False
     delete_confirmation_create(
         bot_id=ctx.bot_id,
         prompt_msg_id=sent["message_id"],
@@ -78,6 +80,7 @@ def request_user_deletion(issued: Issued, topic: Topic) -> None:
         thread_id=topic.thread_id,
         started_at=started_at,
     )
+    return True
 
 
 def delete_user_everywhere(ctx: BotContext, *, user_id: int, thread_id: int | None) -> bool:
@@ -101,6 +104,7 @@ def delete_user_everywhere(ctx: BotContext, *, user_id: int, thread_id: int | No
                 return False
     user_delete_data(bot_id=ctx.bot_id, user_id=user_id)
     deletion_fence_lower(bot_id=ctx.bot_id, user_id=user_id)
+    queue_drain(bot_id=ctx.bot_id)  # the user's updates that waited for the deletion
     return True
 
 

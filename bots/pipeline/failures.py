@@ -1,12 +1,12 @@
 """The failure policy of Telegram calls (spec §6, "Failure-policy matrix").
 
-* ``required`` steps: a retryable error propagates (the webhook answers 500 and Telegram
-  redelivers); a permanent one is logged and the step yields None (the pipeline continues or
-  drops, as the caller decides).
+* ``required`` steps: a retryable error propagates (the update stays in the inbox for a later
+  attempt, ``bots.pipeline.inbox_work``); a permanent one is logged and the step yields None
+  (the pipeline continues or drops, as the caller decides).
 * ``best_effort`` steps (card edits, the risk reminder): every failure is logged and swallowed.
 * ``recorded`` writes record what a Telegram call just did (the topic binding, the relay's
-  ledger row): a dead connection is replaced and the write tried once more, since a redelivery
-  would make the call again (a second topic, the message relayed twice).
+  ledger row): a dead connection is replaced and the write tried once more, since a later
+  attempt would make the call again (a second topic, the message relayed twice).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def recorded(step: str, write: Callable[[], Result]) -> Result:
     connection turns out dead (a terminated backend, a failover) run it once more on a fresh one.
 
     Inside a transaction nothing is retried (the transaction is lost with its connection).
-    Raises whatever the second attempt raises: then the update is redelivered after all.
+    Raises whatever the second attempt raises: then the update is tried again after all.
     """
     try:
         return write()

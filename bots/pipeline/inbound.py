@@ -23,6 +23,7 @@ from bots.pipeline.relay import relay_inbound
 from bots.pipeline.replies_mapping import reply_target_in_topic
 from bots.pipeline.topics import resolve_topic
 from bots.selectors import VerificationSettings, verification_settings_get
+from bots.services.relay_notes import card_mark_stale, card_take_stale
 from bots.services.users import (
     EnsuredUser,
     user_claim_notice_slot,
@@ -66,13 +67,15 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
     starting = is_start(content)
 
     if user.is_banned:
+        _card_waits(ctx, ensured)
         _notify_banned(ctx, user)
         return
     if switches.enabled and _needs_verification(ctx, user):
+        _card_waits(ctx, ensured)
         _hold_for_verification(ctx, ensured, switches, starting=starting)
         return
-    # A message is counted once: a redelivery of an attempt given back for want of a send
-    # permit (a burst may bring it back many times a minute) does not count it again.
+    # A message is counted once: a later attempt of an update given back for want of a send
+    # permit (a burst may try it many times a minute) does not count it again.
     if not ctx.settled(MESSAGE_COUNTED):
         if not user_count_message(
             bot_id=ctx.bot_id,
@@ -80,6 +83,7 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
             now=ctx.now,
             limit=ctx.config.max_messages_per_minute,
         ):
+            _card_waits(ctx, ensured)
             _overflow(ctx, user, switches)
             return
         ctx.settle(MESSAGE_COUNTED)
@@ -90,13 +94,20 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
     if topic.pinned_msg_id is None:
         post_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled)
         ctx.settle(CARD_SETTLED)
-    elif ensured.display_changed or (ctx.is_redelivery and not ctx.settled(CARD_SETTLED)):
+    elif (
+        ensured.display_changed
+        or (ctx.is_redelivery and not ctx.settled(CARD_SETTLED))
+        or card_take_stale(bot_id=ctx.bot_id, user_id=user.user_id)
+    ):
         # user_ensure stores new names first, so an earlier attempt that failed before this step
-        # left the names stored and the card old: a redelivery edits the card whatever it finds
-        # — unless that attempt settled the card and only waited for a send permit after it
-        # (under a burst every redelivery would spend a card edit, and its wait, for nothing).
+        # left the names stored and the card old: a later attempt edits the card whatever it
+        # finds — unless that attempt settled the card and only waited for a send permit after
+        # it (under a burst every attempt would spend a card edit, and its wait, for nothing).
+        # A card marked stale (names changed while no message was relayed) is edited now too.
         if edit_card(ctx, user=user, topic=topic, verification_enabled=switches.enabled):
             ctx.settle(CARD_SETTLED)
+        else:
+            card_mark_stale(bot_id=ctx.bot_id, user_id=user.user_id)  # the next one tries
     else:
         ctx.settle(CARD_SETTLED)
     if starting:
@@ -128,6 +139,13 @@ def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
             bot_id=ctx.bot_id, user_id=user.user_id, message=message
         ),
     )
+
+
+def _card_waits(ctx: UpdateContext, ensured: EnsuredUser) -> None:
+    """The user's names changed but this message is not relayed (banned, unverified, over the
+    limit): their card is edited with the next message that is (issue 36)."""
+    if ensured.display_changed:
+        card_mark_stale(bot_id=ctx.bot_id, user_id=ensured.user.user_id)
 
 
 def _is_expired(ctx: UpdateContext, user: BotUser) -> bool:

@@ -40,8 +40,8 @@ def relay_inbound(
 
     TOPIC_CLOSED ⇒ reopen and resend once. Topic gone (deleted by hand) ⇒ replace the topic,
     post a fresh card, resend once. Other permanent errors ⇒ drop (binding kept, no ledger).
-    Retryable errors and ledger failures propagate: the update is redelivered. A message the
-    ledger already records (a redelivery after a failure that followed the relay) is not sent
+    Retryable errors and ledger failures propagate: the update is tried again later. A message
+    the ledger already records (a later attempt after a failure that followed the relay) is not sent
     again; the ledger row is written again once on a fresh connection when the first try meets
     a dead one, so only a process killed during the send or before that row relays twice.
     """
@@ -83,7 +83,7 @@ def relay_inbound(
         ),
     )
     if user.is_risk:
-        best_effort("risk reminder", lambda: _remind_risk(ctx, user=user, topic=topic))
+        best_effort("risk reminder", lambda: remind_risk(ctx, user=user, thread_id=topic.thread_id))
 
 
 def _send(ctx: BotContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
@@ -140,10 +140,12 @@ def _resend(
         return None
 
 
-def _remind_risk(ctx: BotContext, *, user: BotUser, topic: Topic) -> None:
+def remind_risk(ctx: BotContext, *, user: BotUser, thread_id: int) -> None:
+    """The high-risk reminder in the user's topic, when its 24 h slot is won (spec §2.10; the
+    caller makes it best effort)."""
     if user_claim_risk_reminder(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
         ctx.client.send_message(
             chat_id=ctx.support_chat_id,
             text=copy.risk_reminder(display_name(user)),
-            message_thread_id=topic.thread_id,
+            message_thread_id=thread_id,
         )

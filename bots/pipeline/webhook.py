@@ -1,64 +1,51 @@
-"""``POST /telegram/webhook``: authentication, the idempotency claim, the update router (§6).
+"""``POST /telegram/webhook``: authentication, the durable inbox, the first attempt (§6, issue 36).
 
-Telegram's redelivery is the retry mechanism: a retryable failure answers 500 and leaves the
-claim ``processing``; the next delivery after 60 s takes it over, and after MAX_ATTEMPTS
-attempts the update is declared poison (``failed``, 200). An update is marked processed only
-after its pipeline finished.
+Every update is stored before it is answered: its ``processed_updates`` claim and its
+``update_inbox`` row are written in one transaction. From then on the row, not Telegram's
+redelivery, brings the update to its end. The webhook works on it at once — unless its
+conversation has updates waiting (they go first) — for at most TELEGRAM_SEND_BUDGET_MS of
+waiting for send permits; what it cannot finish (no permit in time, a deletion running, a 429,
+a transient failure) stays in the inbox for a Celery worker (``bots.pipeline.inbox_work``) and
+is answered 200 all the same. Telegram's redelivery is left for what could not be stored.
 
 | situation                                      | status                          |
 |------------------------------------------------|---------------------------------|
 | secret header missing/wrong, or not configured | 401, zero writes                |
 | body not JSON / no numeric update_id           | 200, nothing recorded           |
 | no bot row yet (setwebhook never ran), no token| 500, nothing recorded           |
+| PostgreSQL cannot store it                     | 500, nothing recorded           |
 | duplicate (processed or failed)                | 200                             |
-| in-flight (fresh processing claim)             | 500                             |
-| poison                                         | 200, status failed              |
-| ignore / success                               | 200, status processed           |
-| retryable failure                              | 500, status stays processing    |
-| a call got no send permit within the budget    | 500, claim given up, not counted|
-
-A call that got no send permit from the outbound limiter was not made: the update is not
-failing, the bot is pacing itself (a burst into the support group, 20 messages a minute). Its
-claim is given up at once (``processed_update_release``): the next delivery takes it over
-without waiting out the 60 s, and such attempts do not count toward MAX_ATTEMPTS, so a burst
-never turns a user's message into poison.
+| stored by an earlier delivery, not done yet    | 200 (the inbox finishes it)     |
+| stored, finished now                           | 200, status processed           |
+| stored, left to the worker                     | 200, status stays processing    |
+| poison (MAX_ATTEMPTS failed attempts)          | 200, status failed              |
+| a claim of before the inbox, fresh (in flight) | 500                             |
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import DatabaseError
 
 from bots.auth import secret_matches
-from bots.clients.telegram import TelegramError
-from bots.conf import BotConfig, load_config
-from bots.outbound.paced import NoSendPermit
-from bots.pipeline.broadcast.creation import handle_broadcast_command
-from bots.pipeline.classify import UpdateKind, classify_update, is_integer
-from bots.pipeline.context import UpdateContext
-from bots.pipeline.edits import handle_inbound_edit, handle_outbound_edit
-from bots.pipeline.group_callbacks import handle_group_callback
-from bots.pipeline.inbound import handle_inbound
-from bots.pipeline.outbound import handle_outbound, handle_topic_event
+from bots.conf import load_config
+from bots.pipeline.classify import classify_update, is_integer
+from bots.pipeline.conversation import conversation_of
+from bots.pipeline.inbox_queue import queue_drain
+from bots.pipeline.inbox_work import follow_up, work_on
 from bots.results import EndpointResult
 from bots.selectors import bot_current_id
-from bots.services.deletion_fence import DeletionInProgress
-from bots.services.processed_updates import (
-    ClaimState,
-    GivenBack,
-    processed_update_claim,
-    processed_update_given_back,
-    processed_update_mark_failed,
-    processed_update_mark_processed,
-    processed_update_release,
+from bots.services.inbox import (
+    StoreState,
+    inbox_leased_by_store,
+    inbox_store,
+    new_lease_token,
 )
 from bots.storable_text import storable_update
-from bots.verification.flow import handle_verification_callback
 
 logger = logging.getLogger(__name__)
 
@@ -88,18 +75,20 @@ def parse_update(body: bytes) -> dict | None:
 
 
 @dataclass(frozen=True)
-class Ownership:
-    """This delivery owns the update: process it as attempt ``attempts``."""
+class Accepted:
+    """The update is stored and this request holds its lease (or it is queued behind others)."""
 
     bot_id: int
+    owned: bool
     attempts: int
-    settled_before: frozenset[str] = frozenset()  # steps settled by attempts given back
+    token: str
+    conversation_user_id: int | None
 
 
 def webhook_handle(
     *, body: bytes, secret_header: str | None, now: datetime, origin: str | None = None
 ) -> EndpointResult:
-    """Authenticate, claim and process one delivery; return the answer for Telegram.
+    """Authenticate, store and (when it may) process one delivery; return Telegram's answer.
 
     ``origin``: where the delivery arrived (the Turnstile button's origin without
     PUBLIC_BASE_URL)."""
@@ -116,108 +105,59 @@ def webhook_handle(
         logger.error("webhook: TELEGRAM_BOT_TOKEN is not set; update %s left for later", update_id)
         return TEMPORARY_FAILURE
     try:
-        claimed = _claim(update_id, config=config, now=now)
+        accepted = _store(update, now=now, origin=origin, support_chat_id=config.support_chat_id)
     except DatabaseError:
         logger.exception("webhook: database unavailable; update %s left for later", update_id)
         return TEMPORARY_FAILURE
-    if isinstance(claimed, EndpointResult):
-        return claimed
-    context = UpdateContext(
-        bot_id=claimed.bot_id,
+    if isinstance(accepted, EndpointResult):
+        return accepted
+    if not accepted.owned:
+        queue_drain(bot_id=accepted.bot_id)  # behind its conversation's waiting updates
+        return OK
+    leased = inbox_leased_by_store(
+        bot_id=accepted.bot_id,
         update_id=update_id,
-        config=config,
-        client=config.telegram_client(budget_seconds=config.send_budget_seconds),
-        attempts=claimed.attempts,
-        now=now,
-        request_origin=origin,
-        settled_before=claimed.settled_before,
+        payload=update,
+        conversation_user_id=accepted.conversation_user_id,
+        origin=origin,
+        attempts=accepted.attempts,
+        token=accepted.token,
     )
-    try:
-        route_update(context, update)
-        if not processed_update_mark_processed(
-            bot_id=claimed.bot_id, update_id=update_id, attempts=claimed.attempts
-        ):
-            logger.warning("update %s was taken over while it ran", update_id)
-    except DeletionInProgress as error:
-        logger.info("update %s: %s; left for redelivery", update_id, error)
-        return TEMPORARY_FAILURE
-    except NoSendPermit as error:
-        logger.info("update %s: %s; given back for redelivery", update_id, error)
-        _release(context)
-        return TEMPORARY_FAILURE
-    except TelegramError as error:
-        # str(error) is sanitized (method, status, description): no token, no URL.
-        logger.warning("update %s: %s; left for redelivery", update_id, error)
-        return TEMPORARY_FAILURE
-    except Exception:  # any other failure (database, a bug) is retried like a retryable one
-        logger.exception("update %s failed; left for redelivery", update_id)
-        return TEMPORARY_FAILURE
+    outcome = work_on(leased, config=config, budget_seconds=config.send_budget_seconds, now=now)
+    follow_up(outcome, bot_id=accepted.bot_id)
     return OK
 
 
-def _release(context: UpdateContext) -> None:
-    """Give the claim back uncounted (module docstring); a failure to do so leaves the claim
-    as a failed attempt's (taken over after 60 s, counted)."""
-    try:
-        processed_update_release(
-            bot_id=context.bot_id,
-            update_id=context.update_id,
-            attempts=context.attempts,
-            now=context.now,
-            settled=context.progress.settled | context.settled_before,
-        )
-    except DatabaseError:
-        logger.exception("update %s: could not give the claim back", context.update_id)
-
-
-def _claim(update_id: int, *, config: BotConfig, now: datetime) -> Ownership | EndpointResult:
-    """Claim the update, or the answer to give when this delivery must not process it."""
+def _store(
+    update: dict, *, now: datetime, origin: str | None, support_chat_id: int | None
+) -> Accepted | EndpointResult:
+    """Claim and store the update, or the answer to give when there is nothing to work on.
+    Raises DatabaseError when PostgreSQL cannot store it."""
+    update_id = update["update_id"]
     bot_id = bot_current_id()
     if bot_id is None:
         logger.error("webhook: no bots row (run setwebhook); update %s left for later", update_id)
         return TEMPORARY_FAILURE
-    claim = processed_update_claim(bot_id=bot_id, update_id=update_id, now=now)
-    if claim.state == ClaimState.DUPLICATE:
-        return OK
-    if claim.state == ClaimState.IN_FLIGHT:
-        return TEMPORARY_FAILURE
-    # A redelivery: what earlier attempts given back for want of a permit left (one Redis call).
-    given_back = (
-        processed_update_given_back(bot_id=bot_id, update_id=update_id)
-        if claim.attempts > 0
-        else GivenBack()
+    conversation = conversation_of(update, classify_update(update, support_chat_id), bot_id=bot_id)
+    token = new_lease_token()
+    stored = inbox_store(
+        bot_id=bot_id,
+        update_id=update_id,
+        payload=update,
+        conversation_user_id=conversation.user_id,
+        media_group_id=conversation.media_group_id,
+        origin=origin,
+        now=now,
+        token=token,
     )
-    # Attempts that only waited for a send permit are not failures (module docstring).
-    if claim.attempts - given_back.attempts >= config.max_attempts:
-        processed_update_mark_failed(bot_id=bot_id, update_id=update_id, attempts=claim.attempts)
-        logger.error(
-            "update %s failed %s times; skipped as poison",
-            update_id,
-            claim.attempts - given_back.attempts,
-        )
+    if stored.state in (StoreState.DUPLICATE, StoreState.WAITING):
         return OK
-    return Ownership(bot_id=bot_id, attempts=claim.attempts, settled_before=given_back.settled)
-
-
-def route_update(context: UpdateContext, update: Mapping) -> None:
-    """Run the pipeline the update's classification selects."""
-    classification = classify_update(update, context.config.support_chat_id)
-    kind = classification.kind
-    if kind == UpdateKind.INBOUND:
-        handle_inbound(context, update["message"])
-    elif kind == UpdateKind.CALLBACK:
-        handle_verification_callback(context, update["callback_query"])
-    elif kind == UpdateKind.OUTBOUND:
-        handle_outbound(context, update["message"], thread_id=classification.thread_id)
-    elif kind == UpdateKind.TOPIC_EVENT:
-        handle_topic_event(context, update["message"], thread_id=classification.thread_id)
-    elif kind == UpdateKind.GROUP_CALLBACK:
-        handle_group_callback(context, update["callback_query"])
-    elif kind == UpdateKind.BROADCAST:
-        handle_broadcast_command(context, update["message"])
-    elif kind == UpdateKind.EDIT_INBOUND:
-        handle_inbound_edit(context, update["edited_message"])
-    elif kind == UpdateKind.EDIT_OUTBOUND:
-        handle_outbound_edit(context, update["edited_message"], thread_id=classification.thread_id)
-    else:
-        logger.debug("update %s: %s, nothing to do", context.update_id, kind)
+    if stored.state == StoreState.IN_FLIGHT:
+        return TEMPORARY_FAILURE
+    return Accepted(
+        bot_id=bot_id,
+        owned=stored.state == StoreState.OWNED,
+        attempts=stored.attempts,
+        token=token,
+        conversation_user_id=conversation.user_id,
+    )

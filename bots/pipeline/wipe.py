@@ -62,6 +62,7 @@ from bots.pipeline.confirmations import (
 )
 from bots.pipeline.context import BotContext, UpdateContext
 from bots.pipeline.failures import best_effort
+from bots.pipeline.inbox_queue import queue_drain
 from bots.pipeline.issued import Issued
 from bots.pipeline.replies import reply_in_thread
 from bots.selectors import bound_thread_ids
@@ -84,10 +85,11 @@ logger = logging.getLogger(__name__)
 _PAYLOAD = re.compile(r"w:(yes|no):([0-9]{1,12})")
 
 
-def request_wipe(issued: Issued) -> None:
-    """The command: the danger warning with its two buttons, in the thread it was sent in."""
+def request_wipe(issued: Issued) -> bool:
+    """The command: the danger warning with its two buttons, in the thread it was sent in (in
+    General when that topic is closed). True when the warning was posted."""
     started_at = epoch_seconds(issued.ctx.now)
-    send_prompt(
+    sent = send_prompt(
         issued.ctx,
         thread_id=issued.thread_id,
         text=copy.wipe_warning(),
@@ -95,6 +97,7 @@ def request_wipe(issued: Issued) -> None:
         confirm_data=f"w:yes:{started_at}",
         cancel_data=f"w:no:{started_at}",
     )
+    return sent is not None
 
 
 @dataclass
@@ -338,10 +341,11 @@ def finish_wipe(ctx: BotContext, job: WipeJob) -> str:
 
 
 def _end(job: WipeJob) -> None:
-    """The wipe is over: its prompt starts no other (a late redelivery of the confirm), and
-    topics may be created again."""
+    """The wipe is over: its prompt starts no other (a late redelivery of the confirm), topics
+    may be created again, and the updates that waited for the wipe in the inbox go now."""
     wipe_decision_done(bot_id=job.bot_id, prompt_msg_id=job.prompt_message_id)
     deletion_fence_lower(bot_id=job.bot_id)
+    queue_drain(bot_id=job.bot_id)
 
 
 def _report(ctx: BotContext, job: WipeJob, text: str) -> None:

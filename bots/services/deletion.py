@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from bots.models import (
+    AlbumItem,
     BotUser,
     ConfirmationStatus,
     DeleteConfirmation,
@@ -67,12 +68,14 @@ def delete_confirmation_confirm(*, bot_id: int, prompt_msg_id: int, callback_id:
 
 @transaction.atomic
 def user_delete_data(*, bot_id: int, user_id: int) -> None:
-    """Physically delete the user, in one transaction: their ledger rows (of every thread), their
-    binding (and with it the note), their users row and their confirmation prompts. Afterwards
+    """Physically delete the user, in one transaction: their ledger rows (of every thread), the
+    album items waiting to be relayed to or from them, their binding (and with it the note),
+    their users row and their confirmation prompts. Afterwards
     the user is a stranger. Deleting what is already gone is a no-op, so a repeat converges.
     Broadcast rows are left alone (spec §4.8: a frozen recipient list is re-checked before
     sending)."""
     RelayedMessage.objects.filter(bot_id=bot_id, user_id=user_id).delete()
+    AlbumItem.objects.filter(bot_id=bot_id, user_id=user_id).delete()
     Topic.objects.filter(bot_id=bot_id, user_id=user_id).delete()
     BotUser.objects.filter(bot_id=bot_id, user_id=user_id).delete()
     DeleteConfirmation.objects.filter(bot_id=bot_id, user_id=user_id).delete()

@@ -1,15 +1,18 @@
-"""The deletion fence: while /wipealldata or a user's deletion runs, no forum topic is created
-or replaced for the users it deletes.
+"""The deletion fence: while /wipealldata or a user's deletion runs, the updates of the users
+it deletes wait in the inbox, and no forum topic is created or replaced for them.
 
 Without it a message arriving mid-deletion undoes it: the user's topic is already gone in
 Telegram, so the inbound path replaces it (spec §2.9) with a new topic and binding — which the
 wipe's row delete then orphans (a topic nobody is bound to), or which makes a redelivered /deluser
-confirm find its binding changed and leave the user's data in place. Fenced, the inbound
-update is answered 500 instead (nothing is written about it), and Telegram redelivers it once
-the deletion is over: the user is then a stranger and gets a fresh topic. Nothing is lost.
+confirm find its binding changed and leave the user's data in place; or the message is relayed
+into a topic the deletion is about to remove, and lost with it. Fenced, the update is given back
+to the inbox (``bots.pipeline.inbox_work``: nothing of it is done, it is not counted as a
+failure) and tried again every few seconds; once the deletion is over the user is a stranger
+and their message comes in fresh — a new profile, a new topic, relayed once. Nothing is lost.
 
 The fence is a Redis key with a TTL (a crashed deletion lifts it by itself): one for the whole
-bot (a wipe), one per user (a deletion of that user).
+bot (a wipe), one per user (a deletion of that user). Topic creation checks it too (an album's
+items relayed one by one by the album flush, outside the inbox).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from bots.redis_keys import deletion_fence_all, deletion_fence_user
 
 
 class DeletionInProgress(Exception):
-    """The user's data is being deleted: the update waits for Telegram's redelivery."""
+    """The user's data is being deleted: the update waits in the inbox until it is over."""
 
 
 def _redis():

@@ -15,6 +15,7 @@ from django.db import transaction
 from django_redis import get_redis_connection
 
 from bots.models import (
+    AlbumItem,
     BotUser,
     Broadcast,
     DeleteConfirmation,
@@ -74,9 +75,11 @@ def wipe_decision_claim(*, bot_id: int, prompt_msg_id: int, decision: str) -> st
 @transaction.atomic
 def bot_data_wipe(*, bot_id: int) -> None:
     """Delete every row of the bot in users, topics, messages, delete_confirmations and
-    broadcasts (settings, processed_updates and bots are kept). One transaction here (the
+    broadcasts, and the album items waiting to be relayed (settings, processed_updates and bots
+    are kept). One transaction here (the
     original's D1 could not), and a repeat finds nothing more to delete."""
     RelayedMessage.objects.filter(bot_id=bot_id).delete()
+    AlbumItem.objects.filter(bot_id=bot_id).delete()
     DeleteConfirmation.objects.filter(bot_id=bot_id).delete()
     Topic.objects.filter(bot_id=bot_id).delete()
     BotUser.objects.filter(bot_id=bot_id).delete()

@@ -48,6 +48,27 @@ def fresh_bot_redis_keys():
         redis.delete(*keys)
 
 
+class QueuedDrains:
+    """Stands in for Celery's broker for the inbox's nudges (``bots.pipeline.inbox_queue``):
+    the drains the code queued, as (task name, kwargs, countdown). A test runs the worker's
+    body itself (``Inbox.drain``); tests with a real worker process route them to it."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict, float | None]] = []
+
+    def send_task(self, name: str, *, kwargs: dict, countdown: float | None = None) -> None:
+        self.sent.append((name, kwargs, countdown))
+
+
+@pytest.fixture(autouse=True)
+def queued_drains(monkeypatch) -> QueuedDrains:
+    from bots.pipeline import inbox_queue
+
+    drains = QueuedDrains()
+    monkeypatch.setattr(inbox_queue, "current_app", drains)
+    return drains
+
+
 @pytest.fixture
 def bot_settings(settings, telegram):
     """The bot's environment as the original's test suite pins it, pointed at the fake."""
@@ -97,6 +118,12 @@ class Clock:
             _expire_outbound_keys(within_ms=step.total_seconds() * 1000)
         return self.now
 
+    def limiter_forgets(self, **delta: float) -> None:
+        """The shared outbound limiter sees ``delta`` pass (its keys expiring by then are gone)
+        without the clock moving: for a test that moved the clock in steps shorter than a
+        learned retry_after."""
+        _expire_outbound_keys(within_ms=timedelta(**delta).total_seconds() * 1000)
+
 
 def _expire_outbound_keys(*, within_ms: float) -> None:
     redis = get_redis_connection("default")
@@ -118,6 +145,41 @@ def bot_row(db, telegram):
     return Bot.objects.create(
         bot_id=telegram.bot.id, username="hodor_test_bot", display_name="Hodor", created_at=START
     )
+
+
+class Inbox:
+    """The inbox's worker, run in the test's process on the test's clock (``drain_inbox``, the
+    Celery task's body)."""
+
+    def __init__(self, bot_id: int, clock: Clock) -> None:
+        self.bot_id = bot_id
+        self.clock = clock
+
+    def drain(self, *, seconds: float = 30.0) -> int:
+        """Work on every update that is due now; how many attempts were made."""
+        from bots.pipeline.inbox_work import drain_inbox
+
+        report = drain_inbox(
+            bot_id=self.bot_id, clock=lambda: self.clock.now, drain_seconds=seconds
+        )
+        return report.worked
+
+    def waiting(self) -> list[int]:
+        """The update ids the inbox holds, oldest first."""
+        from bots.models import InboxUpdate
+
+        return list(InboxUpdate.objects.order_by("update_id").values_list("update_id", flat=True))
+
+    def later(self, *, outbound_limiter: bool = True, **delta: float) -> int:
+        """Move the clock (``Clock.advance``), then drain (a row given back is due again after
+        its wait)."""
+        self.clock.advance(outbound_limiter=outbound_limiter, **delta)
+        return self.drain()
+
+
+@pytest.fixture
+def inbox(bot_settings, telegram, clock) -> Inbox:
+    return Inbox(telegram.bot.id, clock)
 
 
 class Webhook:

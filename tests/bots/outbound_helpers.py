@@ -1,4 +1,5 @@
-"""Shortcuts of the outbound-limiter tests: conversations in bulk, Telegram's redelivery loop."""
+"""Shortcuts of the outbound-limiter tests: conversations in bulk, a burst of deliveries, the
+inbox's workers."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from datetime import datetime
 from django.db import connections
 from django.test import Client
 
-from bots.models import BotUser, Topic
-from tests.bots.conftest import Clock, Webhook
+from bots.models import BotUser, InboxUpdate, Topic
+from tests.bots.conftest import Webhook
 from tests.fakes.telegram import FakeTelegram, FakeUser
 
 
@@ -60,30 +61,40 @@ def deliver_one(update: dict) -> int:
         connections.close_all()  # the thread's own database connection
 
 
-def deliver_like_telegram(
-    updates: list[dict], *, clock: Clock, concurrency: int, max_rounds: int = 8
-) -> list[int]:
-    """Deliver ``updates`` all at once (``concurrency`` at a time), then redeliver every one
-    answered with anything but 200 — Telegram's retry — after its 60 s (the clock moves; the
-    limiter's windows have passed for real) until all are acknowledged. Returns how many were
-    redelivered in each round after the first."""
-    pending = updates
-    redelivered = []
+def deliver_at_once(updates: list[dict], *, concurrency: int) -> list[tuple[int, float]]:
+    """Deliver each update once, ``concurrency`` at a time (Telegram's webhook connections);
+    (status, seconds until answered) of each, in order."""
+
+    def timed(update: dict) -> tuple[int, float]:
+        started = time.monotonic()
+        status = deliver_one(update)
+        return status, time.monotonic() - started
+
     with ThreadPoolExecutor(concurrency) as pool:
-        for _ in range(max_rounds):
-            statuses = list(pool.map(deliver_one, pending))
-            pending = [
-                update for update, status in zip(pending, statuses, strict=True) if status != 200
-            ]
-            if not pending:
-                return redelivered
-            redelivered.append(len(pending))
-            time.sleep(1.2)
-            # Only the bot's own clock jumps (the user's per-minute gate, the claims' leases):
-            # the limiter and the fake's limits run on real time, the windows scaled to pass
-            # in the 1.2 s above — a 429's block still in force stays in force.
-            clock.advance(seconds=61, outbound_limiter=False)
-    raise AssertionError(f"{len(pending)} updates never acknowledged")
+        return list(pool.map(timed, updates))
+
+
+def drain_with_workers(bot_id: int, *, workers: int, timeout: float) -> None:
+    """The inbox's worker, ``workers`` of them at once in threads (as Celery's processes),
+    on real time, until the inbox is empty; fails after ``timeout`` seconds."""
+    from bots.pipeline.inbox_work import drain_inbox
+
+    deadline = time.monotonic() + timeout
+
+    def work() -> None:
+        try:
+            while time.monotonic() < deadline:
+                drain_inbox(bot_id=bot_id, drain_seconds=10)
+                if not InboxUpdate.objects.exists():
+                    return
+                time.sleep(0.1)  # the rows left are not due yet
+        finally:
+            connections.close_all()  # the thread's own database connection
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda _: work(), range(workers)))
+    left = InboxUpdate.objects.count()
+    assert left == 0, f"{left} updates still in the inbox after {timeout} s"
 
 
 def texts_in_topic(telegram: FakeTelegram, thread_id: int) -> list[str | None]:

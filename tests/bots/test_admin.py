@@ -13,7 +13,7 @@ from bots import copy
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Setting, Topic
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.conftest import START
-from tests.bots.helpers import card_text, dm_texts, make_user, open_conversation
+from tests.bots.helpers import card_text, dm_texts, make_user, open_conversation, set_switches
 from tests.bots.test_bot_id_filter import _names_the_bot, _touches_business_table
 
 USERS = reverse("admin:bots_botuserlisting_changelist")
@@ -205,6 +205,34 @@ def test_the_switches_form_refuses_other_values(data, operator, bot_row):
 
     assert _messages(response)[0].startswith("Nothing changed:")
     assert Setting.objects.count() == 0
+
+
+def test_the_switches_turn_verification_off_in_turnstile_mode_whose_keys_are_gone(
+    operator, bot_row, settings
+):
+    """Issue 36: the form always sends the mode; Turnstile kept as it is (its keys removed
+    since) is no switch to Turnstile, so turning verification off is not refused for it."""
+    set_switches(verify_enabled="1", verify_mode="turnstile")
+    settings.TURNSTILE_SITE_KEY = None
+    settings.TURNSTILE_SECRET_KEY = None
+
+    response = operator.post(
+        SWITCHES, {"verify_enabled": "0", "verify_mode": "turnstile"}, follow=True
+    )
+
+    assert _messages(response) == ["Switches saved; outstanding challenges were voided."]
+    assert dict(Setting.objects.values_list("key", "value")) == {
+        "verify_enabled": "0",
+        "verify_mode": "turnstile",
+        "verify_generation": "1",
+    }
+    # A switch to Turnstile without its keys is still refused.
+    set_switches(verify_mode="math")
+    response = operator.post(
+        SWITCHES, {"verify_enabled": "0", "verify_mode": "turnstile"}, follow=True
+    )
+    assert _messages(response)[0].startswith("Nothing changed:")
+    assert Setting.objects.get(key="verify_mode").value == "math"
 
 
 def test_the_switches_form_sets_turnstile_when_both_keys_are_set(operator, bot_row, settings):

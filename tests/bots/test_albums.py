@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from bots.models import AlbumItem, RelayedMessage, Topic
+from bots import copy
+from bots.models import AlbumItem, BotUser, RelayedMessage, Topic
 from bots.pipeline import albums
 from bots.pipeline.albums import ALBUM_FLUSH_TASK, collect_album_item, flush_album, sweep_albums
 from bots.pipeline.content import Content
 from bots.pipeline.context import BotContext
-from tests.bots.helpers import open_conversation
+from tests.bots.helpers import click_in_group, keyboard_data, open_conversation, topic_texts
 
 
 class QueuedTasks:
@@ -319,3 +320,61 @@ def test_an_album_refused_for_another_reason_is_still_dropped(
 
     assert flush_album(bot_id=telegram.bot.id, media_group_id="g11") == "dropped"
     assert telegram.calls("sendPhoto") == [] and AlbumItem.objects.count() == 0
+
+
+# ------------------------------------------------------------------ issue 36
+
+
+def test_a_high_risk_users_album_gets_the_reminder_like_a_single_message(
+    webhook, telegram, user, topic, clock, queued, django_capture_on_commit_callbacks
+):
+    BotUser.objects.filter(user_id=user.id).update(is_risk=True)
+    updates = [telegram.private_message(user, photo=f"k{n}", media_group_id="gr") for n in (1, 2)]
+    _deliver(webhook, updates, django_capture_on_commit_callbacks)
+    clock.advance(seconds=2)
+
+    assert flush_album(bot_id=telegram.bot.id, media_group_id="gr") == "sent"
+
+    reminder = copy.risk_reminder("Bob Stone (@bob)")
+    after_album = [message.text for message in telegram.topic_messages(topic.thread_id)[-3:]]
+    assert after_album == [None, None, reminder]  # the two photos, then the reminder
+    # At most once in 24 h, as for single messages: the next album reminds nobody.
+    second = [telegram.private_message(user, photo=f"m{n}", media_group_id="gs") for n in (1, 2)]
+    _deliver(webhook, second, django_capture_on_commit_callbacks)
+    clock.advance(seconds=2)
+    flush_album(bot_id=telegram.bot.id, media_group_id="gs")
+    assert topic_texts(telegram, topic.thread_id).count(reminder) == 1
+
+
+def _collect_two_items(webhook, telegram, user, capture) -> None:
+    updates = [telegram.private_message(user, photo=f"w{n}", media_group_id="gw") for n in (1, 2)]
+    _deliver(webhook, updates, capture)
+    assert AlbumItem.objects.count() == 2
+
+
+def test_a_deleted_users_waiting_album_items_go_with_the_user(
+    webhook, telegram, user, admin, topic, queued, django_capture_on_commit_callbacks
+):
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="/deluser"))
+    [prompt] = [m for m in telegram.topic_messages(topic.thread_id) if m.reply_markup]
+    _collect_two_items(webhook, telegram, user, django_capture_on_commit_callbacks)
+
+    click_in_group(webhook, telegram, admin, prompt.message_id, keyboard_data(prompt)[0])
+
+    assert not Topic.objects.exists()
+    assert AlbumItem.objects.count() == 0  # nothing left to relay into a topic that is gone
+
+
+def test_a_wipe_removes_the_waiting_album_items(
+    webhook, telegram, user, admin, topic, queued, django_capture_on_commit_callbacks
+):
+    webhook.deliver_ok(
+        telegram.group_message(admin, thread_id=topic.thread_id, text="/wipealldata")
+    )
+    [prompt] = [m for m in telegram.topic_messages(topic.thread_id) if m.reply_markup]
+    _collect_two_items(webhook, telegram, user, django_capture_on_commit_callbacks)
+
+    click_in_group(webhook, telegram, admin, prompt.message_id, keyboard_data(prompt)[0])
+
+    assert not Topic.objects.exists()
+    assert AlbumItem.objects.count() == 0

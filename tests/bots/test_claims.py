@@ -1,4 +1,5 @@
-"""The atomic claims (spec §12): each is one conditional statement comparing against ``now``."""
+"""The atomic claims (spec §12): each is one conditional statement comparing against ``now``.
+(The update claim itself, written with its inbox row, is test_inbox_claims'.)"""
 
 from __future__ import annotations
 
@@ -6,16 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from bots.models import Bot, BotUser, ProcessedUpdate
+from bots.models import Bot, BotUser, InboxUpdate, ProcessedUpdate
 from bots.selectors import VerificationSettings, verification_settings_get
-from bots.services.processed_updates import (
-    ClaimState,
-    UpdateClaim,
-    processed_update_claim,
-    processed_update_mark_failed,
-    processed_update_mark_processed,
-    processed_update_trim,
-)
+from bots.services.processed_updates import processed_update_trim
 from bots.services.users import (
     user_claim_notice_slot,
     user_claim_risk_reminder,
@@ -29,53 +23,6 @@ pytestmark = pytest.mark.django_db
 BOT = 4242
 
 
-def _claim(update_id: int = 1, *, seconds: float = 0) -> UpdateClaim:
-    return processed_update_claim(
-        bot_id=BOT, update_id=update_id, now=START + timedelta(seconds=seconds)
-    )
-
-
-def test_the_first_delivery_owns_the_update():
-    assert _claim() == UpdateClaim(ClaimState.OWNED, attempts=0)
-    row = ProcessedUpdate.objects.get()
-    assert (row.status, row.attempts, row.created_at) == ("processing", 0, START)
-
-
-def test_a_fresh_claim_is_in_flight_and_a_stale_one_is_taken_over():
-    _claim()
-
-    assert _claim(seconds=60) == UpdateClaim(ClaimState.IN_FLIGHT)
-    assert _claim(seconds=60.5) == UpdateClaim(ClaimState.OWNED, attempts=1)
-    row = ProcessedUpdate.objects.get()
-    assert (row.attempts, row.created_at) == (1, START + timedelta(seconds=60.5))
-    assert _claim(seconds=61) == UpdateClaim(ClaimState.IN_FLIGHT)
-
-
-@pytest.mark.parametrize("settle", [processed_update_mark_processed, processed_update_mark_failed])
-def test_a_settled_update_is_a_duplicate_forever(settle):
-    _claim()
-    assert settle(bot_id=BOT, update_id=1, attempts=0) is True
-
-    assert _claim(seconds=3600) == UpdateClaim(ClaimState.DUPLICATE)
-    assert ProcessedUpdate.objects.get().attempts == 0
-
-
-def test_only_the_current_owner_settles():
-    _claim()
-    _claim(seconds=61)  # taken over: attempt 1 owns it now
-
-    assert processed_update_mark_processed(bot_id=BOT, update_id=1, attempts=0) is False
-    assert ProcessedUpdate.objects.get().status == "processing"
-    assert processed_update_mark_processed(bot_id=BOT, update_id=1, attempts=1) is True
-
-
-def test_claims_of_two_bots_are_independent():
-    _claim()
-    assert processed_update_claim(bot_id=BOT + 1, update_id=1, now=START) == UpdateClaim(
-        ClaimState.OWNED, attempts=0
-    )
-
-
 def test_trim_deletes_claims_older_than_seven_days_for_every_bot():
     Bot.objects.create(bot_id=BOT, created_at=START)
     Bot.objects.create(bot_id=BOT + 1, created_at=START)
@@ -87,10 +34,16 @@ def test_trim_deletes_claims_older_than_seven_days_for_every_bot():
             created_at=START - timedelta(days=age),
         )
 
+    # An update still waiting in the inbox keeps its claim however old it is.
+    ProcessedUpdate.objects.create(
+        bot_id=BOT, update_id=5, status="processing", created_at=START - timedelta(days=9)
+    )
+    InboxUpdate.objects.create(bot_id=BOT, update_id=5, payload={"update_id": 5})
+
     deleted = processed_update_trim(now=START)
 
     assert deleted == 2
-    assert sorted(ProcessedUpdate.objects.values_list("update_id", flat=True)) == [2, 4]
+    assert sorted(ProcessedUpdate.objects.values_list("update_id", flat=True)) == [2, 4, 5]
 
 
 # ------------------------------------------------------------------ users

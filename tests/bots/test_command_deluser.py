@@ -358,32 +358,55 @@ def test_deluser_in_a_topic_without_binding_gets_the_notice(webhook, telegram, a
 
 
 def test_a_prompt_that_could_not_be_sent_is_sent_once_on_redelivery(
-    webhook, telegram, admin, user, topic, clock
+    webhook, telegram, admin, user, topic, clock, inbox
 ):
     update = telegram.group_message(admin, thread_id=topic.thread_id, text="/deluser")
     telegram.fail("sendMessage", status=502)
 
-    assert webhook.deliver(update).status_code == 500
+    webhook.deliver_ok(update)  # stored: the inbox's worker retries it
     assert DeleteConfirmation.objects.count() == 0
-    clock.advance(seconds=61)
-    webhook.deliver_ok(update)
+    inbox.later(seconds=60)
 
     assert topic_texts(telegram, topic.thread_id).count(copy.deluser_prompt(USER_ID)) == 1
     assert DeleteConfirmation.objects.count() == 1
 
 
+def test_in_a_closed_topic_the_prompt_is_posted_in_general_and_its_buttons_work(
+    webhook, telegram, admin, user, topic
+):
+    """Issue 36: the original's prompt went into the closed topic, which Telegram refuses, so
+    /deluser there did nothing and said nothing."""
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="/deluser"))
+
+    [prompt] = [
+        message
+        for message in telegram.bot_messages(telegram.support_chat_id)
+        if message.thread_id is None  # General
+    ]
+    assert prompt.text == copy.closed_topic_reply(topic.thread_id, copy.deluser_prompt(USER_ID))
+    assert DeleteConfirmation.objects.get().prompt_msg_id == prompt.message_id
+    yes, _ = keyboard_data(prompt)
+
+    assert click_in_group(webhook, telegram, admin, prompt.message_id, yes) == (
+        copy.toast_deluser_done()
+    )
+    assert _gail_rows() == GONE
+
+
 # ------------------------------------------------------------------ races and redeliveries
 
 
-def test_the_winning_confirm_redelivered_after_a_crash_between_both_deletes_converges(
-    webhook, telegram, admin, second_admin, user, topic, clock
+def test_the_winning_confirm_retried_after_a_failure_between_both_deletes_converges(
+    webhook, telegram, admin, second_admin, user, topic, clock, inbox
 ):
     prompt = _prompt(webhook, telegram, admin, topic)
     click = group_click(telegram, admin, prompt.message_id, prompt.yes)
     callback_id = click["callback_query"]["id"]
 
     with deletes_refused("users"):
-        assert webhook.deliver(click).status_code == 500  # Telegram's side done, rows not
+        webhook.deliver_ok(click)  # Telegram's side done, rows not: the worker retries it
 
     assert telegram.topic(topic.thread_id).deleted is True
     assert _gail_rows() == KEPT
@@ -394,12 +417,11 @@ def test_the_winning_confirm_redelivered_after_a_crash_between_both_deletes_conv
     assert other == copy.toast_deluser_failed()
     assert _gail_rows() == KEPT
 
-    clock.advance(seconds=61)  # Telegram redelivers (the window has passed by now)
-    webhook.deliver_ok(click)
+    inbox.later(seconds=61)  # the worker retries it (the window has passed by now)
 
     assert _gail_rows() == GONE
     assert telegram.callback_answer(callback_id) == copy.toast_deluser_done()
-    # Telegram deleted the topic once; the redelivery's call finds it gone.
+    # Telegram deleted the topic once; the retry's call finds it gone.
     assert [call.status for call in telegram.calls("deleteForumTopic")] == [200, 400]
     webhook.deliver_ok(click)  # a duplicate delivery does nothing more
     assert len(telegram.calls("deleteForumTopic")) == 2
@@ -458,28 +480,30 @@ def test_a_confirm_after_a_winning_cancel_deletes_nothing(webhook, telegram, adm
 
 
 def test_a_message_of_the_user_between_both_deletes_waits_and_the_deletion_converges(
-    webhook, telegram, admin, user, topic, clock
+    webhook, telegram, admin, user, topic, clock, inbox
 ):
     prompt = _prompt(webhook, telegram, admin, topic)
     click = group_click(telegram, admin, prompt.message_id, prompt.yes)
     with deletes_refused("users"):
-        assert webhook.deliver(click).status_code == 500  # Telegram's side done, rows not
-    creates_before = len(telegram.calls("createForumTopic"))
+        webhook.deliver_ok(click)  # Telegram's side done, rows not: the worker retries it
+    telegram.forget_calls()
 
     # Gail writes now: her topic is gone in Telegram, her binding is still there. Replacing
-    # the topic would give her a new binding, and the redelivered confirm would then find
-    # its binding changed and keep all her data; she waits instead.
+    # the topic would give her a new binding, and the retried confirm would then find its
+    # binding changed and keep all her data; her message waits in the inbox instead.
     message = telegram.private_message(user, text="are you there?")
-    assert webhook.deliver(message).status_code == 500
+    webhook.deliver_ok(message)
 
-    assert len(telegram.calls("createForumTopic")) == creates_before
+    assert telegram.calls() == []
+    assert inbox.waiting() == [click["update_id"], message["update_id"]]
     assert _gail_rows() == KEPT
-    clock.advance(seconds=61)
-    webhook.deliver_ok(click)  # Telegram redelivers the confirm: the deletion completes
+    inbox.later(seconds=61)  # the confirm's retry completes the deletion, then her message
 
-    assert _gail_rows() == GONE
+    # Her message came in after the deletion: she is a stranger (a new profile, to verify).
+    assert _gail_rows() == {"users": 1, "topics": 0, "messages": 0, "prompts": 0}
     assert telegram.callback_answer(click["callback_query"]["id"]) == copy.toast_deluser_done()
-    webhook.deliver_ok(message)  # ... then her message: she is a stranger now
+    assert inbox.waiting() == []
+    assert BotUser.objects.get(user_id=user.id).first_seen_at == clock.now
     live = [t.thread_id for t in telegram.topics() if not t.deleted]
     bound = set(Topic.objects.values_list("thread_id", flat=True))
     assert set(live) == bound  # no topic without a binding (Olaf's, and Gail's if she got one)

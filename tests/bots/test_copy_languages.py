@@ -52,6 +52,8 @@ ARGUMENTS = {
     "sent": 480,
     "failed": 20,
     "remaining": 1500,
+    "text": "see you tomorrow",
+    "reason": "Forbidden: bot was blocked by the user",
 }
 
 

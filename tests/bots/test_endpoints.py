@@ -401,6 +401,26 @@ def test_selfcheck_webhook_not_bound_elsewhere_or_failing(client, bound, telegra
 
 
 @pytest.mark.django_db
+def test_selfcheck_behind_public_base_url_accepts_the_webhook_setwebhook_registered(
+    client, bot_settings, telegram
+):
+    """Issue 36: setwebhook registers PUBLIC_BASE_URL's origin; the selfcheck compared the
+    binding with the origin its own request came in at, so behind a proxy (the check opened as
+    http://testserver here) a correct binding read as "points elsewhere"."""
+    bot_settings.PUBLIC_BASE_URL = "https://support.example.com/"
+    assert client.get(f"/telegram/setwebhook/{ADMIN_SECRET}").status_code == 200
+    assert telegram.webhook["url"] == "https://support.example.com/telegram/webhook"
+
+    assert client.get("/telegram/selfcheck").json() == {"status": "ok", "version": app_version()}
+
+    # And a binding elsewhere is still named, whatever the request's origin.
+    telegram.webhook = {"url": "http://testserver/telegram/webhook"}
+    assert client.get("/telegram/selfcheck").json()["failed"] == [
+        "webhook 指向其他地址：http://testserver/telegram/webhook"
+    ]
+
+
+@pytest.mark.django_db
 def test_selfcheck_without_a_token_makes_no_telegram_call(client, bound, telegram):
     bound.TELEGRAM_BOT_TOKEN = None
 

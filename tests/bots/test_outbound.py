@@ -6,8 +6,8 @@ import pytest
 
 from bots import copy
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
-from tests.bots.conftest import START, Clock, Webhook
-from tests.bots.helpers import dm_texts, open_conversation, topic_texts
+from tests.bots.conftest import START, Clock, Inbox, Webhook
+from tests.bots.helpers import dm_texts, general_texts, open_conversation, topic_texts
 from tests.fakes.telegram import FakeTelegram, FakeUser
 
 
@@ -83,29 +83,71 @@ def test_a_topic_without_binding_gets_the_notice(webhook, telegram, admin):
     assert RelayedMessage.objects.count() == 0
 
 
-def test_a_binding_closed_in_the_database_gets_the_notice(webhook, telegram, user, admin, topic):
-    Topic.objects.update(status="closed")  # e.g. archived; Telegram shows it open
+def test_a_reply_in_a_natively_closed_topic_reopens_it_and_reaches_the_user(
+    webhook, telegram, user, admin, topic
+):
+    """Issue 36: the original sent "no valid binding" into the closed topic, which Telegram
+    refuses (TOPIC_CLOSED) — the admin's reply went nowhere and nobody was told."""
+    webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
+    update = telegram.group_message(admin, thread_id=topic.thread_id, text="still there?")
+    telegram.forget_calls()
+
+    webhook.deliver_ok(update)
+
+    assert [(call.method, call.status) for call in telegram.calls()] == [
+        ("reopenForumTopic", 200),
+        ("sendMessage", 200),
+    ]
+    assert telegram.topic(topic.thread_id).closed is False
+    assert Topic.objects.get().status == "open"
+    assert dm_texts(telegram, user) == ["still there?"]
+    ledger = RelayedMessage.objects.get(direction="out")
+    assert ledger.group_msg_id == update["message"]["message_id"]
+
+
+def test_a_binding_closed_in_the_database_only_is_reopened_for_the_reply(
+    webhook, telegram, user, admin, topic
+):
+    Topic.objects.update(status="closed")  # Telegram shows it open (a missed reopen event)
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
 
-    assert topic_texts(telegram, topic.thread_id)[-1] == copy.no_binding()
-    assert dm_texts(telegram, user) == []
+    # reopenForumTopic answers TOPIC_NOT_MODIFIED: open already, which is fine.
+    assert [call.status for call in telegram.calls("reopenForumTopic")] == [400]
+    assert Topic.objects.get().status == "open"
+    assert dm_texts(telegram, user) == ["hello?"]
 
 
-def test_in_a_natively_closed_topic_the_notice_is_attempted_and_dropped(
+def test_a_reply_in_an_archived_topic_is_not_relayed_and_the_admin_is_told_in_general(
+    webhook, telegram, user, admin, topic
+):
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="/archive"))
+    telegram.forget_calls()
+    dms_before = dm_texts(telegram, user)
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="one more"))
+
+    [call] = telegram.calls()  # nothing into the closed topic, nothing to the user
+    assert (call.method, call.params.get("message_thread_id"), call.status) == (
+        "sendMessage",
+        None,
+        200,
+    )
+    assert general_texts(telegram)[-1] == copy.reply_not_relayed_archived(user.id, topic.thread_id)
+    assert dm_texts(telegram, user) == dms_before
+    assert telegram.topic(topic.thread_id).closed is True
+    assert RelayedMessage.objects.filter(direction="out").count() == 0
+
+
+def test_a_reply_whose_topic_cannot_be_reopened_is_reported_in_general(
     webhook, telegram, user, admin, topic
 ):
     webhook.deliver_ok(telegram.close_topic_by_hand(topic.thread_id, by=admin))
-    telegram.forget_calls()
+    telegram.fail("reopenForumTopic", status=400, description="Bad Request: CHAT_ADMIN_REQUIRED")
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
 
-    [call] = telegram.calls()
-    assert (call.method, call.params["text"], call.status) == (
-        "sendMessage",
-        copy.no_binding(),
-        400,
-    )
+    assert general_texts(telegram) == [copy.reply_not_relayed_closed(user.id, topic.thread_id)]
     assert dm_texts(telegram, user) == []
 
 
@@ -168,29 +210,63 @@ def test_unsupported_admin_content_is_silent(webhook, telegram, admin, topic):
     assert telegram.calls() == []
 
 
-def test_a_user_who_blocked_the_bot_loses_the_message_silently(
+def test_a_reply_to_a_user_who_blocked_the_bot_leaves_one_note_in_the_topic(
     webhook, telegram, user, admin, topic
 ):
+    """Issue 36: the original dropped it silently (spec §3.8), so the admin never knew."""
     telegram.block(user.id)
     telegram.forget_calls()
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="anyone?"))
 
-    [call] = telegram.calls()
-    assert (call.method, call.status) == ("sendMessage", 403)
+    assert [(call.method, call.status) for call in telegram.calls()] == [
+        ("sendMessage", 403),
+        ("sendMessage", 200),  # the note, once
+        ("sendMessage", 403),
+    ]
+    note = copy.reply_refused_by_user("Forbidden: bot was blocked by the user")
+    assert topic_texts(telegram, topic.thread_id)[-1] == note
+    assert topic_texts(telegram, topic.thread_id).count(note) == 1
     assert RelayedMessage.objects.filter(direction="out").count() == 0
     assert BotUser.objects.get(user_id=user.id).status == "active"  # no "blocked" state kept
 
 
-def test_a_retryable_relay_failure_is_redelivered_once(
-    webhook, telegram, user, admin, topic, clock
+def test_once_a_reply_reaches_the_user_again_a_new_refusal_is_noted_again(
+    webhook, telegram, user, admin, topic
+):
+    telegram.block(user.id)
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="one"))
+    telegram.unblock(user.id)
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="two"))
+    telegram.block(user.id)
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="three"))
+
+    note = copy.reply_refused_by_user("Forbidden: bot was blocked by the user")
+    assert topic_texts(telegram, topic.thread_id).count(note) == 2
+    assert dm_texts(telegram, user) == ["two"]
+
+
+def test_a_reply_telegram_refuses_for_another_reason_is_noted_each_time(
+    webhook, telegram, user, admin, topic
+):
+    telegram.rejected_file_ids.add("broken")
+
+    webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, document="broken"))
+
+    assert topic_texts(telegram, topic.thread_id)[-1] == copy.reply_not_delivered(
+        "Bad Request: wrong file identifier/HTTP URL specified"
+    )
+
+
+def test_a_retryable_relay_failure_is_retried_once(
+    webhook, telegram, user, admin, topic, clock, inbox
 ):
     update = telegram.group_message(admin, thread_id=topic.thread_id, text="answer")
     telegram.fail("sendMessage", status=500)
 
-    assert webhook.deliver(update).status_code == 500
-    clock.advance(seconds=61)
-    webhook.deliver_ok(update)
+    webhook.deliver_ok(update)  # stored: the inbox's worker retries it
+    inbox.later(seconds=60)
 
     assert dm_texts(telegram, user) == ["answer"]
     assert RelayedMessage.objects.filter(direction="out").count() == 1
@@ -214,17 +290,16 @@ def test_a_retryable_fault_of_the_outbound_relay_ends_with_exactly_one_copy(
     admin: FakeUser,
     topic: Topic,
     clock: Clock,
+    inbox: Inbox,
 ) -> None:
     content, method = OUTBOUND_CONTENT[kind]
     update = telegram.group_message(admin, thread_id=topic.thread_id, **content)
     telegram.forget_calls()
     telegram.fail_call(1, status=500)
 
-    first = webhook.deliver(update)
-    clock.advance(seconds=61)
-    second = webhook.deliver(update)
+    webhook.deliver_ok(update)
+    inbox.later(seconds=60)
 
-    assert (first.status_code, second.status_code) == (500, 200)
     assert [(call.method, call.status) for call in telegram.calls()] == [
         (method, 500),
         (method, 200),

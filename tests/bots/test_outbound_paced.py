@@ -1,6 +1,7 @@
 """Every send and edit of the bot goes through the shared outbound limiter (issue #24): the
 paced client against the fake Bot API, and the webhook's budget — an update that cannot get
-its permit in time is answered 500 with nothing done, and its redelivery relays it once."""
+its permit in time is answered 200 with nothing done, stays in the inbox, and the inbox's
+worker relays it once (issue 36)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django_redis import get_redis_connection
 from bots import redis_keys
 from bots.clients.telegram import TelegramRetryableError
 from bots.conf import load_config
-from bots.models import BotUser, ProcessedUpdate, RelayedMessage
+from bots.models import BotUser, InboxUpdate, ProcessedUpdate, RelayedMessage
 from bots.outbound.limiter import OutboundLimiter, Priority
 from bots.outbound.paced import NoSendPermit, PacedTelegramClient, outbound_priority
 from tests.bots.helpers import dm_texts, open_conversation, table_state, topic_texts, user_row
@@ -35,8 +36,8 @@ def _client(**options) -> PacedTelegramClient:
     return client
 
 
-def test_a_full_group_answers_the_update_500_with_nothing_done_and_the_redelivery_relays_it(
-    group_of_three, webhook, telegram, user, clock
+def test_a_full_group_stores_the_update_with_nothing_done_and_the_worker_relays_it_later(
+    group_of_three, webhook, telegram, user, clock, inbox, queued_drains
 ):
     topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     # The topic's creation, its card and the "hello" took the group's three of this minute.
@@ -50,18 +51,22 @@ def test_a_full_group_answers_the_update_500_with_nothing_done_and_the_redeliver
     telegram.forget_calls()
     before = table_state()
 
-    response = webhook.deliver(update)
+    webhook.deliver_ok(update)
 
-    assert response.status_code == 500
     assert telegram.calls() == []  # no call made: Telegram saw nothing
     assert table_state()["messages"] == before["messages"]
+    assert inbox.waiting() == [update["update_id"]]
+    # The worker is nudged within 10 s (the limiter expects the group's room in a minute:
+    # the worker waits for it itself, ready the moment it comes).
+    [(_, _, countdown)] = queued_drains.sent
+    assert countdown == 10.0
 
-    clock.advance(seconds=90)  # Telegram redelivers later; the group's minute has passed
-    webhook.deliver_ok(update)
+    inbox.later(seconds=90)  # the group's minute has passed
     webhook.deliver_ok(update)  # and a duplicate delivery changes nothing
 
     assert topic_texts(telegram, topic.thread_id).count("one more") == 1
     assert RelayedMessage.objects.filter(user_id=user.id, direction="in").count() == 2
+    assert _claim(telegram, update) == ("processed", 0)
 
 
 def test_a_429_in_the_group_is_honoured_by_every_process(bot_settings, telegram):
@@ -170,66 +175,58 @@ def _group_minute_passes(telegram) -> None:
     )
 
 
-def test_deliveries_that_got_no_send_permit_never_make_the_update_poison(
-    group_of_three, webhook, telegram, user, clock
+def _no_room_yet(inbox) -> None:
+    """The worker tries again a minute later; the group's window in the limiter has not
+    passed (the limiter runs on Redis's clock, which the test does not move)."""
+    inbox.clock.advance(seconds=61, outbound_limiter=False)
+    inbox.drain()
+
+
+def test_attempts_that_got_no_send_permit_never_make_the_update_poison(
+    group_of_three, webhook, telegram, user, clock, inbox
 ):
-    """MAX_ATTEMPTS is 3: five deliveries that each waited in vain for the full group are not
-    five failures — the sixth, once the group has room, relays the message (once)."""
+    """MAX_ATTEMPTS is 3: six attempts that each waited in vain for the full group are not
+    six failures — the seventh, once the group has room, relays the message (once)."""
     topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     update = telegram.private_message(user, text="waited")
     telegram.forget_calls()
 
-    statuses = []
+    webhook.deliver_ok(update)
     for _ in range(5):
-        statuses.append(webhook.deliver(update).status_code)
-        clock.advance(seconds=61)  # later redeliveries, whatever Telegram's pace
+        _no_room_yet(inbox)
 
-    assert statuses == [500] * 5
     assert telegram.calls() == []
-    assert _claim(telegram, update) == ("processing", 4)
+    assert _claim(telegram, update) == ("processing", 0)
+    assert InboxUpdate.objects.get().waits == 6
 
     _group_minute_passes(telegram)
-    webhook.deliver_ok(update)
+    inbox.later(seconds=61, outbound_limiter=False)
     webhook.deliver_ok(update)  # a duplicate changes nothing
 
     assert topic_texts(telegram, topic.thread_id).count("waited") == 1
-    assert _claim(telegram, update) == ("processed", 5)
+    assert _claim(telegram, update) == ("processed", 0)
     assert RelayedMessage.objects.filter(user_id=user.id, direction="in").count() == 2
 
 
-def test_an_update_without_a_send_permit_is_taken_over_by_the_next_delivery_at_once(
-    group_of_three, webhook, telegram, user, clock
+def test_a_failure_after_waiting_is_still_counted(
+    group_of_three, webhook, telegram, user, clock, inbox
 ):
-    """Its claim is given back: the redelivery does not wait out the 60 s of a crashed one."""
-    topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
-    update = telegram.private_message(user, text="next in line")
-
-    assert webhook.deliver(update).status_code == 500
-
-    _group_minute_passes(telegram)
-    webhook.deliver_ok(update)
-
-    assert topic_texts(telegram, topic.thread_id).count("next in line") == 1
-    assert _claim(telegram, update) == ("processed", 1)
-
-
-def test_a_failure_after_waiting_is_still_counted(group_of_three, webhook, telegram, user, clock):
-    """Only the attempts that got no permit are not counted: a delivery that had its permit
+    """Only the attempts that got no permit are not counted: an attempt that had its permit
     and failed counts as ever, so a real poison update is still given up."""
     open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     update = telegram.private_message(user, text="poison")
-    assert webhook.deliver(update).status_code == 500  # no permit: not counted
+    telegram.forget_calls()
+    webhook.deliver_ok(update)  # no permit: not counted
     _group_minute_passes(telegram)
     telegram.fail("sendMessage", status=502, times=100)
 
-    statuses = []
-    for _ in range(4):
-        statuses.append(webhook.deliver(update).status_code)
-        clock.advance(seconds=61)
+    for wait in (60, 60, 60, 120):  # the first attempt, then the back-offs
+        clock.advance(seconds=wait, outbound_limiter=False)
         _group_minute_passes(telegram)
+        assert inbox.drain() == 1
 
-    assert statuses == [500, 500, 500, 200]
-    assert _claim(telegram, update) == ("failed", 4)
+    assert _claim(telegram, update) == ("failed", 3)
+    assert len(telegram.calls("sendMessage")) == 3  # the fourth attempt was declared poison
 
 
 @pytest.mark.django_db(transaction=True)
@@ -262,57 +259,63 @@ def test_a_call_waiting_for_its_permit_gives_its_database_connection_back(
     assert telegram.calls() == []
 
 
-def test_a_redelivery_edits_no_card_that_the_given_back_attempt_had_settled(
-    group_of_three, webhook, telegram, user, clock
+def test_a_retry_edits_no_card_that_the_given_back_attempt_had_settled(
+    group_of_three, webhook, telegram, user, clock, inbox
 ):
-    """The first delivery found the card current and only waited for the relay's permit: its
-    redelivery relays without editing the card first (an edit Telegram would refuse as "message
-    is not modified", and a wait for a permit the relay needs more)."""
+    """The first attempt found the card current and only waited for the relay's permit: the
+    next relays without editing the card first (an edit Telegram would refuse as "message is
+    not modified", and a wait for a permit the relay needs more)."""
     topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     update = telegram.private_message(user, text="no edit needed")
-    assert webhook.deliver(update).status_code == 500
+    webhook.deliver_ok(update)  # no permit for the relay
     _group_minute_passes(telegram)
     telegram.forget_calls()
 
-    webhook.deliver_ok(update)
+    inbox.later(seconds=60, outbound_limiter=False)
 
     assert [call.method for call in telegram.calls()] == ["sendMessage"]
     assert topic_texts(telegram, topic.thread_id).count("no edit needed") == 1
 
 
-def test_a_redelivery_still_edits_the_card_when_the_given_back_attempt_could_not(
-    group_of_three, webhook, telegram, user, clock
+def test_a_retry_still_edits_the_card_when_the_given_back_attempt_could_not(
+    group_of_three, webhook, telegram, user, clock, inbox
 ):
-    """New names were stored by the first delivery, whose card edit got no permit either: the
-    redelivery (where the names no longer look new) edits the card, then relays."""
+    """New names were stored by the first attempt, whose card edit got no permit either: the
+    next (where the names no longer look new) edits the card, then relays."""
     topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     renamed = telegram.user(user.id, "Robert", last_name="Stone", username="bob")
     update = telegram.private_message(renamed, text="call me Robert")
-    assert webhook.deliver(update).status_code == 500
+    webhook.deliver_ok(update)  # no permit for the card nor the relay
     _group_minute_passes(telegram)
     telegram.forget_calls()
 
-    webhook.deliver_ok(update)
+    inbox.later(seconds=60, outbound_limiter=False)
 
     assert [call.method for call in telegram.calls()] == ["editMessageText", "sendMessage"]
     assert topic_texts(telegram, topic.thread_id)[0].startswith("昵称：Robert Stone (@bob)")
 
 
-def test_a_message_brought_back_by_many_deliveries_passes_the_users_rate_gate_once(
-    group_of_three, bot_settings, webhook, telegram, user, clock
+def test_a_message_given_back_by_many_attempts_passes_the_users_rate_gate_once(
+    group_of_three, bot_settings, webhook, telegram, user, clock, inbox
 ):
-    """MAX_MESSAGES_PER_MINUTE is 3 here: four deliveries of one message within the minute,
+    """MAX_MESSAGES_PER_MINUTE is 3 here: four attempts at one message within the minute,
     each given back for want of a permit, count it once — the user is not taken for a flooder
     (unverified, challenged, the message dropped) for the bot's own pacing."""
     bot_settings.MAX_MESSAGES_PER_MINUTE = "3"
     topic = open_conversation(webhook, telegram, user, bot_id=telegram.bot.id, now=clock.now)
     update = telegram.private_message(user, text="patience")
 
-    statuses = [webhook.deliver(update).status_code for _ in range(4)]
-    _group_minute_passes(telegram)
     webhook.deliver_ok(update)
+    for _ in range(3):
+        # Due again within the minute (as after a shorter wait than the group's).
+        clock.advance(seconds=1, outbound_limiter=False)
+        InboxUpdate.objects.update(not_before=clock.now)
+        inbox.drain()
+    assert InboxUpdate.objects.get().waits == 4
+    _group_minute_passes(telegram)
+    InboxUpdate.objects.update(not_before=clock.now)
+    inbox.drain()
 
-    assert statuses == [500] * 4
     assert topic_texts(telegram, topic.thread_id).count("patience") == 1
     assert user_row(telegram, user).is_verified
     assert user_row(telegram, user).rate_count == 2  # "hello" and "patience"

@@ -269,3 +269,82 @@ def test_one_sending_and_one_draft_broadcast_per_bot():
     with pytest.raises(IntegrityError), transaction.atomic():
         _broadcast(1, "cancelled")  # the same source update twice
     assert Broadcast.objects.count() == 4
+
+
+# ------------------------------------------------------------------ beside the seed's eight
+
+# The bot's own tables, each in a migration of its own (the seed's eight stay exactly as the
+# seed says): the audit trail (0003), albums waiting to be sent (0004), and the inbox of
+# accepted updates not finished yet (0006, issue 36).
+OUR_TABLES = {"admin_audit_log", "album_items", "update_inbox"}
+
+
+@pytest.mark.django_db
+def test_the_bot_has_the_seeds_eight_tables_and_its_own_three_and_no_other():
+    from django.apps import apps
+
+    tables = {
+        model._meta.db_table
+        for model in apps.get_app_config("bots").get_models()
+        if model._meta.managed
+    }
+
+    assert tables == set(EXPECTED_COLUMNS) | OUR_TABLES
+    existing = {
+        name
+        for (name,) in _query(
+            "select table_name from information_schema.tables where table_schema = current_schema()"
+            " and table_name = any(%s)",
+            [sorted(tables)],
+        )
+    }
+    assert existing == tables
+
+
+@pytest.mark.django_db
+def test_the_inbox_table_has_its_columns_keys_and_index():
+    columns = _query(
+        "select column_name, data_type, is_nullable = 'YES' from information_schema.columns "
+        "where table_schema = current_schema() and table_name = 'update_inbox' "
+        "order by ordinal_position",
+        [],
+    )
+    indexes = dict(
+        _query(
+            "select indexname, indexdef from pg_indexes "
+            "where schemaname = current_schema() and tablename = 'update_inbox'",
+            [],
+        )
+    )
+
+    assert columns == [
+        ("bot_id", BIGINT, False),
+        ("update_id", BIGINT, False),
+        ("conversation_user_id", BIGINT, True),
+        ("media_group_id", TEXT, True),
+        ("payload", "jsonb", False),
+        ("origin", TEXT, True),
+        ("attempts", INTEGER, False),
+        ("waits", INTEGER, False),
+        ("settled", "jsonb", False),
+        ("not_before", TIMESTAMPTZ, False),
+        ("lease_token", TEXT, True),
+        ("lease_expires_at", TIMESTAMPTZ, True),
+        ("last_error", TEXT, False),
+        ("created_at", TIMESTAMPTZ, False),
+    ]
+    assert indexes == {
+        "update_inbox_pkey": (
+            "CREATE UNIQUE INDEX update_inbox_pkey ON public.update_inbox "
+            "USING btree (bot_id, update_id)"
+        ),
+        "idx_update_inbox_conversation": (
+            "CREATE INDEX idx_update_inbox_conversation ON public.update_inbox "
+            "USING btree (bot_id, conversation_user_id, update_id)"
+        ),
+    }
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "insert into update_inbox (bot_id, update_id, payload, attempts)"
+            " values (1, 2, '{}', -1)"
+        )

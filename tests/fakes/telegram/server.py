@@ -286,6 +286,11 @@ class FakeTelegram(BotApiMethods):
         with self._lock:
             self._blocked.add(user_id)
 
+    def unblock(self, user_id: int) -> None:
+        """The user unblocked the bot: it may message them again."""
+        with self._lock:
+            self._blocked.discard(user_id)
+
     def set_webhook_error(self, message: str) -> None:
         with self._lock:
             self.webhook["last_error_date"] = int(time.time())
