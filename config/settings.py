@@ -309,6 +309,11 @@ SCHEDULER_SLOT_TTL_SECONDS = env_int("SCHEDULER_SLOT_TTL_SECONDS", 300, minimum=
 IDEMPOTENCY_TTL_SECONDS = env_int("IDEMPOTENCY_TTL_SECONDS", 24 * 3600, minimum=1)
 IDEMPOTENCY_PENDING_SECONDS = env_int("IDEMPOTENCY_PENDING_SECONDS", 600, minimum=1)
 IDEMPOTENCY_MAX_STORED_BYTES = env_int("IDEMPOTENCY_MAX_STORED_BYTES", 4 * 1024 * 1024, minimum=1)
+# Per-key budgets (proxy/policies/estimate.py): the output tokens a request of a model the pool
+# has no history of (no usage row in 7 days) is assumed to produce, for its budget reservation.
+KEY_BUDGET_DEFAULT_OUTPUT_TOKENS = env_int(
+    "KEY_BUDGET_DEFAULT_OUTPUT_TOKENS", 16384, minimum=0, maximum=10_000_000
+)
 # How long a request waits for a free slot when every eligible account is at its limit.
 SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, minimum=0)
 # Wait-instead-of-fail (proxy/dispatch/eligibility_wait.py): with no account able to serve, wait

@@ -136,12 +136,27 @@ def key_policy_in_flight(key_id: str) -> str:
     return f"{_prefix()}policy:in_flight:{key_id}"
 
 
-def key_policy_cost_hint(key_id: str) -> str:
-    """The key's recent cost per request in micro-USD (a peak that decays as cheaper requests
-    settle), the floor of each admitted request's budget reservation: SET by every settlement
-    of a key with a budget, EX 1 day; seeded (SET NX) from the month's usage rows when
-    missing."""
-    return f"{_prefix()}policy:cost_hint:{key_id}"
+def key_policy_cost_high(key_id: str, period: str) -> str:
+    """The key's most expensive request in micro-USD in its budget window ``period``
+    (``day:YYYY-MM-DD`` with a daily budget, else ``month:YYYY-MM``, UTC), a floor of each
+    admitted request's budget reservation: seeded (SET NX, PXAT the window's end) from the
+    window's usage rows when missing, then raised (never lowered, KEEPTTL) by every
+    settlement of a dearer request."""
+    return f"{_prefix()}policy:cost_high:{key_id}:{period}"
+
+
+def key_policy_model_cost(model: str) -> str:
+    """The pool's most expensive request of ``model`` (a catalog id or alias target) in the
+    last 7 days in micro-USD, 0 when the pool has none (the default estimate then applies):
+    seeded (SET NX, EX 1 day) from usage_records when missing, replaced by each refresh,
+    raised (KEEPTTL) by the settlements of keys with a policy."""
+    return f"{_prefix()}policy:model_cost:{model}"
+
+
+def key_policy_model_cost_refresh(model: str) -> str:
+    """``1`` while ``key_policy_model_cost(model)`` is fresh: SET NX PX 300 s by the admission
+    that finds it gone and so claims the refresh (or by the first seed)."""
+    return f"{_prefix()}policy:model_cost_refresh:{model}"
 
 
 def key_policy_spend(key_id: str, period: str) -> str:

@@ -184,6 +184,22 @@ def request_cost(
     )
 
 
+def effective_rates(prices: ModelPrices, *, tier: str, long_context: bool) -> tuple[Rates, float]:
+    """The rates a request of ``tier`` (``tier_of``) and context size is priced at, and the
+    multiplier applied to what they give (SQL that prices rows one by one uses these too)."""
+    multiplier = 1.0
+    rates = prices.long_context if long_context and prices.long_context else prices.standard
+    if tier == "priority":
+        priority = prices.long_context_priority if long_context else prices.priority
+        if priority is not None:
+            rates = priority
+        else:
+            multiplier = 2.0
+    elif tier == "flex":
+        multiplier = 0.5
+    return rates, multiplier
+
+
 def tokens_cost(
     *,
     priced_as: str,
@@ -195,16 +211,7 @@ def tokens_cost(
     output_tokens: int,
 ) -> Cost:
     """The cost of token sums already capped (``cached_tokens`` ≤ ``input_tokens``)."""
-    multiplier = 1.0
-    rates = prices.long_context if long_context and prices.long_context else prices.standard
-    if tier == "priority":
-        priority = prices.long_context_priority if long_context else prices.priority
-        if priority is not None:
-            rates = priority
-        else:
-            multiplier = 2.0
-    elif tier == "flex":
-        multiplier = 0.5
+    rates, multiplier = effective_rates(prices, tier=tier, long_context=long_context)
     if rates.cache_read is not None:
         uncached = input_tokens - cached_tokens
         cache_read_cost = cached_tokens * rates.cache_read / PER_MILLION

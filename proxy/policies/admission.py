@@ -5,35 +5,30 @@ then takes over, issue 35 item 4), and the client WebSocket asks of a frame that
 whether it would be admitted (``refusal_on_arrival``, read-only).
 
 A request whose key has no policy costs nothing here (no Redis, no PostgreSQL). With one: the
-allowed-models check needs no store; the counters are one Lua call (plus, once a minute per
-key with a budget, one spend query and one Redis write).
+allowed-models check needs no store; the counters are one Lua call (plus, with a budget, a
+cold admission's reads and one Redis write: below).
 
 **Budget reservations.** With a budget, each admitted request reserves an estimate of its
 cost until it is settled to the real cost (``counters``), so that requests admitted side by
-side cannot together pass the budget by more than one request's cost. The estimate is the
-larger of
-
-* the body's input at the model's price: ``body bytes / 4`` tokens (about what a tokenizer
-  makes of English text and JSON; an image's base64 counts more than it costs), uncached, with
-  the service tier's multiplier — the part of the cost the request itself shows;
-* the key's recent cost per request (``cost_hint``: the month's average cost per request from
-  ``usage_records`` at first, then each settled cost, following a new peak at once and
-  decaying by an eighth of the gap per cheaper request) — what the body cannot show: the
-  output (the Codex upstream refuses ``max_output_tokens``, so nothing bounds it in advance)
-  and a continuation's stored history (``previous_response_id``).
-
-A request admitted before its body was read (the /v1 handler's ``admit_before_body``) reserves
-the cost hint first; once its body is known the dispatch raises the reservation to the larger
-estimate (one more Lua call, only when the body's estimate is the larger: ``counters.confirm``),
-checking the budgets again as an admission would — so the bound below holds as before.
+side cannot together pass the budget by more than one request's cost; how the estimate is made
+— before the body and after it — and what the bound assumes: ``proxy.policies.estimate``. A
+request admitted before its body was read reserves what the headers allow (the key's
+high-water and the largest prior of the models it may name: its short list of allowed models,
+else the model of its latest request in this process, ``recent_models``); once its body is
+known the dispatch raises the reservation to the estimate of its model (one more Lua call, only
+when that is the larger or may be: ``counters.confirm``), checking the budgets again as an
+admission would — so the bound holds as for a request admitted after its body.
 
 A request is refused for the reservations only while the spend **plus what the requests in
 flight reserved** has reached the budget: a request alone (nothing else in flight) is admitted
-whenever the spend is under the budget, whatever its estimate, so an estimate never makes a
-request impossible that fits it — it can only make it wait for the key's own requests in
-flight (429 ``key_budget_reserved``, ``Retry-After: 1``). The bound holds when estimates are at
-least the real costs; a request that costs more than its estimate passes the budget by the
-difference, as before.
+whenever the spend is under the budget, whatever its estimate — it can only be made to wait for
+the key's own requests in flight (429 ``key_budget_reserved``, ``Retry-After: 1``).
+
+A cold admission (with a budget: the spend, the key's cost high-water or a model's not in
+Redis) reads what is missing from ``usage_records`` (one grouped spend query; one or two for
+the key's high-water, once per budget window; one for the models', when missing or due for
+their refresh every ``MODEL_COST_REFRESH_SECONDS`` — one admission in the pool claims each
+refresh), seeds it and asks again (``_with_history_cached``).
 """
 
 from __future__ import annotations
@@ -50,13 +45,21 @@ from django.utils import timezone
 from proxy.dispatch.client_errors import ClientError
 from proxy.dispatch.types import DispatchRequest
 from proxy.ledger import affinity
-from proxy.policies import counters
-from proxy.policies.counters import Periods
+from proxy.policies import counters, recent_models
+from proxy.policies.cost_history import key_highest_cost_micro, pool_highest_costs_micro
+from proxy.policies.counters import Estimates, Periods, Seed
 from proxy.policies.early import EarlyAdmission, new_admission_id
+from proxy.policies.estimate import (
+    estimate_known_from,
+    estimates_after_body,
+    estimates_before_body,
+)
 from proxy.policies.rules import (
     KeyPolicy,
     day_label,
+    day_start,
     month_label,
+    month_start,
     next_day_start,
     next_month_start,
 )
@@ -135,22 +138,49 @@ def periods_of(now: datetime) -> Periods:
     )
 
 
-# Bytes of a request body per input token, for the reservation's estimate (see above).
-BODY_BYTES_PER_TOKEN = 4
-
-
-def body_estimate_micro(request: DispatchRequest) -> int:
-    """What ``request``'s body alone will cost as input, in micro-USD (its output and any
-    stored history are the key's cost hint's part)."""
-    tier = request.body.get("service_tier")
-    cost = request_cost(
-        model=request.model,
-        service_tier=tier if isinstance(tier, str) else None,
-        input_tokens=request.body_bytes // BODY_BYTES_PER_TOKEN,
-        output_tokens=0,
-        cached_tokens=0,
+def _read_seed(
+    policy: KeyPolicy, estimates: Estimates, verdict: counters.Verdict, *, now: datetime
+) -> Seed:
+    """What a cold admission found missing (``verdict``), from the usage rows."""
+    day = month = key_high = None
+    if verdict.missing & counters.MISSING_SPEND:
+        spend = key_spend(policy.key_id, now=now)
+        day, month = spend.day_micro, spend.month_micro
+    if verdict.missing & counters.MISSING_KEY_HIGH:
+        since = day_start(now) if policy.daily_budget_micro is not None else month_start(now)
+        key_high = key_highest_cost_micro(policy.key_id, since=since, now=now)
+    wanted = {
+        model: high
+        for model, high in zip(estimates.models, verdict.model_highs, strict=False)
+        if high in (counters.HIGH_MISSING, counters.HIGH_DUE)
+    }
+    return Seed(
+        day_micro=day,
+        month_micro=month,
+        key_high_micro=key_high,
+        model_highs=pool_highest_costs_micro(wanted, now=now) if wanted else {},
+        refreshed_models=frozenset(m for m, high in wanted.items() if high == counters.HIGH_DUE),
     )
-    return round(cost.total * 1_000_000)
+
+
+async def _with_history_cached(
+    policy: KeyPolicy,
+    now: datetime,
+    periods: Periods,
+    estimates: Estimates,
+    call: Callable[[], Awaitable[counters.Verdict]],
+) -> counters.Verdict:
+    """``call``'s verdict; when something it needs was not cached (``cold``: a spend, a
+    high-water, a model's due refresh), it is computed from ``usage_records``, seeded, and
+    ``call`` asked once more."""
+    verdict = await call()
+    if verdict.verdict == "cold":
+        values = await sync_to_async(_read_seed, thread_sensitive=False)(
+            policy, estimates, verdict, now=now
+        )
+        await counters.seed(policy, periods, values)
+        verdict = await call()
+    return verdict
 
 
 async def refusal(request: DispatchRequest) -> Refusal | None:
@@ -164,6 +194,8 @@ async def refusal(request: DispatchRequest) -> Refusal | None:
         return None
     if not policy.allows_model(request.model):
         return Refusal(MODEL_NOT_ALLOWED)
+    if policy.has_budget:  # what the key's next request reserves before its body
+        recent_models.remember(policy.key_id, request.model)
     now = timezone.now()
     early = request.early_admission
     if early is not None and early.take_over():
@@ -174,14 +206,14 @@ async def refusal(request: DispatchRequest) -> Refusal | None:
         # under the same id, so its requests-window entry stays one.
     periods = periods_of(now)
     at_ms = int(now.timestamp() * 1000)
-    estimate = body_estimate_micro(request) if policy.has_budget else 0
+    estimates = estimates_after_body(request)
 
     async def admit() -> counters.Verdict:
         return await counters.admit(
-            policy, request.admission_id, periods, at_ms=at_ms, estimate_micro=estimate
+            policy, request.admission_id, periods, at_ms=at_ms, estimates=estimates
         )
 
-    verdict = await _with_spend_cached(policy, now, periods, admit)
+    verdict = await _with_history_cached(policy, now, periods, estimates, admit)
     if verdict.admitted:
         request.key_admitted = True
         request.key_reserved_micro = verdict.reserved_micro
@@ -196,28 +228,29 @@ async def _take_over(
     request: DispatchRequest, early: EarlyAdmission, now: datetime
 ) -> Refusal | None:
     """Make ``early`` the request's admission. No Redis call unless its member must change:
-    with a budget, the body's estimate is now known and may be more than the admission
-    reserved (the reservation is raised, the budgets checked again — refused, the admission
-    is undone); and a body that took half a slot TTL to arrive has its member refreshed
-    before the dispatch's keep-alive would first beat. The member gone (lapsed), the request
-    is left not admitted (``key_admitted`` false) and no refusal is returned."""
+    with a budget, the estimate for the body and model now known may be more than the
+    admission reserved (the reservation is raised, the budgets checked again — refused, the
+    admission is undone); and a body that took half a slot TTL to arrive has its member
+    refreshed before the dispatch's keep-alive would first beat. The member gone (lapsed), the
+    request is left not admitted (``key_admitted`` false) and no refusal is returned."""
     policy = early.policy
     request.admission_id = early.admission_id
     request.key_admitted = True
     request.key_reserved_micro = early.reserved_micro
-    estimate = body_estimate_micro(request) if policy.has_budget else 0
+    known = estimate_known_from(request, early)
     fresh = early.age_seconds() < settings.SCHEDULER_SLOT_TTL_SECONDS / 2
-    if estimate <= early.reserved_micro and fresh:
+    if known is not None and known <= early.reserved_micro and fresh:
         return None
     periods = periods_of(now)
     at_ms = int(now.timestamp() * 1000)
+    estimates = estimates_after_body(request)
 
     async def confirm() -> counters.Verdict:
         return await counters.confirm(
-            policy, early.admission_id, early.member, periods, at_ms=at_ms, estimate_micro=estimate
+            policy, early.admission_id, early.member, periods, at_ms=at_ms, estimates=estimates
         )
 
-    verdict = await _with_spend_cached(policy, now, periods, confirm)
+    verdict = await _with_history_cached(policy, now, periods, estimates, confirm)
     if verdict.admitted:
         request.key_reserved_micro = verdict.reserved_micro
         return None
@@ -229,21 +262,28 @@ async def _take_over(
 
 async def admit_before_body(policy: KeyPolicy) -> EarlyAdmission | Refusal | None:
     """Admit a request of ``policy``'s key from its headers alone (the requests and tokens
-    windows, the concurrency, the budgets; the body's estimate is not known yet, so the
-    reservation is the key's recent cost per request until the dispatch raises it). The
-    admission, or the refusal to answer before a byte of the body is read; None when it could
-    not be decided here (the dispatch admits as usual)."""
+    windows, the concurrency, the budgets; the body and its model are not known yet, so the
+    reservation is what the headers allow — ``estimate.estimates_before_body`` — until the
+    dispatch raises it). The admission, or the refusal to answer before a byte of the body is
+    read; None when it could not be decided here (the dispatch admits as usual)."""
     now = timezone.now()
     periods = periods_of(now)
     at_ms = int(now.timestamp() * 1000)
     admission_id = new_admission_id()
+    estimates = estimates_before_body(policy)
 
     async def admit() -> counters.Verdict:
-        return await counters.admit(policy, admission_id, periods, at_ms=at_ms)
+        return await counters.admit(policy, admission_id, periods, at_ms=at_ms, estimates=estimates)
 
-    verdict = await _with_spend_cached(policy, now, periods, admit)
+    verdict = await _with_history_cached(policy, now, periods, estimates, admit)
     if verdict.admitted:
-        return EarlyAdmission(policy, admission_id, verdict.reserved_micro)
+        return EarlyAdmission(
+            policy,
+            admission_id,
+            verdict.reserved_micro,
+            key_high_micro=verdict.key_high_micro,
+            model_highs=dict(zip(estimates.models, verdict.model_highs, strict=False)),
+        )
     if verdict.verdict == "cold":
         return None
     return _refusal_of(verdict)
@@ -271,28 +311,6 @@ async def refusal_on_arrival(
     if verdict.admitted or verdict.verdict == "cold":
         return None
     return _refusal_of(verdict)
-
-
-async def _with_spend_cached(
-    policy: KeyPolicy,
-    now: datetime,
-    periods: Periods,
-    call: Callable[[], Awaitable[counters.Verdict]],
-) -> counters.Verdict:
-    """``call``'s verdict; when a budget's spend was not cached (``cold``), it is computed from
-    ``usage_records``, seeded, and ``call`` asked once more."""
-    verdict = await call()
-    if verdict.verdict == "cold":
-        spend = await sync_to_async(key_spend, thread_sensitive=False)(policy.key_id, now=now)
-        await counters.seed_spend(
-            policy,
-            periods,
-            day_micro=spend.day_micro,
-            month_micro=spend.month_micro,
-            typical_cost_micro=spend.typical_cost_micro,
-        )
-        verdict = await call()
-    return verdict
 
 
 def _refusal_of(verdict: counters.Verdict) -> Refusal:
@@ -333,7 +351,12 @@ def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
     periods = periods_of(timezone.now())
     affinity.submit_call(
         counters.settle_call(
-            policy, in_flight_member(request), periods, tokens=tokens, cost_micro=cost
+            policy,
+            in_flight_member(request),
+            periods,
+            model=request.model,
+            tokens=tokens,
+            cost_micro=cost,
         )
     )
 

@@ -4,23 +4,38 @@ process."""
 
 from __future__ import annotations
 
-# KEYS: requests, tokens (current window), in flight, spend day, spend month, cost hint
+# KEYS: requests, tokens (current window), in flight, spend day, spend month, the key's cost
+#       high-water (its budget window), then per candidate model its cost high-water in the
+#       pool and its refresh claim
 # ARGV: now_ms, window_ms, rpm, tpm, concurrency, day budget, month budget (-1 = none),
 #       admission id, slot ttl ms, tokens window end ms, next day ms, next month ms,
-#       the body's estimate (micro-USD), mode, own member ('' = none)
+#       the request's own estimate (its body's input; 0 before the body), mode, own member
+#       ('' = none), the models' refresh period ms, then per candidate model the prior that
+#       stands for it when the pool has no history of it (micro-USD)
+# (so candidate ``i``, from 1, has its high-water at KEYS[6 + 2i - 1], its refresh claim at
+# KEYS[6 + 2i] and its default at ARGV[16 + i])
+# Candidate models: the request's model once its body is known; before it, the key's allowed
+# models (none for a key allowed every model: the dispatch adds the model's prior).
+# With a budget the reservation is the largest of the own estimate, the key's high-water and
+# each candidate's prior (its high-water, or its default when that is 0).
 # Modes (one script, so that the three apply the same rules):
 #   admit    check everything, then count the request and write its in-flight member;
 #   peek     the same checks, no write: would a request be admitted now? ``own`` (a member)
 #            is not counted — the caller's running request that this one will follow; a spend
-#            not cached passes (the admission computes it);
+#            not cached passes (the admission computes it); no high-water is read;
 #   confirm  for a request admitted earlier (member ``own``, before its body was read): its
 #            member is refreshed and, with a budget, its reservation raised to the estimate
 #            when that is larger — after the budget checks again (the other requests in flight
 #            may have reserved the rest meanwhile); refused, the admission is undone (member
 #            and window entry), as if it had never counted. ``gone``: the member is no longer
 #            there (older than the slot TTL).
-# Returns {verdict, retry_after_ms, reserved micro-USD}; verdict: ok | cold | gone |
-# day_budget | month_budget | day_reserved | month_reserved | requests | tokens | concurrency.
+# Returns {verdict, second, reserved micro-USD, the key's high-water, {each candidate's
+# high-water as read}}; verdict: ok | cold | gone | day_budget | month_budget | day_reserved |
+# month_reserved | requests | tokens | concurrency. ``second``: a refusal's retry-after ms;
+# ``cold`` (with a budget, admit and confirm: a spend or a high-water is not cached, or a
+# model's is due for its refresh and this call claimed it — nothing else was written), what is
+# missing: 1 a spend, 2 the key's high-water, 4 a model's, 8 a model's due; a candidate's
+# high-water is then -1 when missing, -2 when due.
 ADMIT_LUA = """
 local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -29,18 +44,19 @@ local day_budget, month_budget = tonumber(ARGV[6]), tonumber(ARGV[7])
 local id = ARGV[8]
 local slot_ttl = tonumber(ARGV[9])
 local mode, own = ARGV[14], ARGV[15]
+local models = #ARGV - 16
 local live_after = '(' .. string.format('%d', now - slot_ttl)
 -- A crashed worker's requests (no heartbeat for a slot TTL) hold no slot and no reservation.
 if mode ~= 'peek' then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - slot_ttl) end
 if mode == 'confirm' and not redis.call('ZSCORE', KEYS[3], own) then
-  return {'gone', 0, 0}
+  return {'gone', 0, 0, 0, {}}
 end
 local function refuse(verdict, retry_after_ms)
   if mode == 'confirm' then
     redis.call('ZREM', KEYS[3], own)
     redis.call('ZREM', KEYS[1], id)
   end
-  return {verdict, retry_after_ms, 0}
+  return {verdict, retry_after_ms, 0, 0, {}}
 end
 -- The requests in flight but ``own``: how many, and what they reserved.
 local others, reserved = 0, 0
@@ -50,13 +66,38 @@ for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], live_after, '+inf')
     reserved = reserved + (tonumber(string.match(member, ':(%d+)$')) or 0)
   end
 end
-local estimate = 0
+local estimate, key_high, highs = 0, 0, {}
 if day_budget >= 0 or month_budget >= 0 then
   local day = redis.call('GET', KEYS[4])
   local month = redis.call('GET', KEYS[5])
-  local cold = (day_budget >= 0 and not day) or (month_budget >= 0 and not month)
-  if cold and mode ~= 'peek' then return {'cold', 0, 0} end
-  if not cold then
+  local spend_cold = (day_budget >= 0 and not day) or (month_budget >= 0 and not month)
+  local prior = 0
+  if mode ~= 'peek' then
+    local missing = 0
+    if spend_cold then missing = 1 end
+    local high = redis.call('GET', KEYS[6])
+    if high then key_high = tonumber(high) else missing = missing + 2 end
+    local model_missing, model_due = false, false
+    for i = 1, models do
+      local model_high = redis.call('GET', KEYS[6 + 2 * i - 1])
+      if not model_high then
+        highs[i] = -1
+        model_missing = true
+      elseif redis.call('SET', KEYS[6 + 2 * i], '1', 'NX', 'PX', tonumber(ARGV[16])) then
+        highs[i] = -2  -- due for its refresh, and this call is the one to do it
+        model_due = true
+      else
+        highs[i] = tonumber(model_high)
+        local counted = highs[i]
+        if counted <= 0 then counted = tonumber(ARGV[16 + i]) end  -- no history in the pool
+        if counted > prior then prior = counted end
+      end
+    end
+    if model_missing then missing = missing + 4 end
+    if model_due then missing = missing + 8 end
+    if missing > 0 then return {'cold', missing, 0, key_high, highs} end
+  end
+  if not spend_cold then
     day, month = tonumber(day or '0'), tonumber(month or '0')
     if day_budget >= 0 and day >= day_budget then
       return refuse('day_budget', tonumber(ARGV[11]) - now)
@@ -70,46 +111,47 @@ if day_budget >= 0 or month_budget >= 0 then
     if month_budget >= 0 and month + reserved >= month_budget then
       return refuse('month_reserved', 1000)
     end
-    estimate = math.max(tonumber(ARGV[13]), tonumber(redis.call('GET', KEYS[6]) or '0'))
   end
+  estimate = math.max(tonumber(ARGV[13]), key_high, prior)
 end
 if mode == 'confirm' then
   local held = tonumber(string.match(own, ':(%d+)$')) or 0
   if estimate <= held then
     redis.call('ZADD', KEYS[3], 'XX', now, own)
     redis.call('PEXPIRE', KEYS[3], slot_ttl)
-    return {'ok', 0, held}
+    return {'ok', 0, held, key_high, highs}
   end
   redis.call('ZREM', KEYS[3], own)
   redis.call('ZADD', KEYS[3], now, id .. ':' .. string.format('%d', estimate))
   redis.call('PEXPIRE', KEYS[3], slot_ttl)
-  return {'ok', 0, estimate}
+  return {'ok', 0, estimate, key_high, highs}
 end
 local window_after = '(' .. string.format('%d', now - window)
 if mode == 'admit' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window) end
 if rpm >= 0 and redis.call('ZCOUNT', KEYS[1], window_after, '+inf') >= rpm then
   local oldest = redis.call(
     'ZRANGEBYSCORE', KEYS[1], window_after, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return {'requests', tonumber(oldest[2]) + window - now, 0}
+  return {'requests', tonumber(oldest[2]) + window - now, 0, 0, {}}
 end
 if tpm >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') >= tpm then
-  return {'tokens', tonumber(ARGV[10]) - now, 0}
+  return {'tokens', tonumber(ARGV[10]) - now, 0, 0, {}}
 end
 if concurrency >= 0 and others >= concurrency then
-  return {'concurrency', 1000, 0}
+  return {'concurrency', 1000, 0, 0, {}}
 end
-if mode == 'peek' then return {'ok', 0, estimate} end
+if mode == 'peek' then return {'ok', 0, estimate, key_high, highs} end
 redis.call('ZADD', KEYS[1], now, id)
 redis.call('PEXPIRE', KEYS[1], window)
 redis.call('ZADD', KEYS[3], now, id .. ':' .. string.format('%d', estimate))
 redis.call('PEXPIRE', KEYS[3], slot_ttl)
-return {'ok', 0, estimate}
+return {'ok', 0, estimate, key_high, highs}
 """
 
-# KEYS: in flight, tokens (window of the end), spend day, spend month, cost hint
-# ARGV: in-flight member, tokens, cost micro-USD, tokens key ttl s, cost hint ttl s (0: the
-#       key has no budget, no hint is kept)
-# The hint follows a new peak at once and decays by an eighth of the gap per cheaper request.
+# KEYS: in flight, tokens (window of the end), spend day, spend month, the key's cost
+#       high-water, the model's cost high-water in the pool
+# ARGV: in-flight member, tokens, cost micro-USD, tokens key ttl s, 1 when the key has a budget
+# The high-waters are raised to a dearer cost, never lowered, and only where they exist (a
+# missing one is seeded from the usage rows, which hold this request's row by then).
 SETTLE_LUA = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 local tokens = tonumber(ARGV[2])
@@ -122,10 +164,13 @@ if cost > 0 then
   for i = 3, 4 do
     if redis.call('EXISTS', KEYS[i]) == 1 then redis.call('INCRBY', KEYS[i], cost) end
   end
-  if tonumber(ARGV[5]) > 0 then
-    local hint = tonumber(redis.call('GET', KEYS[5]) or '0')
-    if cost >= hint then hint = cost else hint = hint - math.floor((hint - cost) / 8) end
-    redis.call('SET', KEYS[5], string.format('%d', hint), 'EX', tonumber(ARGV[5]))
+  local first = 6
+  if ARGV[5] == '1' then first = 5 end
+  for i = first, 6 do
+    local high = redis.call('GET', KEYS[i])
+    if high and cost > tonumber(high) then
+      redis.call('SET', KEYS[i], string.format('%d', cost), 'KEEPTTL')
+    end
   end
 end
 return 1

@@ -12,21 +12,24 @@
   admission says so and the caller computes them from ``usage_records`` (``spend``) and
   seeds them (SET NX), then every settled request adds its cost;
 * budget reservations — with a budget, each admitted request reserves an estimate of its
-  cost (``admission.estimate``), written into its in-flight member (``<admission id>:<micro
-  USD>``): the reservation lives and dies with the in-flight entry (settled with it, dropped
-  with it after the slot TTL when its worker crashed, gone with it after a FLUSHALL). A
-  request is admitted while the spend plus the reservations of the requests in flight is
-  under the budget, so requests admitted side by side cannot all pass a budget that has room
-  for one; each is settled to its real cost at the end. The key's recent cost per request
-  (``cost_hint``, peak-hold with decay) is kept beside them for the estimate.
+  cost (``estimate``), written into its in-flight member (``<admission id>:<micro USD>``):
+  the reservation lives and dies with the in-flight entry (settled with it, dropped with it
+  after the slot TTL when its worker crashed, gone with it after a FLUSHALL). A request is
+  admitted while the spend plus the reservations of the requests in flight is under the
+  budget, so requests admitted side by side cannot all pass a budget that has room for one;
+  each is settled to its real cost at the end. The estimate's history is kept beside them:
+  the key's high-water in its budget window (``cost_high``) and each model's in the pool
+  (``model_cost``), seeded from ``usage_records`` when missing (``cost_history``) and raised,
+  never lowered, by settlements; a model's is also recomputed every 5 minutes (its 7-day
+  window slides), by the one admission that claims the refresh.
 
-Admission is **one** Lua call (checks first, then the writes, so a refusal changes nothing but
-the removal of a crashed worker's stale members); settlement is one more, after the response.
-The same script also answers, without writing, whether a request would be admitted (``peek``:
-a client WebSocket frame that waits behind the socket's running request), and raises the
-reservation of a request admitted before its body was read once its body is known
-(``confirm``: issue 35 item 4, ``proxy.policies.early``); ``withdraw`` undoes an admission no
-dispatch took over.
+Admission is **one** Lua call (``counter_scripts``: checks first, then the writes, so a
+refusal changes nothing but the removal of a crashed worker's stale members; a ``cold`` answer
+may claim a model's refresh); settlement is one more, after the response. The same script also
+answers, without writing, whether a request would be admitted (``peek``: a client WebSocket
+frame that waits behind the socket's running request), and raises the reservation of a request
+admitted before its body was read once its body and model are known (``confirm``: issue 35
+item 4, ``proxy.policies.early``); ``withdraw`` undoes an admission no dispatch took over.
 After a FLUSHALL every counter starts from zero and the spend is recomputed from PostgreSQL:
 nothing breaks, nothing goes negative, no reservation is left behind.
 """
@@ -36,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from redis.commands.core import AsyncScript
@@ -54,9 +57,13 @@ TOKENS_KEY_TTL_SECONDS = 2 * WINDOW_SECONDS
 SPEND_TTL_SECONDS = 60
 CONCURRENCY_RETRY_AFTER_MS = 1000
 NO_LIMIT = -1
-# A cost hint outlives a day without requests by nothing: refreshed by every settlement, seeded
-# again (from the month's usage rows) when it is gone.
-COST_HINT_TTL_SECONDS = 24 * 3600
+# A model's high-water in the pool is computed again from the usage rows this often (its 7-day
+# window slides; keys without a policy do not settle here), and raised by settlements meanwhile.
+# One admission claims each refresh (the others keep reserving the copy), so a busy pool runs
+# the 7-day query once per period, not once per request that finds it due.
+MODEL_COST_REFRESH_SECONDS = 300
+# The copy itself lives longer: it is dropped only by a pool idle that long, or a FLUSHALL.
+MODEL_COST_TTL_SECONDS = 24 * 3600
 # No one request reserves more than $10,000 (keeps the member's number an exact integer).
 MAX_RESERVATION_MICRO = 10_000 * 1_000_000
 
@@ -85,15 +92,31 @@ def in_flight_member(admission_id: str, reserved_micro: int) -> str:
     return f"{admission_id}:{reserved_micro}"
 
 
+# What a ``cold`` admission found missing (bits of ``Verdict.missing``).
+MISSING_SPEND = 1
+MISSING_KEY_HIGH = 2
+MISSING_MODEL_HIGH = 4
+STALE_MODEL_HIGH = 8  # present, but due for its refresh (this admission claimed it)
+# A candidate model's high-water in ``Verdict.model_highs`` of a ``cold`` admission.
+HIGH_MISSING = -1
+HIGH_DUE = -2
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the admission said: ``verdict`` (``ok`` when admitted) and, for a refusal, the
-    seconds after which the same request would pass (rounded up, at least 1); admitted, the
-    micro-USD it reserved of the key's budget."""
+    seconds after which the same request would pass (rounded up, at least 1). Admitted (or
+    ``cold``), with a budget: the micro-USD it reserved, and the high-waters it read — the
+    key's and each candidate model's (``model_highs``, in ``Estimates.models`` order; 0 = the
+    pool has no history of it; cold: ``HIGH_MISSING`` / ``HIGH_DUE``); ``cold``, what is
+    missing (``MISSING_*``)."""
 
     verdict: str
     retry_after_seconds: int = 0
     reserved_micro: int = 0
+    missing: int = 0
+    key_high_micro: int = 0
+    model_highs: tuple[int, ...] = ()
 
     @property
     def admitted(self) -> bool:
@@ -110,45 +133,59 @@ class Periods:
     next_month_ms: int
 
 
+def high_water_period(policy: KeyPolicy, periods: Periods) -> tuple[str, int]:
+    """The key's budget window its cost high-water is kept for — the day with a daily budget,
+    else the month — and that window's end (epoch ms)."""
+    if policy.daily_budget_micro is not None:
+        return f"day:{periods.day}", periods.next_day_ms
+    return f"month:{periods.month}", periods.next_month_ms
+
+
+def _reservation(micro: int) -> int:
+    return max(0, min(micro, MAX_RESERVATION_MICRO))
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """What a request brings to its reservation (``estimate``), in micro-USD: its own part (the
+    body's input; 0 before the body is read) and the candidate models whose prior counts —
+    the request's model once its body is known, the key's allowed models before — each with
+    the default that stands for it when the pool has no history of it."""
+
+    own_micro: int = 0
+    models: tuple[str, ...] = ()
+    defaults_micro: tuple[int, ...] = ()
+
+
+NO_ESTIMATES = Estimates()  # a key without a budget, or a look that reserves nothing
+
+
 async def admit(
     policy: KeyPolicy,
     admission_id: str,
     periods: Periods,
     *,
     at_ms: int,
-    estimate_micro: int = 0,
+    estimates: Estimates = NO_ESTIMATES,
 ) -> Verdict:
     """One Lua call: the budgets (the spend, then the spend with the reservations of the
     requests in flight), the sliding requests window, the tokens window and the concurrency
     are checked; when all pass the request is counted and holds an in-flight slot
-    (``admission_id``) reserving the larger of ``estimate_micro`` (the body's) and the key's
-    recent cost per request. Verdict ``cold`` = a budget's spend is not cached: nothing was
-    written."""
-    return await _run_admission(
-        "admit", policy, admission_id, periods, at_ms=at_ms, estimate_micro=estimate_micro
-    )
+    (``admission_id``) reserving the largest of its own estimate, the key's cost high-water
+    and the candidate models' priors. Verdict ``cold`` = with a budget, a spend or a
+    high-water is not cached (or a model's is due): nothing was written."""
+    return await _run_admission("admit", policy, admission_id, periods, at_ms, estimates)
 
 
 async def peek(
-    policy: KeyPolicy,
-    periods: Periods,
-    *,
-    at_ms: int,
-    estimate_micro: int = 0,
-    not_counting: str | None = None,
+    policy: KeyPolicy, periods: Periods, *, at_ms: int, not_counting: str | None = None
 ) -> Verdict:
     """Would a request be admitted now? The admission's checks in one Lua call that writes
     nothing; the in-flight member ``not_counting`` (the running request the asking one will
     follow) is left out of the concurrency and the reservations. A spend that is not cached
     passes (the admission itself computes it)."""
     return await _run_admission(
-        "peek",
-        policy,
-        "",
-        periods,
-        at_ms=at_ms,
-        estimate_micro=estimate_micro,
-        own=not_counting or "",
+        "peek", policy, "", periods, at_ms, NO_ESTIMATES, own=not_counting or ""
     )
 
 
@@ -159,21 +196,16 @@ async def confirm(
     periods: Periods,
     *,
     at_ms: int,
-    estimate_micro: int = 0,
+    estimates: Estimates,
 ) -> Verdict:
     """For a request admitted before its body was read (in-flight ``member``): refresh the
-    member and, with a budget, raise its reservation to ``estimate_micro`` (or the key's cost
-    hint) when that is larger, after checking the budgets again. One Lua call. Refused, the
-    admission is undone (it counts for nothing); ``gone``: the member had lapsed (older than
-    the slot TTL) and the request is admitted by no one; ``cold``: the spend is not cached."""
+    member and, with a budget, raise its reservation to the estimate now that its body and
+    model are known (``estimates``) when that is larger, after checking the budgets again. One
+    Lua call. Refused, the admission is undone (it counts for nothing); ``gone``: the member
+    had lapsed (older than the slot TTL) and the request is admitted by no one; ``cold``: a
+    spend or a high-water is not cached (or the model's is due)."""
     return await _run_admission(
-        "confirm",
-        policy,
-        admission_id,
-        periods,
-        at_ms=at_ms,
-        estimate_micro=estimate_micro,
-        own=member,
+        "confirm", policy, admission_id, periods, at_ms, estimates, own=member
     )
 
 
@@ -193,20 +225,21 @@ async def _run_admission(
     policy: KeyPolicy,
     admission_id: str,
     periods: Periods,
-    *,
     at_ms: int,
-    estimate_micro: int,
+    estimates: Estimates,
+    *,
     own: str = "",
 ) -> Verdict:
     key_id = policy.key_id
     window_start = tokens_window_start(at_ms)
+    period, _ = high_water_period(policy, periods)
     keys = [
         redis_keys.key_policy_requests(key_id),
         redis_keys.key_policy_tokens(key_id, window_start),
         redis_keys.key_policy_in_flight(key_id),
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
-        redis_keys.key_policy_cost_hint(key_id),
+        redis_keys.key_policy_cost_high(key_id, period),
     ]
     args = [
         at_ms,
@@ -221,75 +254,116 @@ async def _run_admission(
         (window_start + WINDOW_SECONDS) * 1000,
         periods.next_day_ms,
         periods.next_month_ms,
-        max(0, min(estimate_micro, MAX_RESERVATION_MICRO)),
+        _reservation(estimates.own_micro),
         mode,
         own,
+        MODEL_COST_REFRESH_SECONDS * 1000,
     ]
+    for model, default in zip(estimates.models, estimates.defaults_micro, strict=True):
+        keys.append(redis_keys.key_policy_model_cost(model))
+        keys.append(redis_keys.key_policy_model_cost_refresh(model))
+        args.append(_reservation(default))
     redis = await async_redis.get()
-    verdict, retry_after_ms, reserved = await _SCRIPTS["admit"](keys=keys, args=args, client=redis)
+    verdict, second, reserved, key_high, highs = await _SCRIPTS["admit"](
+        keys=keys, args=args, client=redis
+    )
     verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
-    refused = verdict not in ("ok", "cold", "gone")
-    seconds = max(1, math.ceil(int(retry_after_ms) / 1000)) if refused else 0
-    return Verdict(verdict, seconds, int(reserved))
+    read = {"key_high_micro": int(key_high), "model_highs": tuple(int(h) for h in highs)}
+    if verdict == "cold":
+        return Verdict(verdict, missing=int(second), **read)
+    refused = verdict not in ("ok", "gone")
+    seconds = max(1, math.ceil(int(second) / 1000)) if refused else 0
+    return Verdict(verdict, seconds, int(reserved), **read)
 
 
-async def seed_spend(
-    policy: KeyPolicy,
-    periods: Periods,
-    *,
-    day_micro: int,
-    month_micro: int,
-    typical_cost_micro: int = 0,
-) -> None:
-    """Cache the spend computed from PostgreSQL (SET NX: a value another process seeded, and
-    the costs added to it since, win), and — when the key has no cost hint yet (a new key's
-    first minute, after a FLUSHALL or a day without requests) — ``typical_cost_micro`` as its
-    recent cost per request. One round trip."""
+@dataclass(frozen=True)
+class Seed:
+    """What a cold admission computed from ``usage_records`` (micro-USD); None = not computed
+    (it was not missing). ``model_highs``: the candidate models' high-waters computed;
+    ``refreshed_models``: those whose copy was there but due, and is replaced (its 7-day
+    window moved on: it may go down)."""
+
+    day_micro: int | None = None
+    month_micro: int | None = None
+    key_high_micro: int | None = None
+    model_highs: dict[str, int] = field(default_factory=dict)
+    refreshed_models: frozenset[str] = frozenset()
+
+
+async def seed(policy: KeyPolicy, periods: Periods, values: Seed) -> None:
+    """Cache what was computed from PostgreSQL, each with SET NX (a value another process
+    seeded, and the settlements since, win) — but a refresh of a model's, which replaces it:
+    the spend for 60 s, the key's high-water until its window ends, a model's for
+    ``MODEL_COST_TTL_SECONDS``, due again in ``MODEL_COST_REFRESH_SECONDS``. One round
+    trip."""
+    key_id = policy.key_id
     redis = await async_redis.get()
     async with redis.pipeline(transaction=False) as pipeline:
-        pipeline.set(
-            redis_keys.key_policy_spend(policy.key_id, f"day:{periods.day}"),
-            day_micro,
-            nx=True,
-            ex=SPEND_TTL_SECONDS,
-        )
-        pipeline.set(
-            redis_keys.key_policy_spend(policy.key_id, f"month:{periods.month}"),
-            month_micro,
-            nx=True,
-            ex=SPEND_TTL_SECONDS,
-        )
-        if typical_cost_micro > 0:
+        for label, micro in (
+            (f"day:{periods.day}", values.day_micro),
+            (f"month:{periods.month}", values.month_micro),
+        ):
+            if micro is not None:
+                pipeline.set(
+                    redis_keys.key_policy_spend(key_id, label),
+                    micro,
+                    nx=True,
+                    ex=SPEND_TTL_SECONDS,
+                )
+        if values.key_high_micro is not None:
+            period, ends_ms = high_water_period(policy, periods)
             pipeline.set(
-                redis_keys.key_policy_cost_hint(policy.key_id),
-                typical_cost_micro,
+                redis_keys.key_policy_cost_high(key_id, period),
+                values.key_high_micro,
                 nx=True,
-                ex=COST_HINT_TTL_SECONDS,
+                pxat=ends_ms,
+            )
+        for model, micro in values.model_highs.items():
+            pipeline.set(
+                redis_keys.key_policy_model_cost(model),
+                micro,
+                nx=model not in values.refreshed_models,
+                ex=MODEL_COST_TTL_SECONDS,
+            )
+            # A first seed is fresh for a period too (a refresh's claim is already there).
+            pipeline.set(
+                redis_keys.key_policy_model_cost_refresh(model),
+                1,
+                nx=True,
+                ex=MODEL_COST_REFRESH_SECONDS,
             )
         await pipeline.execute()
 
 
 def settle_call(
-    policy: KeyPolicy, member: str, periods: Periods, *, tokens: int, cost_micro: int
+    policy: KeyPolicy,
+    member: str,
+    periods: Periods,
+    *,
+    model: str,
+    tokens: int,
+    cost_micro: int,
 ) -> ScriptCall:
     """The call that settles an ended request: its in-flight ``member`` (slot and reservation)
     is freed, its tokens count in the current window, its real cost is added to the cached
-    spend and, with a budget, moves the key's cost hint (a failure leaves the member to its
-    TTL)."""
+    spend and raises the model's high-water (and, with a budget, the key's) where it is
+    dearer (a failure leaves the member to its TTL)."""
     key_id = policy.key_id
+    period, _ = high_water_period(policy, periods)
     keys = [
         redis_keys.key_policy_in_flight(key_id),
         redis_keys.key_policy_tokens(key_id, tokens_window_start(now_ms())),
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
-        redis_keys.key_policy_cost_hint(key_id),
+        redis_keys.key_policy_cost_high(key_id, period),
+        redis_keys.key_policy_model_cost(model),
     ]
     args = [
         member,
         max(0, tokens),
         max(0, cost_micro),
         TOKENS_KEY_TTL_SECONDS,
-        COST_HINT_TTL_SECONDS if policy.has_budget else 0,
+        1 if policy.has_budget else 0,
     ]
     return ScriptCall(_SCRIPTS["settle"], keys, args, what="key policy settlement")
 

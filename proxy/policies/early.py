@@ -5,7 +5,9 @@ requests window, the tokens window, the concurrency and the budgets need no body
 key over one of them is answered before the server takes in up to 16 MiB. That admission *is*
 the request's admission, counted once: the dispatch takes it over (``take_over``) instead of
 admitting again, and settles it with its report as usual. The allowed-models check needs the
-body's model and still runs in the dispatch, before it takes the admission over.
+body's model and still runs in the dispatch, before it takes the admission over; so does the
+rest of a budget's estimate (``proxy.policies.estimate``: the reservation is raised then when
+the body's model or size asks for more).
 
 A request that ends before a dispatch took its admission over (a 400, a 404, a 403 for its
 model, an idempotent replay, the client gone while sending the body) gives the admission back
@@ -43,10 +45,23 @@ class EarlyAdmission:
     ``take_over`` and ``withdraw_if_not_taken`` run on the request's event loop: the state
     changes without an ``await`` in between, so exactly one of them wins."""
 
-    def __init__(self, policy: KeyPolicy, admission_id: str, reserved_micro: int) -> None:
+    def __init__(
+        self,
+        policy: KeyPolicy,
+        admission_id: str,
+        reserved_micro: int,
+        *,
+        key_high_micro: int = 0,
+        model_highs: dict[str, int] | None = None,
+    ) -> None:
         self.policy = policy
         self.admission_id = admission_id
         self.reserved_micro = reserved_micro
+        # What the admission read of the budget's history (micro-USD): the key's high-water
+        # and the priors of the models it counted (its allowed ones), so that the dispatch
+        # knows without Redis whether the body's estimate is more than was reserved.
+        self.key_high_micro = key_high_micro
+        self.model_highs = model_highs or {}
         self._admitted_monotonic = time.monotonic()
         self._state = _State.PENDING
 

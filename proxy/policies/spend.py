@@ -23,14 +23,10 @@ from telemetry.queries.usage import cost_groups
 class Spend:
     day_micro: int
     month_micro: int
-    # The month's average cost per request (0 without requests): the first estimate of what
-    # the key's next request will cost, until its own settlements say better.
-    typical_cost_micro: int = 0
 
 
 def key_spend(key_id: str, *, now: datetime) -> Spend:
-    """The spend of ``key_id`` in micro-USD: today and this month (UTC), up to ``now``, and
-    its average cost per request this month."""
+    """The spend of ``key_id`` in micro-USD: today and this month (UTC), up to ``now``."""
     today = day_start(now)
     records = UsageRecord.objects.filter(
         client_api_key_id=key_id, created_at__gte=month_start(now), created_at__lte=now
@@ -43,9 +39,4 @@ def key_spend(key_id: str, *, now: datetime) -> Spend:
     groups = cost_groups(records, by={"today": is_today})
     day = groups[True].actual_cost if True in groups else 0.0
     month = sum(sums.actual_cost for sums in groups.values())
-    requests = sum(sums.requests for sums in groups.values())
-    return Spend(
-        day_micro=round(day * MICRO),
-        month_micro=round(month * MICRO),
-        typical_cost_micro=round(month / requests * MICRO) if requests else 0,
-    )
+    return Spend(day_micro=round(day * MICRO), month_micro=round(month * MICRO))

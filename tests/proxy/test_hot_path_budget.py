@@ -342,6 +342,30 @@ def test_a_key_policy_adds_one_redis_call_before_and_one_after(
     )
 
 
+def test_a_budget_without_a_list_of_models_costs_no_more_calls(
+    counted_proxy, private_redis, upstream
+):
+    """A key with a budget and no ``allowed_models``: admitted from its headers, before its body
+    names the model, it reserves the prior of the model its latest request named (the
+    warm-up's, ``proxy/policies/recent_models.py``), so the dispatch takes the admission over
+    without raising it — the same calls as above."""
+    client_key = client_api_key_create(name="tests", now=timezone.now())
+    key_policy_set(
+        key=client_key,
+        values=PolicyValues(daily_budget_usd=Decimal("1000")),
+        now=timezone.now(),
+    )
+
+    hot_path, redis_commands = _counted_request(counted_proxy, private_redis, upstream, client_key)
+
+    assert len(hot_path) == 1 and hot_path[0].startswith("select k.id")
+    first_byte = redis_commands.index("|")
+    assert redis_commands[:first_byte] == ["EVALSHA", "EVALSHA"]
+    assert sorted(redis_commands[first_byte + 1 :]) == sorted(
+        ["EVALSHA", "EVALSHA", *AFFINITY_RECORD]
+    )
+
+
 def test_a_change_to_the_pool_is_seen_by_the_next_request_for_one_more_statement(
     counted_proxy, upstream
 ):

@@ -1,13 +1,19 @@
 """Budgets hold under parallel requests (issue 34 item 8): each admitted request of a key with a
-budget reserves an estimate of its cost until it is settled to the real cost, so 30 requests
-fired at once spend at most one request's cost past the budget — measured from the ledger's
-usage rows afterwards — whether the estimate comes from the body (a new key) or from the key's
-recent cost per request (its settled requests, or its month's usage rows after a FLUSHALL). An
-estimate never refuses a request that fits on its own, and a reservation is given back on
-every exit (an answer, an error, a client gone, a crashed worker's TTL).
+budget reserves an estimate of its cost until it is settled to the real cost, so requests fired
+at once spend at most one request's cost past the budget — measured from the ledger's usage rows
+afterwards. The estimate (``proxy/policies/estimate.py``) is the largest of the body's input,
+the key's dearest request in its budget window and the pool's dearest request of the model in
+7 days (or, for a model the pool has no history of, the body plus
+``KEY_BUDGET_DEFAULT_OUTPUT_TOKENS`` output tokens), so it is honest for a new key, for an old
+key whose cheap requests came first, and after a FLUSHALL. An estimate never refuses a request
+that fits on its own, a key far from its budget still runs its requests side by side, and a
+reservation is given back on every exit (an answer, an error, a client gone, a crashed worker's
+TTL).
 
-The original (2.0.0) has no per-key budgets (they are this project's issue 25), so no test of
-its is mirrored here.
+The review's attacks (branch review34, commit f130c8f: a new key's small bodies with dear
+answers spent 7.75× its budget) are the first two tests: 30 at once and 50 mixed in process,
+and 30 on the real web process. The original (2.0.0) has no per-key
+budgets (they are this project's issue 25), so no test of its is mirrored here.
 """
 
 from __future__ import annotations
@@ -18,18 +24,22 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from decimal import Decimal
 
+import pytest
 import redis
 import requests
 from django.conf import settings
 from django.utils import timezone
 
 from proxy import redis_keys
+from proxy.models import RuntimeSettings
+from proxy.services.client_api_keys import client_api_key_create
 from proxy.services.key_policies import PolicyValues, key_policy_set
 from telemetry.billing import request_cost
 from telemetry.models import UsageRecord
 from telemetry.services.ledger import usage_record_create
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account, post_responses
+from tests.proxy.test_graceful_stop import web_process  # noqa: F401 - a fixture
 
 PARALLEL = 30
 
@@ -44,6 +54,34 @@ def _usage(input_tokens: int, output_tokens: int = 0) -> dict:
     }
 
 
+def _cost(input_tokens: int, output_tokens: int = 0, model: str = "gpt-5.4") -> float:
+    return request_cost(
+        model=model,
+        service_tier=None,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=0,
+    ).total
+
+
+# An essay: 1k input and 5k output tokens of gpt-5.4 ($2.50 / $15 per million): $0.0775, from a
+# body of a few bytes.
+ESSAY = _usage(1000, 5000)
+ESSAY_COST = _cost(1000, 5000)
+SMALL_BODY = {"model": "gpt-5.4", "input": [{"role": "user", "content": "write an essay"}]}
+
+
+@pytest.fixture(autouse=True)
+def no_pool_history():
+    """The pool's history of a model is cached in Redis (``policy:model_cost*``) from the usage
+    rows; each test starts with empty tables, so it starts with no cached history."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    stale = list(client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}policy:model_cost*"))
+    if stale:
+        client.delete(*stale)
+    client.close()
+
+
 def _budget(key, dollars: str) -> None:
     key_policy_set(
         key=key, values=PolicyValues(daily_budget_usd=Decimal(dollars)), now=timezone.now()
@@ -51,7 +89,7 @@ def _budget(key, dollars: str) -> None:
 
 
 def _ledger_spend(key) -> float:
-    """The key's spend today, priced row by row from its usage rows (the ledger's truth)."""
+    """The key's spend, priced row by row from its usage rows (the ledger's truth)."""
     return sum(
         request_cost(
             model=row.model,
@@ -70,10 +108,28 @@ def _fire(proxy, key, body: dict, count: int = PARALLEL) -> list[requests.Respon
         return list(pool.map(lambda _: post_responses(proxy, key, body), range(count)))
 
 
+def _one_of_each_kind(base: str, key, index: int) -> requests.Response:
+    """A small request: a compact, a stream or a non-stream call, by ``index``."""
+    body = dict(SMALL_BODY)
+    path = "/v1/responses"
+    if index % 3 == 0:
+        path = "/v1/responses/compact"
+    else:
+        body["stream"] = index % 3 == 1
+    return requests.post(
+        f"{base}{path}", json=body, headers={"Authorization": f"Bearer {key.key}"}, timeout=60
+    )
+
+
+def _fire_mixed(base: str, key, count: int) -> list[requests.Response]:
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda index: _one_of_each_kind(base, key, index), range(count)))
+
+
 def _served(responses: list[requests.Response]) -> int:
     """How many were answered; asserts that the others were refused for the budget."""
     refused = [response for response in responses if response.status_code != 200]
-    assert {response.status_code for response in refused} <= {429}
+    assert {response.status_code for response in refused} <= {429}, refused[0].text[:300]
     assert {response.json()["error"]["code"] for response in refused} <= {
         "key_budget_reserved",
         "key_budget_exceeded",
@@ -85,58 +141,66 @@ def _in_flight(client: redis.Redis, key) -> list[bytes]:
     return client.zrange(redis_keys.key_policy_in_flight(key.id), 0, -1)
 
 
-def _seed_usage(key, *, rows: int, input_tokens: int) -> None:
-    """``rows`` earlier requests of ``key`` today, each of ``input_tokens`` gpt-5.4 input."""
+def _seed_usage(
+    key_id: str,
+    *,
+    rows: int = 1,
+    input_tokens: int,
+    output_tokens: int = 0,
+    model: str = "gpt-5.4",
+    age: timedelta = timedelta(seconds=1),
+) -> None:
+    """``rows`` earlier requests of ``key_id``, ``age`` ago."""
     for _ in range(rows):
         usage_record_create(
-            created_at=timezone.now() - timedelta(seconds=1),
+            created_at=timezone.now() - age,
             account_id="acc_seeded",
-            model="gpt-5.4",
+            model=model,
             message="seeded",
-            client_api_key_id=key.id,
+            client_api_key_id=key_id,
             input_tokens=input_tokens,
-            output_tokens=0,
+            output_tokens=output_tokens,
             cached_tokens=0,
             metadata={},
         )
 
 
-def test_thirty_parallel_requests_of_a_new_key_stay_within_one_requests_cost_of_the_budget(
-    proxy, upstream, client_key
-):
-    """The attack of the issue: a key with a daily budget and no concurrency limit fires 30
-    requests at once. A new key has no history: the estimate is the body's input (80 KB, about
-    20k tokens of gpt-5.4 at $2.50 per million: $0.05); each answer really costs $0.056 (20k
-    input and 400 output tokens)."""
-    make_pool_account("tok-burst")
-    _budget(client_key, "0.25")
-    body = {"model": "gpt-5.4", "input": "word " * 16_000, "stream": False}
-    upstream.default_reply = Reply(usage=_usage(20_000, 400), first_byte_delay=1.0)
-    one_request = request_cost(
-        model="gpt-5.4",
-        service_tier=None,
-        input_tokens=20_000,
-        output_tokens=400,
-        cached_tokens=0,
-    ).total
+def _a_new_key_with_a_budget(upstream, key) -> None:
+    """$0.30 a day; every answer (responses and compact alike) is an essay, after 1 s."""
+    make_pool_account("tok-a")
+    _budget(key, "0.30")
+    upstream.default_reply = Reply(usage=ESSAY, first_byte_delay=1.0)
+    upstream.compact_payload = {
+        "id": "resp_compacted",
+        "object": "response.compaction",
+        "output": [{"type": "compaction", "encrypted_content": "gAAAA"}],
+        "usage": ESSAY,
+    }
 
-    answers = _fire(proxy, client_key, body)
+
+@pytest.mark.parametrize("count", [30, 50])
+def test_parallel_small_requests_of_a_new_key_stay_within_one_requests_cost_of_the_budget(
+    proxy, upstream, client_key, count
+):
+    """The review's attack: a new key (no usage rows), a pool with no history of the model,
+    small bodies, dear answers — 30 non-stream calls, or 50 compacts, streams and non-stream
+    calls mixed. The body shows almost nothing of the cost; the default prior (16384 output
+    tokens: $0.246) does, so two fit the $0.30 at once and the rest are told to come back."""
+    _a_new_key_with_a_budget(upstream, client_key)
+
+    answers = _fire_mixed(proxy.url, client_key, count)
     proxy.drain()
 
     spent = _ledger_spend(client_key)
-    assert 0.25 <= spent <= 0.25 + one_request  # was 30 × $0.056 = $1.68 before
-    # $0.05 reserved by each of five requests fills the $0.25: the other 25 are told to come
-    # back when those finish (or, once they did, that the budget is spent).
-    served = [answer for answer in answers if answer.status_code == 200]
-    assert len(served) == 5 == len(upstream.responses_requests())
-    refused = [answer for answer in answers if answer.status_code != 200]
-    assert {answer.status_code for answer in refused} == {429}
-    assert {answer.json()["error"]["code"] for answer in refused} <= {
-        "key_budget_reserved",
-        "key_budget_exceeded",
-    }
-    reserved = [a for a in refused if a.json()["error"]["code"] == "key_budget_reserved"]
-    assert reserved  # all 30 arrived while the five ran
+    served = _served(answers)
+    # Was: every request served, $2.33 (30) / $3.88 (50) on the $0.30 budget.
+    assert spent <= 0.30 + ESSAY_COST, f"${spent:.3f} spent, {served}/{count} served"
+    assert served >= 2
+    assert served == len(upstream.responses_requests()) + len(
+        upstream.server.requests_to("/codex/responses/compact")
+    )
+    reserved = [a for a in answers if a.status_code == 429]
+    reserved = [a for a in reserved if a.json()["error"]["code"] == "key_budget_reserved"]
     assert reserved[0].json()["error"] == {
         "message": "This API key's requests in flight hold the rest of its daily budget; "
         "retry when they finish",
@@ -147,9 +211,125 @@ def test_thirty_parallel_requests_of_a_new_key_stay_within_one_requests_cost_of_
     assert _in_flight(redis.Redis.from_url(settings.REDIS_URL), client_key) == []
 
 
-def test_a_key_with_history_reserves_its_recent_cost_per_request(proxy, upstream, client_key):
-    """Small bodies, expensive answers (a continuation's history is not in its body): after one
-    answer the key's recent cost ($0.50) is what each of the next requests reserves."""
+def test_thirty_parallel_requests_of_a_new_key_on_the_real_web_process(
+    web_process,  # noqa: F811 - the fixture imported above
+    upstream,
+    client_key,
+):
+    """The same attack on ``config.run web`` (two uvicorn workers sharing Redis)."""
+    _, base, _ = web_process
+    _a_new_key_with_a_budget(upstream, client_key)
+
+    answers = _fire_mixed(base, client_key, 30)
+    served = _served(answers)
+    deadline = time.monotonic() + 30
+    while UsageRecord.objects.filter(client_api_key_id=client_key.id).count() < served:
+        assert time.monotonic() < deadline, "the web process never wrote its usage rows"
+        time.sleep(0.2)
+
+    spent = _ledger_spend(client_key)
+    assert spent <= 0.30 + ESSAY_COST, f"${spent:.3f} spent, {served}/30 served"
+    assert served >= 2
+
+
+def test_a_new_key_reserves_what_the_pools_dearest_request_of_the_model_cost(
+    proxy, upstream, client_key
+):
+    """Another key's essays and one long answer ($0.3025: 1k input, 20k output) in the last 7
+    days are the model's prior; an older, dearer one (8 days ago) is not. $1 has room for four
+    such reservations at once (the default's $0.246 would have let five in, the 8-day-old
+    $1.50 one)."""
+    make_pool_account("tok-prior")
+    other = client_api_key_create(name="other", now=timezone.now())
+    _seed_usage(other.id, rows=2, input_tokens=1000, output_tokens=5000)
+    _seed_usage(other.id, input_tokens=1000, output_tokens=20_000, age=timedelta(days=6))
+    _seed_usage(other.id, input_tokens=1000, output_tokens=100_000, age=timedelta(days=8))
+    _budget(client_key, "1")
+    upstream.default_reply = Reply(usage=ESSAY, first_byte_delay=2.0)
+
+    answers = _fire(proxy, client_key, {**SMALL_BODY, "stream": False})
+    proxy.drain()
+
+    assert _served(answers) == 4 == len(upstream.responses_requests())
+    assert _ledger_spend(client_key) == pytest.approx(4 * ESSAY_COST)
+
+
+def test_the_models_prior_follows_the_pool_when_its_seven_days_move_on(
+    proxy, upstream, client_key, redis_client
+):
+    """The prior is computed again every 5 minutes: once the dear request ($0.3025) is more
+    than 7 days old, the pool's dearest is the key's own essay ($0.0775), and eleven fit at
+    once where three did before."""
+    RuntimeSettings.objects.update(max_concurrent_per_account=100, request_interval_ms=0)
+    make_pool_account("tok-moving")
+    other = client_api_key_create(name="other", now=timezone.now())
+    _seed_usage(other.id, input_tokens=1000, output_tokens=20_000, age=timedelta(days=6))
+    _budget(client_key, "1")
+    upstream.default_reply = Reply(usage=ESSAY)
+    body = {**SMALL_BODY, "stream": False}
+    assert post_responses(proxy, client_key, body).status_code == 200  # the prior: $0.3025
+    proxy.drain()
+    UsageRecord.objects.filter(client_api_key_id=other.id).update(
+        created_at=timezone.now() - timedelta(days=8)
+    )
+    redis_client.delete(redis_keys.key_policy_model_cost_refresh("gpt-5.4"))  # 5 minutes on
+    assert post_responses(proxy, client_key, body).status_code == 200  # refreshes it
+    proxy.drain()
+    upstream.default_reply = Reply(usage=ESSAY, first_byte_delay=2.0)
+
+    answers = _fire(proxy, client_key, body)
+    proxy.drain()
+
+    assert _served(answers) == 11  # $0.155 + 10 × $0.0775 < $1 ≤ $0.155 + 11 × $0.0775
+    assert _ledger_spend(client_key) == pytest.approx(13 * ESSAY_COST)
+
+
+def test_a_burst_after_many_cheap_requests_reserves_the_keys_dearest(proxy, upstream, client_key):
+    """An old key: one long answer ($0.3025), then 24 cheap calls ($0.0004 each), then 30 long
+    ones at once. A decaying "recent cost" had fallen to about $0.013 by then (all 30 would
+    have run: $9.39 on a $2 budget); the high-water still says $0.3025: six fit."""
+    make_pool_account("tok-decayed")
+    _budget(client_key, "2")
+    body = {"model": "gpt-5.4", "input": "go on", "stream": False}
+    dear, cheap = _usage(1000, 20_000), _usage(100, 10)
+    upstream.default_reply = Reply(usage=dear)
+    assert post_responses(proxy, client_key, body).status_code == 200
+    upstream.default_reply = Reply(usage=cheap)
+    assert [post_responses(proxy, client_key, body).status_code for _ in range(24)] == [200] * 24
+    proxy.drain()
+    upstream.default_reply = Reply(usage=dear, first_byte_delay=2.0)
+
+    answers = _fire(proxy, client_key, body)
+    proxy.drain()
+
+    spent_before = _cost(1000, 20_000) + 24 * _cost(100, 10)  # $0.3121
+    assert _served(answers) == 6  # $0.3121 + 5 × $0.3025 < $2 ≤ $0.3121 + 6 × $0.3025
+    assert _ledger_spend(client_key) == pytest.approx(spent_before + 6 * _cost(1000, 20_000))
+    assert 2 <= _ledger_spend(client_key) <= 2 + _cost(1000, 20_000)
+
+
+def test_a_warm_key_far_from_its_budget_runs_its_requests_side_by_side(proxy, upstream, client_key):
+    """$100 a day and essays of $0.0775: twenty requests at once reserve $1.55 — all are
+    admitted together and reach the upstream at the same time, none waits for another."""
+    RuntimeSettings.objects.update(max_concurrent_per_account=100, request_interval_ms=0)
+    make_pool_account("tok-warm")
+    _budget(client_key, "100")
+    upstream.default_reply = Reply(usage=ESSAY)
+    body = {**SMALL_BODY, "stream": False}
+    assert post_responses(proxy, client_key, body).status_code == 200
+    proxy.drain()
+    upstream.default_reply = Reply(usage=ESSAY, first_byte_delay=2.0)
+
+    answers = _fire(proxy, client_key, body, count=20)
+    proxy.drain()
+
+    assert [answer.status_code for answer in answers] == [200] * 20
+    assert upstream.max_in_flight["tok-warm"] == 20
+
+
+def test_a_key_with_history_reserves_its_dearest_request(proxy, upstream, client_key):
+    """Small bodies, dear answers (a continuation's history is not in its body): after one
+    answer of $0.50, that is what each of the next requests reserves."""
     make_pool_account("tok-history")
     _budget(client_key, "2.5")
     upstream.default_reply = Reply(usage=_usage(200_000), first_byte_delay=1.0)
@@ -162,18 +342,22 @@ def test_a_key_with_history_reserves_its_recent_cost_per_request(proxy, upstream
 
     # $0.50 spent, then four reservations of $0.50 fill the $2.50 exactly.
     assert _served(answers) == 4
-    assert _ledger_spend(client_key) == 2.5  # was 31 × $0.50 = $15.50 before
+    assert _ledger_spend(client_key) == 2.5  # was 31 × $0.50 = $15.50 before reservations
 
 
-def test_after_a_flushall_the_estimate_comes_from_the_months_usage_rows(
+def test_after_a_flushall_the_estimate_is_the_keys_dearest_request_today_from_its_rows(
     private_proxy, private_redis, upstream, client_key
 ):
-    """A FLUSHALL loses every counter and reservation: the spend and the key's cost per
-    request are computed again from its usage rows, so the next burst is held as well."""
+    """A FLUSHALL loses every counter, reservation and high-water: they are computed again from
+    the usage rows. The key's dearest request today ($0.50, gpt-5.5) counts, not its average
+    ($0.059) nor yesterday's dearer one ($1.00, outside the daily budget's window); the pool's
+    gpt-5.4 history is only the key's $0.01 calls."""
     make_pool_account("tok-flushed")
-    _seed_usage(client_key, rows=2, input_tokens=200_000)  # $1.00 spent, $0.50 per request
+    _seed_usage(client_key.id, input_tokens=100_000, model="gpt-5.5")  # $0.50
+    _seed_usage(client_key.id, rows=9, input_tokens=4000)  # 9 × $0.01
+    _seed_usage(client_key.id, input_tokens=200_000, model="gpt-5.5", age=timedelta(days=1))
     _budget(client_key, "2.5")
-    upstream.default_reply = Reply(usage=_usage(200_000), first_byte_delay=1.0)
+    upstream.default_reply = Reply(usage=_usage(200_000), first_byte_delay=2.0)  # $0.50 each
     body = {"model": "gpt-5.4", "input": "go on", "stream": False}
     client = redis.Redis.from_url(private_redis.url)
     client.flushall()
@@ -181,8 +365,15 @@ def test_after_a_flushall_the_estimate_comes_from_the_months_usage_rows(
     answers = _fire(private_proxy, client_key, body)
     private_proxy.drain()
 
-    assert _served(answers) == 3  # $1.00 + 3 × $0.50 = the budget
-    assert _ledger_spend(client_key) == 2.5
+    assert _served(answers) == 4  # $0.59 today + 3 × $0.50 < $2.50 ≤ $0.59 + 4 × $0.50
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    spent_today = sum(
+        _cost(row.input_tokens, row.output_tokens, row.model)
+        for row in UsageRecord.objects.filter(
+            client_api_key_id=client_key.id, created_at__gte=today
+        )
+    )
+    assert spent_today == pytest.approx(0.59 + 4 * 0.5)
     assert _in_flight(client, client_key) == []
 
 
@@ -192,7 +383,7 @@ def test_an_estimate_never_refuses_a_request_that_fits_on_its_own(proxy, upstrea
     to retry in a second — not that the budget is spent — and once it ended (costing little),
     the next is admitted again."""
     make_pool_account("tok-fits")
-    _seed_usage(client_key, rows=24, input_tokens=40_000)  # 24 × $0.10
+    _seed_usage(client_key.id, rows=24, input_tokens=40_000)  # 24 × $0.10
     _budget(client_key, "2.5")
     upstream.program("tok-fits", Reply(usage=_usage(100), first_byte_delay=1.5), Reply())
     big = {"model": "gpt-5.4", "input": "x" * 2_000_000, "stream": False}
@@ -218,7 +409,7 @@ def test_an_estimate_never_refuses_a_request_that_fits_on_its_own(proxy, upstrea
 
 def test_a_failed_request_gives_its_reservation_back(proxy, upstream, client_key):
     make_pool_account("tok-fails")
-    _budget(client_key, "0.01")  # the body's estimate ($0.0125) is more than the whole budget
+    _budget(client_key, "0.01")  # the estimate ($0.258 with the default output) is more
     upstream.program("tok-fails", Reply(kind="status", status=400, body={"error": {}}))
     body = {"model": "gpt-5.4", "input": "x" * 20_000, "stream": False}
     client = redis.Redis.from_url(settings.REDIS_URL)
@@ -235,7 +426,10 @@ def test_a_failed_request_gives_its_reservation_back(proxy, upstream, client_key
     assert _in_flight(client, client_key) == []
 
 
-def test_a_client_that_leaves_gives_its_reservation_back(proxy, upstream, client_key):
+def test_a_client_that_leaves_gives_its_reservation_back(proxy, upstream, client_key, settings):
+    """What a request of a model the pool has no history of reserves: its body's bytes / 4 as
+    input and ``KEY_BUDGET_DEFAULT_OUTPUT_TOKENS`` output tokens at the model's price."""
+    settings.KEY_BUDGET_DEFAULT_OUTPUT_TOKENS = 2000
     make_pool_account("tok-leaves")
     _budget(client_key, "0.01")
     upstream.program("tok-leaves", Reply(deltas=40, delta_delay=0.05), Reply())
@@ -258,16 +452,9 @@ def test_a_client_that_leaves_gives_its_reservation_back(proxy, upstream, client
         proxy.drain()
     served = post_responses(proxy, client_key, {**body, "stream": False})
 
-    # What it reserved: its body's bytes / 4 as gpt-5.4 input ($2.50 per million tokens).
-    estimate = request_cost(
-        model="gpt-5.4",
-        service_tier=None,
-        input_tokens=len(json.dumps(body)) // 4,
-        output_tokens=0,
-        cached_tokens=0,
-    ).total
     [member] = held
-    assert int(member.decode().rsplit(":", 1)[1]) == round(estimate * 1_000_000) > 10_000
+    estimate = _cost(len(json.dumps(body)) // 4, 2000)  # $0.0125 + $0.03
+    assert int(member.decode().rsplit(":", 1)[1]) == round(estimate * 1_000_000) == 42_520
     assert served.status_code == 200
 
 
