@@ -453,9 +453,11 @@ class Sender:
     def _keep_lease_if_due(self) -> None:
         if self.monotonic() - self.lease_kept_at < SENDER_LEASE_REFRESH_SECONDS:
             return
+        token = self.job.lease_token
+        assert token is not None  # run_send takes the lease before the Sender exists
         if not sender_lease_hold(
             broadcast_id=self.row.id,
-            token=self.job.lease_token,
+            token=token,
             ttl_seconds=SENDER_LEASE_SECONDS,
         ):
             raise LeaseLost(f"broadcast {self.row.id}: sender lease lost")
