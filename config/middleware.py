@@ -78,15 +78,15 @@ def resolve_forwarded_request(
 def TrustedProxyMiddleware(get_response):  # noqa: N802 - Django middleware naming
     if iscoroutinefunction(get_response):
 
-        async def middleware(request):
+        async def async_middleware(request):
             resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
             return await get_response(request)
 
-    else:
+        return async_middleware
 
-        def middleware(request):
-            resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
-            return get_response(request)
+    def middleware(request):
+        resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
+        return get_response(request)
 
     return middleware
 
@@ -108,12 +108,12 @@ def SecureCookiesOverTLSMiddleware(get_response):  # noqa: N802 - Django middlew
 
     if iscoroutinefunction(get_response):
 
-        async def middleware(request):
+        async def async_middleware(request):
             return secure(request, await get_response(request))
 
-    else:
+        return async_middleware
 
-        def middleware(request):
-            return secure(request, get_response(request))
+    def middleware(request):
+        return secure(request, get_response(request))
 
     return middleware
