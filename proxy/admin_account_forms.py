@@ -3,6 +3,8 @@ editing its label, status (among those an operator may set), tokens and daily bu
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 from django.utils import timezone
 
@@ -86,7 +88,8 @@ class AccountForm(DailyBurnCapFormMixin, forms.ModelForm):
         current = self.instance.status
         if current and current not in ADMIN_SETTABLE_STATUSES:
             keep = (current, f"{AccountStatus(current).label} (kept; set by the proxy)")
-            self.fields["status"].choices = [keep, *SETTABLE_STATUS_CHOICES]
+            status = cast(forms.ChoiceField, self.fields["status"])  # the model's choices
+            status.choices = [keep, *SETTABLE_STATUS_CHOICES]
 
     def clean(self):
         cleaned = super().clean()

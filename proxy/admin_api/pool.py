@@ -134,10 +134,11 @@ def account_models(account: UpstreamAccount, *, now: datetime) -> list[dict]:
     if account.plan_type and snapshots.get(account.plan_type, {}).get("models"):
         return snapshots[account.plan_type]["models"]
     entries = run_coroutine(fetch_models(account, current_fingerprint()))
-    if entries and account.plan_type:
+    plan = account.plan_type
+    if entries and plan:
         snapshot = {"models": entries, "fetchedAt": now.isoformat()}
         # Only this plan changes; whatever another writer stored meanwhile stays.
-        model_snapshots_update(lambda current: {**current, account.plan_type: snapshot})
+        model_snapshots_update(lambda current: {**current, plan: snapshot})
     return entries
 
 

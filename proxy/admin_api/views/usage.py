@@ -188,14 +188,14 @@ def _sums_figures(sums: CostSums) -> dict:
     ):
         figures[name] = number(value)
         figures[f"{name}Value"] = value
-    for name, value in (
+    for name, cost in (
         ("cost", sums.cost),
         ("actualCost", sums.actual_cost),
         # The original's console shows it; there is no separate account pricing here.
         ("accountCost", sums.actual_cost),
     ):
-        figures[name] = usd(value)
-        figures[f"{name}Value"] = round(value, 6)
+        figures[name] = usd(cost)
+        figures[f"{name}Value"] = round(cost, 6)
     figures["averageLatencyMs"] = milliseconds(average)
     figures["averageLatencyMsValue"] = round(average, 1) if average is not None else None
     return figures
