@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_closed
 from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.context import BotContext
@@ -38,7 +38,7 @@ def send_in_thread(
             return None
     logger.info("topic %s is closed: the answer goes to General", thread_id)
     return required(
-        "group reply (in General)", lambda: send(copy.closed_topic_reply(thread_id, text), None)
+        "group reply (in General)", lambda: send(texts.closed_topic_reply(thread_id, text), None)
     )
 
 

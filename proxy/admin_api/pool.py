@@ -25,9 +25,9 @@ from proxy import accounts as pool_accounts
 from proxy import redis_keys
 from proxy.background import run_coroutine
 from proxy.clients import codex
-from proxy.dispatch.failures import FailureKind, classify_failed_event, failure_from_error
-from proxy.dispatch.sse import OUTPUT_DELTA_EVENTS, SSEScanner
-from proxy.dispatch.upstream_request import ClientIdentity, request_headers
+from proxy.domain.failures import FailureKind, classify_failed_event, failure_from_error
+from proxy.domain.sse import OUTPUT_DELTA_EVENTS, SSEScanner
+from proxy.domain.upstream_request import ClientIdentity, request_headers
 from proxy.loop_resources import database_connection
 from proxy.quota import QuotaSnapshot, UsageFetchError, fetch_usage_payload, snapshot_from_usage
 from proxy.runtime_state import redis_client

@@ -21,30 +21,30 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from proxy.clients import codex
-from proxy.dispatch.failures import (
-    AttemptFailure,
-    FailureKind,
-    classify_failed_event,
-    failure_from_error,
-)
 from proxy.dispatch.progress import is_empty_completion, observe
-from proxy.dispatch.scheduler import Slot
-from proxy.dispatch.sse import (
-    SUCCESS_TERMINAL_EVENTS,
-    Frame,
-    SSEFrameTooLarge,
-    SSEScanner,
-    frames_of,
-)
 from proxy.dispatch.transport_choice import encode_body, falls_back_to_http, open_stream
-from proxy.dispatch.types import (
+from proxy.domain.dispatch_types import (
     Committed,
     CompactResult,
     DispatchRequest,
     RequestTiming,
     StreamProgress,
 )
-from proxy.dispatch.upstream_request import compact_body, scoped_body
+from proxy.domain.failures import (
+    AttemptFailure,
+    FailureKind,
+    classify_failed_event,
+    failure_from_error,
+)
+from proxy.domain.slots import Slot
+from proxy.domain.sse import (
+    SUCCESS_TERMINAL_EVENTS,
+    Frame,
+    SSEFrameTooLarge,
+    SSEScanner,
+    frames_of,
+)
+from proxy.domain.upstream_request import compact_body, scoped_body
 
 COMMIT_PREFETCH_LIMIT = 64 * 1024
 

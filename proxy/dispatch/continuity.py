@@ -40,12 +40,12 @@ from django.utils import timezone
 from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
-from proxy.dispatch.conversation import stable_key
-from proxy.dispatch.failures import AttemptFailure, FailureKind, history_error_code
 from proxy.dispatch.ledger_ownership import ledger_verdict
-from proxy.dispatch.replay import MAX_DEPTH, reconstruct, replay_body
-from proxy.dispatch.types import DispatchReport, DispatchRequest, StreamEnd
-from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.domain.conversation import stable_key
+from proxy.domain.dispatch_types import DispatchReport, DispatchRequest, StreamEnd
+from proxy.domain.failures import AttemptFailure, FailureKind, history_error_code
+from proxy.domain.replay import MAX_DEPTH, reconstruct, replay_body
+from proxy.domain.upstream_request import ClientIdentity
 from proxy.ledger.affinity import AffinityWrite, wait_if_pending
 from proxy.loop_resources import async_redis
 
@@ -62,7 +62,7 @@ MAX_RESPONSE_ID_LENGTH = 256
 # turns last in it; every field before them is a string, number or list of strings, whose
 # quotes JSON escapes, so the first unescaped ', "replay": ' is the record's own. A record in
 # another shape is returned whole. (A conversation's preference, spec §5.2, is looked up by the
-# scheduler's order-and-acquire script: proxy.dispatch.scheduler.)
+# scheduler's order-and-acquire script: proxy.scheduling.scheduler.)
 _LOOKUP = """
 local raw = redis.call('GET', KEYS[1])
 if not raw then return false end

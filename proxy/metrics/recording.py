@@ -1,5 +1,5 @@
 """What fills the instruments: the finished dispatch report (one call, from
-``proxy/request_outcome.py``), each token refresh, each written ledger batch. Never raises:
+``proxy/dispatch/request_outcome.py``), each token refresh, each written ledger batch. Never raises:
 a metric must not fail a request."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from proxy.dispatch.types import DispatchReport
+from proxy.domain.dispatch_types import DispatchReport
 from proxy.metrics import instruments
 
 logger = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import uuid
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from proxy.chat import ChatRequestInvalid
-from proxy.dispatch.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
-from proxy.dispatch.sse import DONE_FRAME, failure_event
-from proxy.dispatch.upstream_request import InvalidHeaderValue
+from proxy.domain.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
+from proxy.domain.sse import DONE_FRAME, failure_event
+from proxy.domain.upstream_request import InvalidHeaderValue
 from proxy.v1.failures import record_unexpected_failure
 
 logger = logging.getLogger("proxy.v1")

@@ -44,8 +44,8 @@ from django.http import HttpRequest, HttpResponse
 from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
-from proxy.dispatch.client_errors import ClientError, ClientFailure
-from proxy.dispatch.sse import SERVER_SHUTDOWN
+from proxy.domain.client_errors import ClientError, ClientFailure
+from proxy.domain.sse import SERVER_SHUTDOWN
 from proxy.loop_resources import async_redis
 from proxy.v1.common import SAFE_UPSTREAM_HEADERS
 

@@ -13,15 +13,15 @@ import redis
 from django.conf import settings
 
 from proxy import redis_keys
-from proxy.dispatch import scheduler
-from proxy.dispatch.fair_admission import (
+from proxy.domain.slots import SchedulerSettings
+from proxy.scheduling import scheduler
+from proxy.scheduling.fair_admission import (
     FRONT_PAUSE_SECONDS,
     REGISTRY_TTL_MS,
     WAITER_STALE_MS,
     Waiter,
 )
-from proxy.dispatch.ranking import rank
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.scheduling.ranking import rank
 from tests.proxy.factories import make_account_view
 
 ONE_SLOT = SchedulerSettings(strategy="smart", max_concurrent_per_account=1, request_interval_ms=0)

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from proxy import redis_keys
-from proxy.dispatch.client_errors import ClientError
+from proxy.domain.client_errors import ClientError
 from proxy.services.client_api_keys import client_api_key_create
 from telemetry.models import UsageRecord
 from tests.fakes.codex import Reply

@@ -144,7 +144,7 @@ def stream_disconnected_event(response_id: str | None, detail: str | None = None
 
 
 # The cancellation message the /v1 handler gives a request's view when the server's graceful
-# stop ran out of time (config/v1_handler.py); the relay then ends the stream with
+# stop ran out of time (proxy/v1/handler.py); the relay then ends the stream with
 # ``server_shutdown_event`` instead of just stopping.
 SERVER_SHUTDOWN = "server_shutdown"
 SERVER_SHUTDOWN_MESSAGE = "The server is shutting down; retry the request"

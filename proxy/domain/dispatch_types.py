@@ -2,7 +2,7 @@
 
 ``DispatchRequest`` is built by the view from a validated client request; ``Dispatch`` fills an
 ``AttemptNote`` per attempt and ends with one ``DispatchReport``, which the ledger turns into
-facts. ``ClientFailure`` (defined in ``proxy.dispatch.client_errors``, re-exported here) is the
+facts. ``ClientFailure`` (defined in ``proxy.domain.client_errors``, re-exported here) is the
 one exception a dispatch (or a view's parsing) raises for an answer in the OpenAI error
 envelope; ``proxy.v1.errors.openai_errors`` maps it.
 """
@@ -18,15 +18,15 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.clients.codex import CodexStream, CodexWebSocketStream, FingerprintHeaders
-from proxy.dispatch.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
-from proxy.dispatch.conversation import local_conversation_id
-from proxy.dispatch.failures import AttemptFailure
-from proxy.dispatch.scheduler import SchedulerSettings, Slot
-from proxy.dispatch.sse import Frame, SSEScanner
-from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.domain.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
+from proxy.domain.conversation import local_conversation_id
+from proxy.domain.early_admission import EarlyAdmission, new_admission_id
+from proxy.domain.failures import AttemptFailure
+from proxy.domain.key_policy import KeyPolicy
+from proxy.domain.slots import SchedulerSettings, Slot
+from proxy.domain.sse import Frame, SSEScanner
+from proxy.domain.upstream_request import ClientIdentity
 from proxy.models_catalog import Catalog
-from proxy.policies.early import EarlyAdmission, new_admission_id
-from proxy.policies.rules import KeyPolicy
 
 
 @dataclass
@@ -71,7 +71,7 @@ class DispatchRequest:
     # request in the policy's Redis counters, ``key_admitted`` says it holds a slot there and
     # ``key_reserved_micro`` what it reserved of the key's budget (micro-USD).
     # ``early_admission``: the admission the /v1 handler made before the body was read, for
-    # the dispatch to take over (``proxy.policies.early``).
+    # the dispatch to take over (``proxy.domain.early_admission``).
     key_policy: KeyPolicy | None = None
     early_admission: EarlyAdmission | None = None
     admission_id: str = field(default_factory=new_admission_id)

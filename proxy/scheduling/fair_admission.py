@@ -37,7 +37,7 @@ from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.accounts import AccountView
-from proxy.dispatch.scheduler import SchedulerSettings, Slot
+from proxy.domain.slots import SchedulerSettings, Slot
 from proxy.loop_resources import async_redis
 
 logger = logging.getLogger(__name__)

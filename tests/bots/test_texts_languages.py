@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.utils import translation
 
-from bots import copy
+from bots import texts
 from bots.conf import bot_language, parse_bot_language
 from bots.selectors import VERIFICATION_MODES
 from bots.selfcheck import environment_problems
@@ -24,7 +24,7 @@ CATALOGUE = PROJECT_ROOT / "bots" / "locale" / "en" / "LC_MESSAGES"
 CHINESE = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
 PLACEHOLDER = re.compile(r"\{(\w*)\}")
 
-# A value for every parameter name the copy functions take.
+# A value for every parameter name the text functions take.
 ARGUMENTS = {
     "question": "3 + 4 = ?",
     "limit": 20,
@@ -57,50 +57,50 @@ ARGUMENTS = {
 }
 
 
-def _copy_functions() -> list:
+def _text_functions() -> list:
     return [
         function
-        for name, function in inspect.getmembers(copy, inspect.isfunction)
-        if function.__module__ == copy.__name__ and not name.startswith("_")
+        for name, function in inspect.getmembers(texts, inspect.isfunction)
+        if function.__module__ == texts.__name__ and not name.startswith("_")
     ]
 
 
 def _renderings() -> list[tuple[str, str]]:
-    """(function name, text) for every text the copy module can produce, in the bot's language;
+    """(function name, text) for every text the texts module can produce, in the bot's language;
     functions with a choice of texts are rendered with every choice."""
-    texts = []
-    for function in _copy_functions():
+    rendered = []
+    for function in _text_functions():
         name = function.__name__
         if name == "help_text":
-            texts.extend(
+            rendered.extend(
                 (name, function(verification_enabled=enabled, mode=mode))
                 for enabled in (True, False)
                 for mode in VERIFICATION_MODES
             )
         elif name == "verification_mode_current":
-            texts.extend(
+            rendered.extend(
                 (name, function(mode=mode, enabled=enabled))
                 for enabled in (True, False)
                 for mode in VERIFICATION_MODES
             )
         elif name == "mode_label":
-            texts.extend((name, function(mode)) for mode in VERIFICATION_MODES)
+            rendered.extend((name, function(mode)) for mode in VERIFICATION_MODES)
         elif name == "command_menu":
-            texts.extend((name, description) for _, description in function())
+            rendered.extend((name, description) for _, description in function())
         else:
             parameters = inspect.signature(function).parameters
-            texts.append((name, function(**{key: ARGUMENTS[key] for key in parameters})))
-    return texts
+            rendered.append((name, function(**{key: ARGUMENTS[key] for key in parameters})))
+    return rendered
 
 
 def _source_messages() -> list[str]:
-    """Every message id of bots/copy.py: the literal argument of each ``_(...)`` call."""
-    tree = ast.parse((PROJECT_ROOT / "bots" / "copy.py").read_text())
+    """Every message id of bots/texts.py: the literal argument of each ``_(...)`` call."""
+    tree = ast.parse((PROJECT_ROOT / "bots" / "texts.py").read_text())
     messages = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_":
             [argument] = node.args
-            assert isinstance(argument, ast.Constant), "copy texts must be literal strings"
+            assert isinstance(argument, ast.Constant), "the texts must be literal strings"
             messages.append(argument.value)
     return messages
 
@@ -146,7 +146,7 @@ def english(settings):
 # ------------------------------------------------------------------ the catalogue
 
 
-def test_the_catalogue_holds_exactly_the_messages_of_the_copy_module():
+def test_the_catalogue_holds_exactly_the_messages_of_the_texts_module():
     entries, flags = parse_po((CATALOGUE / "django.po").read_text())
 
     assert set(entries) == set(_source_messages())
@@ -185,7 +185,7 @@ def test_the_renderings_reach_every_function_and_every_message(english, monkeypa
     renderings = _renderings()
     names = {name for name, _ in renderings}
 
-    assert names == {function.__name__ for function in _copy_functions()}
+    assert names == {function.__name__ for function in _text_functions()}
     assert set(looked_up) == set(_source_messages())
     assert [name for name, text in renderings if not text.strip()] == []
 
@@ -194,11 +194,11 @@ def test_every_english_translation_shows_up_in_some_english_rendering(english):
     """Every msgstr of the catalogue, its placeholders filled in any way, is part of a text the
     bot says in English: no translation is dead, and no rendering skips one."""
     entries, _ = parse_po((CATALOGUE / "django.po").read_text())
-    texts = [text for _, text in _renderings()]
+    rendered = [text for _, text in _renderings()]
 
     def shown(translation_text: str) -> bool:
         fragments = [piece for piece in re.split(r"\{\w*\}", translation_text) if piece]
-        return any(all(piece in text for piece in fragments) for text in texts)
+        return any(all(piece in text for piece in fragments) for text in rendered)
 
     assert [msgstr for msgstr in entries.values() if not shown(msgstr)] == []
 
@@ -206,10 +206,10 @@ def test_every_english_translation_shows_up_in_some_english_rendering(english):
 def test_chinese_is_the_default_and_renders_every_message(settings):
     settings.BOT_LANGUAGE = None
 
-    texts = _renderings()
+    rendered = _renderings()
 
-    assert [name for name, text in texts if not CHINESE.search(text)] == []
-    assert copy.ban_notice() == "你已被禁言，发送的消息不会送达客服。"
+    assert [name for name, text in rendered if not CHINESE.search(text)] == []
+    assert texts.ban_notice() == "你已被禁言，发送的消息不会送达客服。"
 
 
 def test_english_renders_every_message_without_a_chinese_character(english):
@@ -217,8 +217,8 @@ def test_english_renders_every_message_without_a_chinese_character(english):
 
     untranslated = [label for label, text in english_texts if CHINESE.search(text)]
     assert untranslated == []
-    assert copy.ban_notice() == "You have been muted: your messages will not reach support."
-    assert copy.config_missing(["A", "B"]) == "config missing: A, B"
+    assert texts.ban_notice() == "You have been muted: your messages will not reach support."
+    assert texts.config_missing(["A", "B"]) == "config missing: A, B"
 
 
 def test_both_languages_differ_for_every_message(settings):
@@ -234,10 +234,10 @@ def test_both_languages_differ_for_every_message(settings):
 def test_the_bot_language_does_not_follow_the_active_request_language(settings):
     settings.BOT_LANGUAGE = "zh"
     with translation.override("en"):
-        assert copy.note_cleared() == "备注已清除。"
+        assert texts.note_cleared() == "备注已清除。"
     settings.BOT_LANGUAGE = "en"
     with translation.override("zh-hans"):
-        assert copy.note_cleared() == "Note cleared."
+        assert texts.note_cleared() == "Note cleared."
     assert translation.get_language() == "en-us"  # nothing left activated
 
 
@@ -257,8 +257,8 @@ def test_an_unknown_bot_language_falls_back_to_chinese_and_selfcheck_names_it(se
     settings.BOT_LANGUAGE = raw
 
     assert bot_language() == "zh"
-    assert copy.note_cleared() == "备注已清除。"
-    assert copy.check_bot_language_invalid() in environment_problems()
+    assert texts.note_cleared() == "备注已清除。"
+    assert texts.check_bot_language_invalid() in environment_problems()
 
 
 def test_a_valid_bot_language_is_no_selfcheck_item(settings):

@@ -8,7 +8,7 @@ have two conversations — neither is steered to the other's account nor shares 
 upstream socket.
 
 The local conversation id is never sent upstream; the per-account pseudonyms of the client's
-own ids are (``proxy.dispatch.upstream_request``).
+own ids are (``proxy.domain.upstream_request``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from proxy import identity
-from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.domain.upstream_request import ClientIdentity
 
 _INSTRUCTIONS_PREFIX = 2000
 # Leading <system-reminder>…</system-reminder> blocks (and the space around them) change from

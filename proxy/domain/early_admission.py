@@ -11,21 +11,25 @@ the body's model or size asks for more).
 
 A request that ends before a dispatch took its admission over (a 400, a 404, a 403 for its
 model, an idempotent replay, the client gone while sending the body) gives the admission back
-(``withdraw_if_not_taken``): its in-flight member and its entry in the requests window are
-removed, so it counted for nothing — as a request refused after its body always did.
+(``proxy.policies.admission.withdraw_if_not_taken``): its in-flight member and its entry in the
+requests window are removed, so it counted for nothing — as a request refused after its body
+always did.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
 import secrets
 import time
 
-from proxy.policies import counters
-from proxy.policies.rules import KeyPolicy
+from proxy.domain.key_policy import KeyPolicy
 
-logger = logging.getLogger(__name__)
+
+def in_flight_member(admission_id: str, reserved_micro: int) -> str:
+    """A request's member of the in-flight ZSET: its admission id and the micro-USD it
+    reserved of the key's budget (0 without one), so the reservation goes wherever the
+    member goes."""
+    return f"{admission_id}:{reserved_micro}"
 
 
 def new_admission_id() -> str:
@@ -42,7 +46,7 @@ class _State(enum.Enum):
 class EarlyAdmission:
     """One request's admission by its key's policy, made before its body was read.
 
-    ``take_over`` and ``withdraw_if_not_taken`` run on the request's event loop: the state
+    ``take_over`` and ``withdraw`` run on the request's event loop: the state
     changes without an ``await`` in between, so exactly one of them wins."""
 
     def __init__(
@@ -68,7 +72,7 @@ class EarlyAdmission:
     @property
     def member(self) -> str:
         """Its member of the key's in-flight ZSET."""
-        return counters.in_flight_member(self.admission_id, self.reserved_micro)
+        return in_flight_member(self.admission_id, self.reserved_micro)
 
     def age_seconds(self) -> float:
         """How long ago it was admitted (its member's last sign of life)."""
@@ -87,13 +91,10 @@ class EarlyAdmission:
         self._state = _State.TAKEN
         return True
 
-    async def withdraw_if_not_taken(self) -> None:
-        """Give the admission back unless a dispatch took it (never raises: a member that
-        could not be removed lapses after the slot TTL, like a crashed worker's)."""
+    def withdraw(self) -> bool:
+        """Give the admission back unless a dispatch took it: True once, when it was pending
+        (the caller then removes its counters, ``admission.withdraw_if_not_taken``)."""
         if self._state is not _State.PENDING:
-            return
+            return False
         self._state = _State.WITHDRAWN
-        try:
-            await counters.withdraw(self.policy, self.admission_id, self.member)
-        except Exception:
-            logger.warning("key policy admission not given back; it lapses", exc_info=True)
+        return True

@@ -15,15 +15,11 @@ import time
 from django.utils import timezone
 
 from proxy.accounts import AccountView
-from proxy.dispatch import scheduler
-from proxy.dispatch.fair_admission import Waiter
-from proxy.dispatch.ranking import rank
-from proxy.dispatch.scheduler import (
-    ConversationLookup,
-    SchedulerSettings,
-    Slot,
-    WaitPolicy,
-)
+from proxy.domain.slots import SchedulerSettings, Slot
+from proxy.scheduling import scheduler
+from proxy.scheduling.fair_admission import Waiter
+from proxy.scheduling.ranking import rank
+from proxy.scheduling.scheduler import ConversationLookup, WaitPolicy
 from proxy.selectors import still_eligible
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.dispatch.wire_identity import (
+from proxy.domain.wire_identity import (
     TOP_LEVEL_KEYS,
     AccountScope,
     scope_metadata,

@@ -7,7 +7,7 @@ recorded, both from the same report and ledger entry, so they agree with the usa
 
 from __future__ import annotations
 
-from proxy.dispatch.types import DispatchReport
+from proxy.domain.dispatch_types import DispatchReport
 from proxy.ledger.entries import LedgerEntry
 from proxy.metrics.recording import record_dispatch
 from proxy.policies import admission

@@ -6,7 +6,7 @@ strategy's load factor comes from live slot counts), and takes a concurrency slo
 account that has one free; one Lua call releases it. Slots are ZSET members scored by their
 start time: a slot older than the TTL (a crashed worker's) is reclaimed on the next acquire, and
 every running call — stream, non-stream read, compact — refreshes its slot's score
-(``proxy.dispatch.keep_alive``) so long responses keep counting.
+(``proxy.scheduling.keep_alive``) so long responses keep counting.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from redis.commands.core import AsyncScript
 
 from proxy import redis_keys
 from proxy.accounts import AccountView
-from proxy.dispatch.ranking import Ranking
+from proxy.domain.slots import SchedulerSettings, Slot
 from proxy.ledger import affinity
 from proxy.loop_resources import async_redis
 from proxy.runtime_state.script_calls import ScriptCall
+from proxy.scheduling.ranking import Ranking
 
 logger = logging.getLogger(__name__)
 
@@ -162,27 +163,6 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[2] == '1' then redis.call('DEL', KEYS[2], KEYS[3]) end
 return 1
 """
-
-
-@dataclass(frozen=True)
-class SchedulerSettings:
-    strategy: str
-    max_concurrent_per_account: int
-    request_interval_ms: int
-
-    @property
-    def slot_ttl_ms(self) -> int:
-        return settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
-
-
-@dataclass
-class Slot:
-    """A concurrency slot held on ``account``; ``previous_start_ms`` is the start of the most
-    recent other in-flight request on it (for the pacing interval), or None."""
-
-    account: AccountView
-    slot_id: str
-    previous_start_ms: int | None
 
 
 # ----------------------------------------------------------------------------- Redis calls
@@ -361,7 +341,7 @@ def queue_heartbeat(pipeline, slot: Slot, *, at_ms: int, ttl_ms: int) -> None:
 
 
 async def heartbeat(slot: Slot, ttl_ms: int) -> None:
-    """Mark a long-running slot as alive (one round trip; ``proxy.dispatch.keep_alive`` does
+    """Mark a long-running slot as alive (one round trip; ``proxy.scheduling.keep_alive`` does
     this, with the key's in-flight entry, for every call while it runs). Never raises."""
     try:
         redis = await async_redis.get()

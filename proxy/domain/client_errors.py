@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.dispatch.failures import (
+from proxy.domain.failures import (
     EXHAUSTED_LABELS,
     ROTATING_KINDS,
     AttemptFailure,

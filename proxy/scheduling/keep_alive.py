@@ -1,6 +1,6 @@
 """Signs of life for a call that is still running (issue 34 item 6).
 
-An account slot (``proxy.dispatch.scheduler``) and a key's in-flight entry
+An account slot (``proxy.scheduling.scheduler``) and a key's in-flight entry
 (``proxy.policies.counters``) are ZSET members scored by their last sign of life; members older
 than ``SCHEDULER_SLOT_TTL_SECONDS`` count as a crashed worker's and are dropped by the next
 acquire or admission. A call that simply takes longer than the TTL — a stream, a non-stream
@@ -22,10 +22,11 @@ import time
 
 from django.conf import settings
 
-from proxy.dispatch.scheduler import Slot, queue_heartbeat
-from proxy.dispatch.types import DispatchRequest
+from proxy.domain.dispatch_types import DispatchRequest
+from proxy.domain.slots import Slot
 from proxy.loop_resources import async_redis
 from proxy.policies import admission, counters
+from proxy.scheduling.scheduler import queue_heartbeat
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Ranking the candidates by the rotation strategy (spec §3.4), pure: no I/O.
 
 ``rank`` gives the order and a base score per account; the scheduler's Lua call
-(``proxy.dispatch.scheduler.order_and_acquire``) adds the live load term, rotates ties with
+(``proxy.scheduling.scheduler.order_and_acquire``) adds the live load term, rotates ties with
 the shared cursor and takes the slot.
 """
 
