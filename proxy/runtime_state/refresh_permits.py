@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
+from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 
@@ -20,15 +21,7 @@ from proxy.runtime_state import redis_client
 PERMIT_TTL_MS = 120_000
 
 # KEYS[1] permits ZSET; ARGV: now_ms, limit, permit id, ttl_ms
-_TAKE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[4])))
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
-  return 1
-end
-return 0
-"""
+_TAKE = lua_script("proxy", "refresh_permit_take")
 
 
 class PermitTimeout(Exception):

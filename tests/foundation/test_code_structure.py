@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("bots", "proxy", "telemetry", "config")
+PACKAGES = ("common", "bots", "proxy", "telemetry", "config")
 MAX_PROXY_MODULE_LINES = 420  # "~400": a module past it is split into a package
 HTTP_LIBRARIES = {"aiohttp", "requests", "httpx", "urllib3", "urllib.request", "http.client"}
 # Modules that import an HTTP library without calling an outside service, and why.
