@@ -19,6 +19,9 @@ HTTP_WITHOUT_OUTSIDE_CALLS = {
     "proxy/loop_resources.py",
     # Polls the project's own /healthz on 127.0.0.1 while starting the processes.
     "config/run.py",
+    # Builds the apps' outgoing sessions (timeouts, trust_env, no retries); the calls are the
+    # apps' clients/ modules.
+    "common/outgoing_http.py",
 }
 
 
