@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import io
 import logging
-import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -46,6 +45,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonR
 from django.http.cookie import parse_cookie
 from django.utils.log import log_response
 
+from common import clock
 from config.middleware import resolve_forwarded_request
 from proxy.admin_api.authentication import admin_credentials_refusal
 from proxy.admin_api.envelope import BodyCode, error_body
@@ -138,9 +138,9 @@ class APIHandler(ASGIHandler):
         limit = settings.V1_MAX_BODY_BYTES
         timing = request.cpr_timing
         while True:
-            waiting = time.monotonic()
+            waiting = clock.monotonic()
             message = await receive()
-            timing.client_wait += time.monotonic() - waiting
+            timing.client_wait += clock.monotonic() - waiting
             if message["type"] == "http.disconnect":
                 return  # the client left before the request was complete
             body_file.write(message.get("body", b""))

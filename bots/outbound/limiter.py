@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from django_redis import get_redis_connection
 
 from bots import redis_keys
+from common import clock
 from common.redis_scripts import lua_script
 
 
@@ -170,7 +171,7 @@ class OutboundLimiter:
         bot_id: int,
         limits: Limits = TELEGRAM_LIMITS,
         sleep: Callable[[float], None] = time.sleep,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clock.monotonic,
     ) -> None:
         self.bot_id = bot_id
         self.limits = limits

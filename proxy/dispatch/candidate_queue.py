@@ -10,10 +10,10 @@ client key's turn (``fair_admission``). Each account is tried at most once.
 from __future__ import annotations
 
 import asyncio
-import time
 
 from django.utils import timezone
 
+from common import clock
 from proxy.accounts import AccountView
 from proxy.dispatch import scheduler
 from proxy.dispatch.fair_admission import Waiter
@@ -102,7 +102,7 @@ class CandidateQueue:
         (one Redis call per poll); the account that frees up is re-read before it is used and
         dropped if it may no longer serve. The request's place in the fair-admission registry
         is given up however the wait ends."""
-        deadline = time.monotonic() + self._wait.timeout_seconds
+        deadline = clock.monotonic() + self._wait.timeout_seconds
         pause = self._wait.first_pause
         waiter = Waiter(client_key_id)
         try:
@@ -116,7 +116,7 @@ class CandidateQueue:
                     # once (the waiter joins again with its arrival number).
                     await scheduler.release(slot)
                     continue
-                if time.monotonic() >= deadline:
+                if clock.monotonic() >= deadline:
                     self.timed_out = True
                     return None
                 await asyncio.sleep(waiter.pause_seconds(pause))

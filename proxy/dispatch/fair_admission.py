@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Sequence
 
 from redis.commands.core import AsyncScript
 
+from common import clock
 from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.accounts import AccountView
@@ -76,10 +76,6 @@ _SCRIPTS = {
 }
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -118,7 +114,7 @@ class Waiter:
         call. ``now_ms`` (tests) replaces the clock."""
         if not accounts:
             return None
-        now = _now_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         slot_id = os.urandom(12).hex()
         candidates = tuple(account.id for account in accounts)
         keys = [

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from redis.commands.core import AsyncScript
 
+from common import clock
 from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.accounts import AccountView
@@ -79,10 +79,6 @@ class Slot:
 # ----------------------------------------------------------------------------- Redis calls
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 # Built once: each script's SHA is computed here, and every call is one EVALSHA (a server that
 # does not know the script yet gets it loaded once).
 _SCRIPTS = {
@@ -135,7 +131,7 @@ async def order_and_acquire(
     accounts = ranking.accounts
     if not accounts:
         return [], None, None
-    now = _now_ms()
+    now = clock.now_ms()
     slot_id = os.urandom(12).hex()
     keys = [redis_keys.scheduler_cursor()] + [
         redis_keys.account_slots(account.id) for account in accounts
@@ -180,7 +176,7 @@ async def acquire_first_free(
     call. None when every one of them is full."""
     if not accounts:
         return None
-    now = _now_ms()
+    now = clock.now_ms()
     slot_id = os.urandom(12).hex()
     position, previous = await _run_script(
         "first_free",
@@ -257,7 +253,7 @@ async def heartbeat(slot: Slot, ttl_ms: int) -> None:
     try:
         redis = await async_redis.get()
         async with redis.pipeline(transaction=True) as pipeline:
-            queue_heartbeat(pipeline, slot, at_ms=_now_ms(), ttl_ms=ttl_ms)
+            queue_heartbeat(pipeline, slot, at_ms=clock.now_ms(), ttl_ms=ttl_ms)
             await pipeline.execute()
     except Exception:
         logger.warning("slot heartbeat failed", exc_info=True)
@@ -270,7 +266,7 @@ async def pace(slot: Slot, interval_ms: int) -> None:
     """
     if interval_ms <= 0 or slot.previous_start_ms is None:
         return
-    wait_ms = interval_ms - (_now_ms() - slot.previous_start_ms)
+    wait_ms = interval_ms - (clock.now_ms() - slot.previous_start_ms)
     if wait_ms > 0:
         await asyncio.sleep(wait_ms / 1000)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -12,6 +11,7 @@ from typing import TypeVar
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 
+from common import clock
 from proxy import json_parse
 from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.client_errors import ClientError, ClientFailure
@@ -152,7 +152,7 @@ async def admit_before_body(request: HttpRequest) -> HttpResponse | None:
         request.path_info,
         outcome.error.status,
         client.key_id,
-        elapsed_seconds=time.monotonic() - request_timing(request).arrived,
+        elapsed_seconds=clock.monotonic() - request_timing(request).arrived,
     )
     failure = ClientFailure(outcome.error, retry_after=outcome.retry_after_seconds)
     return failure_response(failure, request_id)

@@ -37,3 +37,13 @@ def test_after_frozen_the_real_clocks_are_back():
 
     assert abs(clock.now_seconds() - time.time()) < 5
     assert abs(clock.monotonic() - time.monotonic()) < 1
+
+
+def test_sleep_on_a_frozen_clock_advances_it_at_once():
+    with clock.frozen(AT, monotonic_at=0.0):
+        started = time.monotonic()
+        clock.sleep(3600)
+        slept = (clock.now(), clock.monotonic(), time.monotonic() - started)
+
+    assert slept[:2] == (AT + timedelta(hours=1), 3600.0)
+    assert slept[2] < 1
