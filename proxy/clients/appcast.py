@@ -15,6 +15,8 @@ import requests
 from defusedxml import ElementTree
 from django.conf import settings
 
+from proxy.clients.outgoing import outgoing_session
+
 TIMEOUT_SECONDS = 30
 MAX_BYTES = 1024 * 1024
 SPARKLE = "{http://www.andymatuschak.org/xml-namespaces/sparkle}"
@@ -44,8 +46,7 @@ class Release:
 
 def fetch_latest_release(session: requests.Session | None = None) -> Release:
     """The newest release the appcast announces."""
-    http = session or requests.Session()
-    http.trust_env = False
+    http = session or outgoing_session(timeout=TIMEOUT_SECONDS, pool_connections=1, pool_maxsize=1)
     try:
         with http.get(
             settings.CODEX_APPCAST_URL, timeout=TIMEOUT_SECONDS, stream=True, allow_redirects=True

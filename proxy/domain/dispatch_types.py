@@ -10,12 +10,12 @@ envelope; ``proxy.v1.errors.openai_errors`` maps it.
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.utils import timezone
 
+from common import clock
 from proxy.accounts import AccountView
 from proxy.clients.codex import CodexStream, CodexWebSocketStream, FingerprintHeaders
 from proxy.domain.client_errors import ClientError, ClientFailure  # noqa: F401 - part of the types
@@ -35,13 +35,13 @@ class RequestTiming:
     handler stamps its arrival and the wait for the client's body; the attempts add the time
     spent waiting for the upstream calls that answer it (failed attempts included)."""
 
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=clock.monotonic)
     client_wait: float = 0.0
     upstream_wait: float = 0.0
 
     def overhead_ms(self, *, now: float | None = None) -> float:
         """Milliseconds the proxy itself added before the answer's first byte (now)."""
-        now = time.monotonic() if now is None else now
+        now = clock.monotonic() if now is None else now
         spent = now - self.arrived - self.client_wait - self.upstream_wait
         return max(0.0, spent * 1000)
 
@@ -82,7 +82,7 @@ class DispatchRequest:
     # The client's raw body size in bytes.
     body_bytes: int = 0
     started_at: datetime = field(default_factory=timezone.now)
-    started_monotonic: float = field(default_factory=time.monotonic)
+    started_monotonic: float = field(default_factory=clock.monotonic)
     timing: RequestTiming = field(default_factory=RequestTiming)
 
     @property
@@ -97,7 +97,7 @@ class DispatchRequest:
         return local_conversation_id(self.body, self.client_identity, self.client_api_key_id)
 
     def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.started_monotonic) * 1000)
+        return int((clock.monotonic() - self.started_monotonic) * 1000)
 
 
 @dataclass

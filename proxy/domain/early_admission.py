@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import enum
 import secrets
-import time
 
+from common import clock
 from proxy.domain.key_policy import KeyPolicy
 
 
@@ -66,7 +66,7 @@ class EarlyAdmission:
         # knows without Redis whether the body's estimate is more than was reserved.
         self.key_high_micro = key_high_micro
         self.model_highs = model_highs or {}
-        self._admitted_monotonic = time.monotonic()
+        self._admitted_monotonic = clock.monotonic()
         self._state = _State.PENDING
 
     @property
@@ -76,7 +76,7 @@ class EarlyAdmission:
 
     def age_seconds(self) -> float:
         """How long ago it was admitted (its member's last sign of life)."""
-        return time.monotonic() - self._admitted_monotonic
+        return clock.monotonic() - self._admitted_monotonic
 
     @property
     def pending(self) -> bool:

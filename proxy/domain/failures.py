@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from common import clock
 from proxy.clients.codex import (
     ERROR_BODY_READ_CAP,  # noqa: F401 - re-exported: how much of an error body is read
     CodexContinuationUnavailable,
@@ -157,9 +158,7 @@ def retry_after_seconds(headers: dict[str, str], body: bytes) -> float | None:
             return max(0.0, float(value))
     resets_at = error.get("resets_at")
     if isinstance(resets_at, int | float):
-        import time
-
-        return max(0.0, resets_at - time.time())
+        return max(0.0, resets_at - clock.now_seconds())
     match = re.search(r"try again in (\d+(?:\.\d+)?)(ms|s)", str(error.get("message", "")))
     if match:
         amount = float(match.group(1))

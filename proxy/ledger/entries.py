@@ -6,13 +6,13 @@ later, in batches. Facts are telemetry's typed ``UsageFact`` / ``ErrorFact``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
+from common import clock
 from proxy.domain.client_errors import failed_event_status, ops_message
 from proxy.domain.dispatch_types import DispatchReport, Served
 from proxy.domain.failures import ROTATING_KINDS, FailureKind
@@ -45,7 +45,7 @@ class LedgerEntry:
     quota_syncs: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     models_etag: str | None = None
     # When the request ended (the ledger's lag is measured from here).
-    finished_monotonic: float = field(default_factory=time.monotonic)
+    finished_monotonic: float = field(default_factory=clock.monotonic)
 
 
 def _request_summary(body: dict) -> dict[str, Any]:

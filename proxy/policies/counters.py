@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from redis.commands.core import AsyncScript
 
+from common import clock
 from proxy import redis_keys
 from proxy.domain.key_policy import WINDOW_SECONDS, KeyPolicy, tokens_window_start
 from proxy.loop_resources import async_redis
@@ -75,10 +75,6 @@ _SCRIPTS = {
 
 def _limit(value: int | None) -> int:
     return NO_LIMIT if value is None else value
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def slot_ttl_ms() -> int:
@@ -345,7 +341,7 @@ def settle_call(
     period, _ = high_water_period(policy, periods)
     keys = [
         redis_keys.key_policy_in_flight(key_id),
-        redis_keys.key_policy_tokens(key_id, tokens_window_start(now_ms())),
+        redis_keys.key_policy_tokens(key_id, tokens_window_start(clock.now_ms())),
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
         redis_keys.key_policy_cost_high(key_id, period),

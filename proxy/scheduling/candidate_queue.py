@@ -10,10 +10,10 @@ client key's turn (``fair_admission``). Each account is tried at most once.
 from __future__ import annotations
 
 import asyncio
-import time
 
 from django.utils import timezone
 
+from common import clock
 from proxy.accounts import AccountView
 from proxy.domain.slots import SchedulerSettings, Slot
 from proxy.scheduling import scheduler
@@ -98,7 +98,7 @@ class CandidateQueue:
         (one Redis call per poll); the account that frees up is re-read before it is used and
         dropped if it may no longer serve. The request's place in the fair-admission registry
         is given up however the wait ends."""
-        deadline = time.monotonic() + self._wait.timeout_seconds
+        deadline = clock.monotonic() + self._wait.timeout_seconds
         pause = self._wait.first_pause
         waiter = Waiter(client_key_id)
         try:
@@ -112,7 +112,7 @@ class CandidateQueue:
                     # once (the waiter joins again with its arrival number).
                     await scheduler.release(slot)
                     continue
-                if time.monotonic() >= deadline:
+                if clock.monotonic() >= deadline:
                     self.timed_out = True
                     return None
                 await asyncio.sleep(waiter.pause_seconds(pause))

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from django.conf import settings
 
+from common import clock
 from proxy.domain.dispatch_types import DispatchRequest
 from proxy.domain.slots import Slot
 from proxy.loop_resources import async_redis
@@ -76,7 +76,7 @@ class KeepAlive:
         slot = self.slot
         if slot is None and member is None:
             return
-        at_ms = int(time.time() * 1000)
+        at_ms = clock.now_ms()
         try:
             redis = await async_redis.get()
             async with redis.pipeline(transaction=False) as pipeline:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from redis.commands.core import AsyncScript
 
+from common import clock
+from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.accounts import AccountView
 from proxy.domain.slots import SchedulerSettings, Slot
@@ -44,132 +45,18 @@ CURSOR_TTL_SECONDS = 7 * 24 * 3600
 # passed over; dangling index members removed on the way) goes first when it is a candidate:
 # the preference costs no round trip of its own. Returns {acquired id or '', latest other
 # start or '-1', preferred account id or '', the order...}.
-_ORDER_AND_ACQUIRE = """
-local strategy = ARGV[1]
-local now = tonumber(ARGV[2])
-local max_slots = tonumber(ARGV[4])
-local load_weight = tonumber(ARGV[7])
-local waiting = redis.call('EXISTS', KEYS[#KEYS]) == 1
-if redis.call('HGET', KEYS[1], 'strategy') ~= strategy then
-  redis.call('HSET', KEYS[1], 'strategy', strategy, 'cursor', 0)
-end
-local cursor = redis.call('HINCRBY', KEYS[1], 'cursor', 1) - 1
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[9]))
-local n = (#ARGV - 13) / 2
-local entries = {}
-local top = nil
-for i = 1, n do
-  local key = KEYS[i + 1]
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[3])
-  local slots = redis.call('ZCARD', key)
-  local score = tonumber(ARGV[13 + 2 * i]) + load_weight * (1 - slots / max_slots)
-  entries[i] = {index = i, id = ARGV[12 + 2 * i], score = score, slots = slots}
-  if top == nil or score > top then top = score end
-end
--- The record's own fields come first and its replay node (the client's turns) last: only the
--- part before the node is searched, so a client item carrying the same key is never taken for
--- the record's own (JSON escapes the quotes of string values: the first unescaped marker is
--- the record's).
-local function own_fields(raw)
-  local at = string.find(raw, ', "replay": ', 1, true)
-  if not at then return raw end
-  return string.sub(raw, 1, at)
-end
-local function field_of(raw, marker)
-  local at = string.find(raw, marker, 1, true)
-  if not at then return nil end
-  local from = at + string.len(marker)
-  local to = string.find(raw, '"', from, true)
-  if not to then return nil end
-  return string.sub(raw, from, to - 1)
-end
-local preferred = ''
-if ARGV[10] ~= '' then
-  local index_key = KEYS[n + 2]
-  local members = redis.call('ZREVRANGE', index_key, 0, tonumber(ARGV[12]) - 1)
-  for _, member in ipairs(members) do
-    local raw = redis.call('GET', ARGV[10] .. member)
-    if not raw then
-      redis.call('ZREM', index_key, member)
-    else
-      local own = own_fields(raw)
-      if ARGV[13] ~= '' and field_of(own, '"clientKeyId": "') == ARGV[13]
-          and field_of(own, '"variantHash": "') == ARGV[11] then
-        preferred = field_of(own, '{"accountId": "') or ''
-        break
-      end
-    end
-  end
-  if preferred ~= '' then
-    for i = 1, n do
-      if entries[i].id == preferred then entries[i].score = top + 10 end
-    end
-  end
-end
-table.sort(entries, function(a, b)
-  if a.score ~= b.score then return a.score > b.score end
-  return a.index < b.index
-end)
-if ARGV[8] == '1' then
-  local rotated = {}
-  local i = 1
-  while i <= n do
-    local j = i
-    while j < n and entries[j + 1].score == entries[i].score do j = j + 1 end
-    local size = j - i + 1
-    local shift = cursor % size
-    for k = 0, size - 1 do
-      rotated[#rotated + 1] = entries[i + ((k + shift) % size)]
-    end
-    i = j + 1
-  end
-  entries = rotated
-end
-local result = {'', '-1', preferred}
-for _, entry in ipairs(entries) do
-  result[#result + 1] = entry.id
-  if result[1] == '' and not waiting and entry.slots < max_slots then
-    local key = KEYS[entry.index + 1]
-    local latest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-    if #latest > 0 then result[2] = latest[2] end
-    redis.call('ZADD', key, now, ARGV[5])
-    redis.call('PEXPIRE', key, tonumber(ARGV[6]))
-    result[1] = entry.id
-  end
-end
-return result
-"""
+_ORDER_AND_ACQUIRE = lua_script("proxy", "scheduler_order_and_acquire")
 
 # KEYS: slot keys of the candidates in order; ARGV: now_ms, stale_before_ms, max_slots, slot_id,
 # slot_ttl_ms. Takes a slot on the first account with one free: {position (1-based), latest
 # other start or -1}, or {0, -1} when all are full.
-_ACQUIRE_FIRST_FREE = """
-for position, key in ipairs(KEYS) do
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ARGV[2])
-  if redis.call('ZCARD', key) < tonumber(ARGV[3]) then
-    local latest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-    redis.call('ZADD', key, tonumber(ARGV[1]), ARGV[4])
-    redis.call('PEXPIRE', key, tonumber(ARGV[5]))
-    if #latest > 0 then return {position, latest[2]} end
-    return {position, '-1'}
-  end
-end
-return {0, '-1'}
-"""
+_ACQUIRE_FIRST_FREE = lua_script("proxy", "scheduler_acquire_first_free")
 
 # KEYS[1] slot key, KEYS[2..3] Cloudflare counters; ARGV: slot_id, reset_cloudflare (1/0)
-_RELEASE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-if ARGV[2] == '1' then redis.call('DEL', KEYS[2], KEYS[3]) end
-return 1
-"""
+_RELEASE = lua_script("proxy", "scheduler_release")
 
 
 # ----------------------------------------------------------------------------- Redis calls
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # Built once: each script's SHA is computed here, and every call is one EVALSHA (a server that
@@ -224,7 +111,7 @@ async def order_and_acquire(
     accounts = ranking.accounts
     if not accounts:
         return [], None, None
-    now = _now_ms()
+    now = clock.now_ms()
     slot_id = os.urandom(12).hex()
     keys = [redis_keys.scheduler_cursor()] + [
         redis_keys.account_slots(account.id) for account in accounts
@@ -269,7 +156,7 @@ async def acquire_first_free(
     call. None when every one of them is full."""
     if not accounts:
         return None
-    now = _now_ms()
+    now = clock.now_ms()
     slot_id = os.urandom(12).hex()
     position, previous = await _run_script(
         "first_free",
@@ -346,7 +233,7 @@ async def heartbeat(slot: Slot, ttl_ms: int) -> None:
     try:
         redis = await async_redis.get()
         async with redis.pipeline(transaction=True) as pipeline:
-            queue_heartbeat(pipeline, slot, at_ms=_now_ms(), ttl_ms=ttl_ms)
+            queue_heartbeat(pipeline, slot, at_ms=clock.now_ms(), ttl_ms=ttl_ms)
             await pipeline.execute()
     except Exception:
         logger.warning("slot heartbeat failed", exc_info=True)
@@ -359,7 +246,7 @@ async def pace(slot: Slot, interval_ms: int) -> None:
     """
     if interval_ms <= 0 or slot.previous_start_ms is None:
         return
-    wait_ms = interval_ms - (_now_ms() - slot.previous_start_ms)
+    wait_ms = interval_ms - (clock.now_ms() - slot.previous_start_ms)
     if wait_ms > 0:
         await asyncio.sleep(wait_ms / 1000)
 

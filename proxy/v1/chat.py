@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Iterator
 
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from common import clock
 from proxy.chat import ChatStreamTranslator, chat_request_to_responses
 from proxy.dispatch.dispatcher import Dispatch
 from proxy.dispatch.relay import StreamEnding, StreamRelay
@@ -83,7 +83,9 @@ async def chat_completions(request: V1Request) -> HttpResponse:
         )
     )
     completion_id = f"chatcmpl-{secrets.token_hex(12)}"
-    translator = ChatStreamTranslator(plan, completion_id, int(time.time()), plan.requested_model)
+    translator = ChatStreamTranslator(
+        plan, completion_id, int(clock.now_seconds()), plan.requested_model
+    )
     if plan.stream:
         relay = await dispatch.stream()
         ending = StreamEnding()

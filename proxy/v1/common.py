@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -12,6 +11,7 @@ from typing import TypeVar
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 
+from common import clock
 from proxy import json_parse
 from proxy.catalog_cache import recognised_catalog
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
@@ -142,7 +142,7 @@ async def admit_before_body(v1: V1Request) -> HttpResponse | None:
         request.path_info,
         outcome.error.status,
         client.key_id,
-        elapsed_seconds=time.monotonic() - v1.timing.arrived,
+        elapsed_seconds=clock.monotonic() - v1.timing.arrived,
     )
     failure = ClientFailure(outcome.error, retry_after=outcome.retry_after_seconds)
     return failure_response(failure, request_id)

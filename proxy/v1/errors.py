@@ -24,7 +24,8 @@ INVALID_REQUEST = ClientError(
 )
 MODEL_NOT_FOUND = ClientError(404, "invalid_request_error", "model_not_found", "Model not found")
 # The client key could not be checked because the database did not answer: the truth, so the
-# client retries (a departure from the original's 401 for every failure, spec §1.2; README).
+# client retries (a departure from the original's 401 for every failure, spec §1.2;
+# docs/departures.md).
 DATABASE_UNAVAILABLE = ClientError(
     503,
     "server_error",

@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import io
 import logging
-import time
 from collections.abc import Callable, MutableMapping
 
 from django.conf import settings
@@ -44,6 +43,7 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.log import log_response
 
+from common import clock
 from proxy.domain.dispatch_types import RequestTiming
 from proxy.domain.sse import SERVER_SHUTDOWN
 from proxy.v1.body_memory import SERVER_BUSY, SERVER_BUSY_RETRY_AFTER_SECONDS, BodyHold
@@ -135,9 +135,9 @@ class APIHandler(ASGIHandler):
         limit = settings.V1_MAX_BODY_BYTES
         request, timing = v1.http, v1.timing
         while True:
-            waiting = time.monotonic()
+            waiting = clock.monotonic()
             message = await receive()
-            timing.client_wait += time.monotonic() - waiting
+            timing.client_wait += clock.monotonic() - waiting
             if message["type"] == "http.disconnect":
                 return  # the client left before the request was complete
             body_file.write(message.get("body", b""))

@@ -12,6 +12,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from common import clock
 from proxy import redis_keys
 from proxy.domain.slots import SchedulerSettings
 from proxy.scheduling import scheduler
@@ -115,7 +116,7 @@ def test_a_dead_waiter_keeps_its_turn_until_its_last_poll_is_stale(names):
     alive = Waiter(names("key-b"))
 
     async def scenario():
-        now = scheduler._now_ms()
+        now = clock.now_ms()
         slot = await scheduler.acquire(shared, ONE_SLOT)
         await dead.take_turn([shared], ONE_SLOT, now_ms=now)
         await alive.take_turn([shared], ONE_SLOT, now_ms=now)

@@ -196,7 +196,7 @@ def test_the_stored_answer_lives_for_the_ttl(proxy, upstream, client_key, redis_
 
 
 # ----------------------------------------------------------------------------- issue 34 item 9
-# The README's promise kept: a client that leaves does not cancel the call; claims are never
+# docs/proxy.md's promise kept: a client that leaves does not cancel the call; claims are never
 # overwritten; a claim outlives a long call. (The original has no Idempotency-Key at all:
 # peers.md B.4 — nothing of its is mirrored.)
 

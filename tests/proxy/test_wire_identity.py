@@ -54,7 +54,7 @@ def _pseudonym(*parts: str) -> bytes:
 
 
 def _wi(domain: str, account_id: str, key_id: str, value: str) -> str:
-    """The spec's formula with the client key beside the account (the README's departure)."""
+    """The spec's formula with the client key beside the account (docs/departures.md)."""
     digest = _pseudonym(domain, account_id, key_id, value)
     return "wi_" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
