@@ -10,6 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY common ./common
 COPY config ./config
 COPY bots ./bots
 COPY proxy ./proxy

@@ -45,7 +45,7 @@ bench-bot: $(INSTALLED)
 	$(PY) -m bench.bot_burst --throughput
 
 # Not part of `make test`: the whole system under load, faults and bad input, its invariants
-# checked (README, Reliability). DRILL_ARGS="--quick" for a few hundred requests.
+# checked (docs/reliability.md). DRILL_ARGS="--quick" for a few hundred requests.
 drill: $(INSTALLED)
 	$(PY) -m drill.run $(DRILL_ARGS)
 

@@ -53,7 +53,7 @@ DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TURNSTILE_VERIFY_URL = "https://challenges.cloudflare.com/turnstile/v0/siteverify"
 DEFAULT_TURNSTILE_SCRIPT_URL = "https://challenges.cloudflare.com/turnstile/v0/api.js"
 DEFAULT_TELEGRAM_WEBAPP_SCRIPT_URL = "https://telegram.org/js/telegram-web-app.js"
-# The language of everything the bot says (bots.copy): Chinese, the original's language and the
+# The language of everything the bot says (bots.texts): Chinese, the original's language and the
 # source text of the catalogue, or English.
 DEFAULT_BOT_LANGUAGE = "zh"
 BOT_LANGUAGES = ("zh", "en")
@@ -101,7 +101,7 @@ class BotConfig:
     outbound_limits: Limits  # Telegram's limits, as the shared outbound limiter keeps them
     send_budget_seconds: float  # how long one update may wait for its send permits
     audit_retention_days: int  # how long admin_audit_log rows are kept
-    welcome_text: str | None  # None: the built-in welcome (bots.copy)
+    welcome_text: str | None  # None: the built-in welcome (bots.texts)
     turnstile_site_key: str | None
     turnstile_secret_key: str | None
     public_base_url: str | None  # a validated https origin, or None

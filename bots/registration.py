@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import datetime
 
-from bots import copy
+from bots import texts
 from bots.auth import secret_matches
 from bots.clients.telegram import TelegramClient, TelegramError
 from bots.conf import BotConfig, load_config
@@ -23,7 +23,7 @@ def webhook_url(origin: str) -> str:
 
 def _unauthorized() -> EndpointResult:
     # One answer for "ADMIN_SECRET not configured" and "wrong secret": nothing to probe.
-    return EndpointResult(401, {"error": copy.invalid_admin_key()})
+    return EndpointResult(401, {"error": texts.invalid_admin_key()})
 
 
 def _missing(config: BotConfig, *, need_webhook_secret: bool) -> list[str]:
@@ -57,7 +57,7 @@ def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> En
         return _unauthorized()
     missing = _missing(config, need_webhook_secret=True)
     if missing:
-        return EndpointResult(500, {"error": copy.config_missing(missing)})
+        return EndpointResult(500, {"error": texts.config_missing(missing)})
     client = config.telegram_client()
     # PUBLIC_BASE_URL, when set, is where Telegram reaches the bot (the operator may open this
     # page through another name); otherwise the origin this request came in at.
@@ -71,7 +71,7 @@ def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> En
         return _telegram_failure(error)
     if not isinstance(me, dict) or not is_positive_integer(me.get("id")):
         return EndpointResult(
-            502, {"status": "error", "detail": copy.telegram_call_failed("getMe")}
+            502, {"status": "error", "detail": texts.telegram_call_failed("getMe")}
         )
     username = me.get("username")
     display_name = me.get("first_name")
@@ -97,7 +97,7 @@ def _register_commands(client: TelegramClient, config: BotConfig) -> str:
         return "skipped"
     commands = [
         {"command": command, "description": description}
-        for command, description in copy.command_menu()
+        for command, description in texts.command_menu()
     ]
     try:
         client.set_my_commands(commands=commands, scope=_command_scope(config))
@@ -113,7 +113,7 @@ def webhook_unregister(*, presented_secret: str) -> EndpointResult:
         return _unauthorized()
     missing = _missing(config, need_webhook_secret=False)
     if missing:
-        return EndpointResult(500, {"error": copy.config_missing(missing)})
+        return EndpointResult(500, {"error": texts.config_missing(missing)})
     client = config.telegram_client()
     try:
         client.delete_webhook()

@@ -12,7 +12,7 @@ from itertools import combinations
 
 from django.db import DatabaseError, transaction
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramError
 from bots.conf import (
     NUMERIC_RULES,
@@ -63,28 +63,28 @@ def environment_problems() -> list[str]:
     problems = []
     missing = [name for name in REQUIRED if raw_setting(name) is None]
     if missing:
-        problems.append(copy.check_missing_required(missing))
+        problems.append(texts.check_missing_required(missing))
     support_chat = raw_setting("SUPPORT_CHAT_ID")
     if support_chat is not None and parse_support_chat_id(support_chat) is None:
-        problems.append(copy.check_support_chat_id_invalid())
+        problems.append(texts.check_support_chat_id_invalid())
     admin_ids_raw = raw_setting("ADMIN_IDS")
     if admin_ids_raw is not None:
         valid, invalid_positions = parse_admin_ids(admin_ids_raw)
         if not valid:
-            problems.append(copy.check_admin_ids_none_valid())
+            problems.append(texts.check_admin_ids_none_valid())
         else:
-            problems.extend(copy.check_admin_ids_token_invalid(p) for p in invalid_positions)
+            problems.extend(texts.check_admin_ids_token_invalid(p) for p in invalid_positions)
     for first, second in combinations(SECRETS, 2):
         first_value, second_value = raw_setting(first), raw_setting(second)
         if first_value is not None and first_value == second_value:
-            problems.append(copy.check_secrets_equal(first, second))
+            problems.append(texts.check_secrets_equal(first, second))
     for rule in NUMERIC_RULES:
         raw = raw_setting(rule.name)
         if raw is not None and parse_number(raw, rule) is None:
-            problems.append(copy.check_number_invalid(rule.name, rule.default))
+            problems.append(texts.check_number_invalid(rule.name, rule.default))
     language = raw_setting("BOT_LANGUAGE")
     if language is not None and parse_bot_language(language) is None:
-        problems.append(copy.check_bot_language_invalid())
+        problems.append(texts.check_bot_language_invalid())
     return problems
 
 
@@ -96,11 +96,11 @@ def verification_problems(origin: str | None = None) -> list[str]:
     secret_key = raw_setting("TURNSTILE_SECRET_KEY")
     if site_key is not None and secret_key is None:
         problems.append(
-            copy.check_turnstile_half_configured("TURNSTILE_SITE_KEY", "TURNSTILE_SECRET_KEY")
+            texts.check_turnstile_half_configured("TURNSTILE_SITE_KEY", "TURNSTILE_SECRET_KEY")
         )
     if secret_key is not None and site_key is None:
         problems.append(
-            copy.check_turnstile_half_configured("TURNSTILE_SECRET_KEY", "TURNSTILE_SITE_KEY")
+            texts.check_turnstile_half_configured("TURNSTILE_SECRET_KEY", "TURNSTILE_SITE_KEY")
         )
     try:
         # A savepoint, so a failed read leaves an enclosing transaction usable.
@@ -108,19 +108,19 @@ def verification_problems(origin: str | None = None) -> list[str]:
             mode = verification_settings_get().mode
     except DatabaseError:
         logger.warning("selfcheck: settings unreadable", exc_info=True)
-        problems.append(copy.check_settings_unreadable())
+        problems.append(texts.check_settings_unreadable())
     else:
         if mode == MODE_TURNSTILE and (site_key is None or secret_key is None):
-            problems.append(copy.check_turnstile_mode_without_keys())
+            problems.append(texts.check_turnstile_mode_without_keys())
         if mode == MODE_TURNSTILE and button_origin(load_config(), origin) is None:
-            problems.append(copy.check_turnstile_no_https_origin())
+            problems.append(texts.check_turnstile_no_https_origin())
     if site_key in TURNSTILE_TEST_SITE_KEYS:
-        problems.append(copy.check_turnstile_test_key("TURNSTILE_SITE_KEY"))
+        problems.append(texts.check_turnstile_test_key("TURNSTILE_SITE_KEY"))
     if secret_key in TURNSTILE_TEST_SECRET_KEYS:
-        problems.append(copy.check_turnstile_test_key("TURNSTILE_SECRET_KEY"))
+        problems.append(texts.check_turnstile_test_key("TURNSTILE_SECRET_KEY"))
     public_base_url = raw_setting("PUBLIC_BASE_URL")
     if public_base_url is not None and parse_public_base_url(public_base_url) is None:
-        problems.append(copy.check_public_base_url_invalid())
+        problems.append(texts.check_public_base_url_invalid())
     return problems
 
 
@@ -130,31 +130,31 @@ def table_problems() -> list[str]:
             missing = bot_tables_missing()
     except DatabaseError:
         logger.warning("selfcheck: table query failed", exc_info=True)
-        return [copy.check_tables_unreadable()]
-    return [copy.check_tables_missing(missing)] if missing else []
+        return [texts.check_tables_unreadable()]
+    return [texts.check_tables_missing(missing)] if missing else []
 
 
 def webhook_problems(origin: str) -> list[str]:
     config = load_config()
     if not config.bot_token:
-        return [copy.check_webhook_cannot_check()]
+        return [texts.check_webhook_cannot_check()]
     client = config.telegram_client()
     try:
         info = client.get_webhook_info()
     except TelegramError as error:
-        return [copy.check_webhook_info_failed(str(error))]
+        return [texts.check_webhook_info_failed(str(error))]
     info = info if isinstance(info, dict) else {}
     problems = []
     url = info.get("url") if isinstance(info.get("url"), str) else ""
     if not url:
-        problems.append(copy.check_webhook_not_bound())
+        problems.append(texts.check_webhook_not_bound())
     elif url != webhook_url(config.public_base_url or origin):
         # setwebhook registers PUBLIC_BASE_URL's origin when it is set (behind a proxy the
         # selfcheck request's own origin may be another).
-        problems.append(copy.check_webhook_points_elsewhere(url))
+        problems.append(texts.check_webhook_points_elsewhere(url))
     last_error = info.get("last_error_message")
     if isinstance(last_error, str) and last_error:
-        problems.append(copy.check_webhook_last_error(last_error))
+        problems.append(texts.check_webhook_last_error(last_error))
     return problems
 
 

@@ -14,15 +14,11 @@ from datetime import datetime
 from django.conf import settings
 from django_redis import get_redis_connection
 
+from common.redis_scripts import lua_script
+
 SELFCHECK_LIVE_CHECKS_PER_SECOND = 3
 
-_COUNT = """
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
-end
-return count
-"""
+_COUNT = lua_script("bots", "selfcheck_count")
 
 
 def selfcheck_key(now: datetime) -> str:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt
 
-from bots import copy
+from bots import texts
 from bots.conf import load_config
 from bots.verification.page import content_security_policy, harden, new_nonce, page_context
 from bots.verification.submit import (
@@ -49,7 +49,7 @@ def verify_page(request: HttpRequest) -> HttpResponse:
     if len(values) != 1 or not REQUEST_ID.fullmatch(values[0]):
         return harden(
             HttpResponse(
-                copy.verify_page_bad_link(),
+                texts.verify_page_bad_link(),
                 status=400,
                 content_type="text/plain; charset=utf-8",
             )

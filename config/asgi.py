@@ -21,16 +21,17 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.http import HttpResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from config.drain import InFlightRequests  # noqa: E402
-from config.lifespan import make_lifespan  # noqa: E402
-from config.v1_handler import (  # noqa: E402
+from config.body_limits import (  # noqa: E402
     AdminCredentialsBeforeBody,
-    APIHandler,
     BodySizeLimit,
     PathRouter,
     admin_too_large,
 )
+from config.drain import InFlightRequests  # noqa: E402
+from config.lifespan import make_lifespan  # noqa: E402
+from config.middleware import resolve_through_trusted_proxies  # noqa: E402
 from config.websocket_gate import WebSocketGate  # noqa: E402
+from proxy.v1.handler import APIHandler  # noqa: E402
 from proxy.v1.websocket import ResponsesSocket  # noqa: E402
 
 CONSOLE_IMPORT_FRAMING_BYTES = 64 * 1024
@@ -51,7 +52,8 @@ _django = ASGIStaticFilesHandler(django_http_application)
 http_application = InFlightRequests(
     PathRouter(
         prefix="/v1/",
-        api=APIHandler(),
+        # The trusted-proxy resolution is config's; proxy/ may not import it (it is handed in).
+        api=APIHandler(resolve_client=resolve_through_trusted_proxies),
         default=PathRouter(
             # An account import may carry a large backup (its own cap), from an admin only:
             # the credentials are checked before the body is read.

@@ -74,18 +74,24 @@ def resolve_forwarded_request(
         meta["REMOTE_ADDR"] = str(client)
 
 
+def resolve_through_trusted_proxies(meta: MutableMapping[str, str]) -> None:
+    """``resolve_forwarded_request`` through the TRUSTED_PROXIES of the moment (read per call,
+    so a changed setting applies at once); the /v1 handler is handed this (config/asgi.py)."""
+    resolve_forwarded_request(meta, tuple(settings.TRUSTED_PROXIES))
+
+
 @sync_and_async_middleware
 def TrustedProxyMiddleware(get_response):  # noqa: N802 - Django middleware naming
     if iscoroutinefunction(get_response):
 
         async def async_middleware(request):
-            resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
+            resolve_through_trusted_proxies(request.META)
             return await get_response(request)
 
         return async_middleware
 
     def middleware(request):
-        resolve_forwarded_request(request.META, tuple(settings.TRUSTED_PROXIES))
+        resolve_through_trusted_proxies(request.META)
         return get_response(request)
 
     return middleware

@@ -317,7 +317,7 @@ KEY_BUDGET_DEFAULT_OUTPUT_TOKENS = env_int(
 )
 # How long a request waits for a free slot when every eligible account is at its limit.
 SCHEDULER_WAIT_TIMEOUT_SECONDS = env_int("SCHEDULER_WAIT_TIMEOUT_SECONDS", 60, minimum=0)
-# Wait-instead-of-fail (proxy/dispatch/eligibility_wait.py): with no account able to serve, wait
+# Wait-instead-of-fail (proxy/scheduling/eligibility_wait.py): with no account able to serve, wait
 # up to this long for one whose cooldown or usage window ends (0: fail at once).
 SCHEDULER_ELIGIBILITY_WAIT_SECONDS = env_int("SCHEDULER_ELIGIBILITY_WAIT_SECONDS", 0, minimum=0)
 # usage_records are written only when true; ops_error_logs always (spec §7.1).
@@ -326,7 +326,7 @@ TELEMETRY_ENABLED = env_bool("TELEMETRY_ENABLED", True)
 # longer means fewer, larger batches under load (measured: bench/README.md), and more rows a
 # killed worker can lose.
 LEDGER_FLUSH_INTERVAL_MS = env_int("LEDGER_FLUSH_INTERVAL_MS", 200, minimum=1, maximum=5000)
-# Request bodies of /v1 may be this large (spec §1.1): config/v1_handler.py answers 413 beyond
+# Request bodies of /v1 may be this large (spec §1.1): proxy/v1/handler.py answers 413 beyond
 # it, after the key check. Every other route (webhook, admin) is capped at 1 MiB (the largest
 # real Telegram update is a few KiB) before Django reads any of it.
 V1_MAX_BODY_BYTES = 16 * 1024 * 1024

@@ -59,7 +59,7 @@ def ensure_public_base_url_is_an_https_origin() -> None:
     """Refuse a PUBLIC_BASE_URL that is set but not a bare https origin: Telegram opens Mini
     Apps and delivers webhooks over https only, and the original's "ignored when invalid"
     would send the verification button and the webhook to another origin without a word (a
-    departure listed in the README). The value is not echoed (it may hold credentials)."""
+    departure listed in docs/departures.md). The value is not echoed (it may hold credentials)."""
     from bots.conf import parse_public_base_url
 
     raw = settings.PUBLIC_BASE_URL

@@ -1,5 +1,5 @@
 """What every HTTP request of ``/v1`` meets before its key is checked, for the client
-WebSocket too (``config/v1_handler.py`` does it for HTTP): the client resolved through
+WebSocket too (``proxy/v1/handler.py`` does it for HTTP): the client resolved through
 ``TRUSTED_PROXIES`` (so the ledger's client IP is the real one) and the Host checked against
 ``ALLOWED_HOSTS`` — a bad Host is refused with HTTP 400 before the upgrade is accepted — and
 the path checked against the routes there are: an upgrade to any other path is refused with
@@ -14,7 +14,7 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest
 
 from config.middleware import resolve_forwarded_request
-from proxy.dispatch.client_errors import ClientError
+from proxy.domain.client_errors import ClientError
 from proxy.v1.errors import INVALID_HOST
 
 NO_SUCH_ROUTE = ClientError(404, "invalid_request_error", "not_found", "No WebSocket route here")

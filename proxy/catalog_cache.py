@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import cast
 
+from common import clock
 from proxy import redis_keys
 from proxy.loop_resources import async_redis
 from proxy.models_catalog import Catalog, builtin_catalog, catalog_from_snapshots
@@ -26,7 +26,7 @@ _loaded_at = 0.0
 
 async def current_catalog(*, refresh: bool = False) -> Catalog:
     global _cached, _loaded_at
-    if not refresh and _cached is not None and time.monotonic() - _loaded_at < CACHE_SECONDS:
+    if not refresh and _cached is not None and clock.monotonic() - _loaded_at < CACHE_SECONDS:
         return _cached
     try:
         redis = await async_redis.get()
@@ -38,7 +38,7 @@ async def current_catalog(*, refresh: bool = False) -> Catalog:
     except Exception:
         logger.warning("model snapshots unreadable; serving the built-in catalog", exc_info=True)
         catalog = Catalog(builtin_catalog())
-    _cached, _loaded_at = catalog, time.monotonic()
+    _cached, _loaded_at = catalog, clock.monotonic()
     return catalog
 
 

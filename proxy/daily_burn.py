@@ -22,7 +22,7 @@ from datetime import datetime
 
 from django.db import connection
 
-from proxy.policies.rules import day_start, next_day_start
+from proxy.domain.key_policy import day_start, next_day_start
 from telemetry.queries.buckets import bucket_account_tokens
 
 # Whether the candidate ``a`` (joined with its ``account_usage`` as ``u``) is over its daily

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import inspect
 import select
-import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar, cast
@@ -23,6 +22,9 @@ from django.conf import settings
 from psycopg.conninfo import make_conninfo
 from psycopg.pq import ConnStatus
 from psycopg_pool import AsyncConnectionPool
+
+from common import clock
+from proxy.clients.outgoing import upstream_aiohttp_session
 
 Resource = TypeVar("Resource")
 # Seed 004 §1: at most 5 s to acquire a pooled connection.
@@ -122,9 +124,9 @@ class LiveAsyncConnectionPool(AsyncConnectionPool):
     """
 
     async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection:
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        deadline = clock.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
-            connection = await super().getconn(timeout=max(0.001, deadline - time.monotonic()))
+            connection = await super().getconn(timeout=max(0.001, deadline - clock.monotonic()))
             try:
                 alive = connection_is_alive(connection)
             except Exception:
@@ -169,23 +171,10 @@ async def _open_redis() -> redis_asyncio.Redis:
 
 
 async def _open_upstream_session() -> aiohttp.ClientSession:
-    timeout = aiohttp.ClientTimeout(
-        total=None,
-        connect=settings.CODEX_CONNECT_TIMEOUT_SECONDS,
-        sock_read=settings.CODEX_READ_TIMEOUT_SECONDS,
-    )
     connector = aiohttp.TCPConnector(
         limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=300
     )
-    # Bodies are decompressed here (the client gets plain SSE with our own headers); trust_env
-    # off: system proxy variables are ignored, like the original client (spec §2.1).
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        auto_decompress=True,
-        trust_env=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
-    )
+    return upstream_aiohttp_session(connector=connector)
 
 
 async def discard_dead_connections() -> None:

@@ -38,7 +38,7 @@ from django.utils import timezone
 from proxy.accounts import AccountView, accounts_from_json
 from proxy.clients.codex import FingerprintHeaders, render_fingerprint
 from proxy.clients.codex.ws_pool import WebSocketPool, on_sweep, websocket_pool
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.domain.slots import SchedulerSettings
 from proxy.loop_resources import (
     DATABASE_ACQUIRE_TIMEOUT_SECONDS,
     PerLoop,

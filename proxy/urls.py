@@ -1,14 +1,12 @@
 from django.urls import path, re_path
 
 from proxy.metrics import views as metrics_views
-from proxy.v1 import chat, models, responses, views
+from proxy.v1 import models, views
+from proxy.v1.routes import POST_ROUTES
 
 urlpatterns = [
     path("metrics", metrics_views.metrics, name="metrics"),
-    path("v1/responses", responses.responses, name="v1-responses"),
-    path("v1/responses/review", responses.responses_review, name="v1-responses-review"),
-    path("v1/responses/compact", responses.responses_compact, name="v1-responses-compact"),
-    path("v1/chat/completions", chat.chat_completions, name="v1-chat-completions"),
+    *(path(route.removeprefix("/"), view, name=name) for route, view, name in POST_ROUTES),
     path("v1/models", models.list_models, name="v1-models"),
     path("v1/models/catalog", models.model_catalog, name="v1-models-catalog"),
     path("v1/models/<path:model_id>/info", models.model_info, name="v1-model-info"),

@@ -19,7 +19,7 @@ TRANSPORTS = (
     ("http", "HTTP"),
 )
 # The spec's failure classes (§7.1), plus client_cancelled: a stream the client abandoned (the
-# README's "departs from the original on purpose").
+# docs/departures.md).
 FAILURE_CLASSES = (
     "no_available_accounts",
     "quota_exhausted",

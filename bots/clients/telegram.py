@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
+
+from bots.clients.outgoing import outgoing_session
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +53,12 @@ def shared_session() -> requests.Session:
     global _session
     with _session_lock:
         if _session is None:
-            session = requests.Session()
-            # No automatic retries: urllib3 would log the URL (with the token) when retrying,
-            # and retrying is this module's decision (the single in-place 429 retry).
-            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=16, max_retries=0)
-            session.mount("https://", adapter)
-            session.mount("http://", adapter)
-            _session = session
+            # No automatic retries (the builder's rule): urllib3 would log the URL (with the
+            # token) when retrying, and retrying is this module's decision (the single in-place
+            # 429 retry).
+            _session = outgoing_session(
+                timeout=DEFAULT_TIMEOUT, pool_connections=4, pool_maxsize=16
+            )
         return _session
 
 

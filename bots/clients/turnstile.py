@@ -30,7 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import requests
-from requests.adapters import HTTPAdapter
+
+from bots.clients.outgoing import outgoing_session
+from common import clock
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +50,7 @@ def _shared_session() -> requests.Session:
     global _session
     with _session_lock:
         if _session is None:
-            session = requests.Session()
-            adapter = HTTPAdapter(pool_connections=2, pool_maxsize=8, max_retries=0)
-            session.mount("https://", adapter)
-            session.mount("http://", adapter)
-            _session = session
+            _session = outgoing_session(timeout=TIMEOUT_SECONDS, pool_connections=2, pool_maxsize=8)
         return _session
 
 
@@ -130,7 +128,7 @@ class SiteverifyClient:
             raise SiteverifyUnavailableError(str(second), permanent=False) from None
 
     def _attempt(self, payload: dict) -> SiteverifyAnswer:
-        deadline = time.monotonic() + self._timeout
+        deadline = clock.monotonic() + self._timeout
         try:
             response = self._session.post(
                 self._verify_url,
@@ -171,7 +169,7 @@ class SiteverifyClient:
             body += chunk
             if len(body) > MAX_ANSWER_BYTES:
                 raise _TooLong()
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 raise _TooSlow()
 
     @staticmethod

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeGuard
 
@@ -38,6 +37,7 @@ from bots.clients.telegram import (
     TelegramRetryableError,
 )
 from bots.outbound.limiter import OutboundLimiter, Permit, Priority
+from common import clock
 
 # Messages: they take the destination chat's bucket (one a second; 20 a minute in a group).
 COUNTED_METHODS = frozenset(
@@ -103,7 +103,7 @@ class PacedTelegramClient(TelegramClient):
         *,
         limiter: OutboundLimiter,
         budget_seconds: float | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clock.monotonic,
         guard: Callable[[], None] | None = None,
         **client_options: Any,
     ) -> None:

@@ -32,6 +32,7 @@ from bots.outbound.limiter import Priority
 from bots.outbound.paced import NoSendPermit, outbound_priority
 from bots.pipeline.context import BotContext, worker_context
 from bots.services.bulk_lock import bulk_job_has_finished, bulk_lock_hold, bulk_lock_release
+from common import clock
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class Pacer:
         self,
         per_second: int,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clock.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.interval = 1.0 / per_second

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_message_not_modified
 from bots.models import BotUser, Topic
 from bots.outbound.limiter import Priority
@@ -47,21 +47,21 @@ def topic_title(user: BotUser) -> str:
 def compose_card(user: BotUser, *, note: str | None, verification_enabled: bool) -> str:
     """The card's text, line by line as spec §2.7 orders it."""
     if not verification_enabled:
-        verification = copy.card_verification_disabled()
+        verification = texts.card_verification_disabled()
     elif user.is_verified:
-        verification = copy.card_verified()
+        verification = texts.card_verified()
     else:
-        verification = copy.card_unverified()
+        verification = texts.card_unverified()
     lines = [
-        copy.card_nickname(display_name(user)),
-        copy.card_user_id(user.user_id),
-        copy.card_first_seen(user.first_seen_at.strftime("%Y-%m-%d %H:%M")),
+        texts.card_nickname(display_name(user)),
+        texts.card_user_id(user.user_id),
+        texts.card_first_seen(user.first_seen_at.strftime("%Y-%m-%d %H:%M")),
         verification,
     ]
     if user.is_risk:
-        lines.append(copy.card_risk())
+        lines.append(texts.card_risk())
     if note:
-        lines.append(copy.card_note(note))
+        lines.append(texts.card_note(note))
     return "\n".join(lines)
 
 

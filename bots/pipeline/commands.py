@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.models import AuditAction, AuditOutcome, Topic
 from bots.pipeline.classify import GENERAL_THREAD_ID, command_name
 from bots.pipeline.context import UpdateContext
@@ -80,21 +80,21 @@ def handle_admin_command(
         if in_general:
             GENERAL_ONLY[command.name](issued)
         else:
-            issued.reply(copy.use_in_general())
+            issued.reply(texts.use_in_general())
     elif command.name == "/note" and not command.arguments:
-        issued.reply(copy.note_usage())  # checked before the binding (spec §4.3)
+        issued.reply(texts.note_usage())  # checked before the binding (spec §4.3)
     elif command.name in ABOUT_THE_TOPIC_USER:
         _with_binding(issued, ABOUT_THE_TOPIC_USER[command.name])
     elif command.name == "/broadcast":
-        issued.reply(copy.broadcast_in_general())
+        issued.reply(texts.broadcast_in_general())
     else:
-        issued.reply(copy.unknown_command())
+        issued.reply(texts.unknown_command())
 
 
 def _with_binding(issued: Issued, run: Callable[[Issued, Topic], None]) -> None:
     topic = topic_get_for_thread(bot_id=issued.ctx.bot_id, thread_id=issued.thread_id)
     if topic is None:
-        issued.reply(copy.no_binding())
+        issued.reply(texts.no_binding())
         return
     run(issued, topic)
 
@@ -104,7 +104,7 @@ def _with_binding(issued: Issued, run: Callable[[Issued, Topic], None]) -> None:
 
 def _help(issued: Issued) -> None:
     switches = verification_settings_get()
-    issued.reply(copy.help_text(verification_enabled=switches.enabled, mode=switches.mode))
+    issued.reply(texts.help_text(verification_enabled=switches.enabled, mode=switches.mode))
 
 
 # ------------------------------------------------------------------ about the topic's user
@@ -114,19 +114,19 @@ def _ban(issued: Issued, topic: Topic) -> None:
     # The card does not show the ban; the user learns it from the (throttled) ban notice.
     if not user_ban(bot_id=issued.ctx.bot_id, user_id=topic.user_id):
         issued.audit(AuditAction.BAN, AuditOutcome.REFUSED, user_id=topic.user_id, detail=NO_USER)
-        issued.reply(copy.no_binding())  # a binding whose user row is gone
+        issued.reply(texts.no_binding())  # a binding whose user row is gone
         return
     issued.audit(AuditAction.BAN, AuditOutcome.DONE, user_id=topic.user_id)
-    issued.reply(copy.user_banned(topic.user_id))
+    issued.reply(texts.user_banned(topic.user_id))
 
 
 def _unban(issued: Issued, topic: Topic) -> None:
     if not user_unban(bot_id=issued.ctx.bot_id, user_id=topic.user_id):
         issued.audit(AuditAction.UNBAN, AuditOutcome.REFUSED, user_id=topic.user_id, detail=NO_USER)
-        issued.reply(copy.no_binding())
+        issued.reply(texts.no_binding())
         return
     issued.audit(AuditAction.UNBAN, AuditOutcome.DONE, user_id=topic.user_id)
-    issued.reply(copy.user_unbanned(topic.user_id))
+    issued.reply(texts.user_unbanned(topic.user_id))
 
 
 def _note(issued: Issued, topic: Topic) -> None:
@@ -137,13 +137,13 @@ def _note(issued: Issued, topic: Topic) -> None:
         user_id=topic.user_id,
         detail=f"{len(stored or '')} characters",
     )
-    issued.reply(copy.note_saved(stored or ""))
+    issued.reply(texts.note_saved(stored or ""))
 
 
 def _unnote(issued: Issued, topic: Topic) -> None:
     set_note(issued.ctx, topic=topic, note=None)
     issued.audit(AuditAction.UNNOTE, AuditOutcome.DONE, user_id=topic.user_id)
-    issued.reply(copy.note_cleared())
+    issued.reply(texts.note_cleared())
 
 
 def _risk(issued: Issued, topic: Topic) -> None:
@@ -158,29 +158,29 @@ def _set_risk(issued: Issued, topic: Topic, *, is_risk: bool) -> None:
     action = AuditAction.RISK if is_risk else AuditAction.UNRISK
     if not set_risk(issued.ctx, user_id=topic.user_id, is_risk=is_risk):
         issued.audit(action, AuditOutcome.REFUSED, user_id=topic.user_id, detail=NO_USER)
-        issued.reply(copy.no_binding())
+        issued.reply(texts.no_binding())
         return
     issued.audit(action, AuditOutcome.DONE, user_id=topic.user_id)
-    issued.reply(copy.risk_marked(topic.user_id) if is_risk else copy.risk_cleared(topic.user_id))
+    issued.reply(texts.risk_marked(topic.user_id) if is_risk else texts.risk_cleared(topic.user_id))
 
 
 def _archive(issued: Issued, topic: Topic) -> None:
     """Spec §4.7: announce in the topic (before it closes), archive, report in General (a closed
     topic cannot receive messages)."""
-    issued.reply(copy.archive_started())
+    issued.reply(texts.archive_started())
     outcome = archive_conversation(issued.ctx, topic=topic)
     if not outcome.archived:
         issued.audit(
             AuditAction.ARCHIVE, AuditOutcome.FAILED, user_id=topic.user_id, detail=NOT_CLOSED
         )
-        issued.report_in_general(copy.archive_failed(topic.user_id, topic.thread_id))
+        issued.report_in_general(texts.archive_failed(topic.user_id, topic.thread_id))
         return
     issued.audit(AuditAction.ARCHIVE, AuditOutcome.DONE, user_id=topic.user_id)
-    lines = [copy.archive_done(topic.user_id, topic.thread_id)]
+    lines = [texts.archive_done(topic.user_id, topic.thread_id)]
     if outcome.topic_gone:
-        lines.append(copy.archive_topic_gone())
+        lines.append(texts.archive_topic_gone())
     if not outcome.user_notified:
-        lines.append(copy.archive_notice_failed())
+        lines.append(texts.archive_notice_failed())
     issued.report_in_general("\n".join(lines))
 
 
@@ -190,7 +190,7 @@ def _purge(issued: Issued, topic: Topic) -> None:
     started = purge_topic(issued.ctx, topic=topic, started_by=issued.actor())
     if started.busy:
         issued.audit(AuditAction.PURGE, AuditOutcome.REFUSED, user_id=topic.user_id, detail=BUSY)
-        issued.reply(copy.bulk_busy())
+        issued.reply(texts.bulk_busy())
     elif started.continues is not None:
         # The Celery task adds the outcome's row when the purge ends.
         issued.audit(
@@ -226,24 +226,24 @@ def _wipe(issued: Issued) -> None:
 def _verify_on(issued: Issued) -> None:
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_ENABLED, value=ENABLED)
     issued.audit(AuditAction.VERIFICATION, AuditOutcome.DONE, detail="verification on")
-    issued.reply(copy.verification_turned_on())
+    issued.reply(texts.verification_turned_on())
 
 
 def _verify_off(issued: Issued) -> None:
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_ENABLED, value=DISABLED)
     issued.audit(AuditAction.VERIFICATION, AuditOutcome.DONE, detail="verification off")
-    issued.reply(copy.verification_turned_off())
+    issued.reply(texts.verification_turned_off())
 
 
 def _verify_mode(issued: Issued) -> None:
     """``/verifymode`` shows the mode (no writes); ``/verifymode <mode>`` switches it."""
     if not issued.arguments:
         switches = verification_settings_get()
-        issued.reply(copy.verification_mode_current(mode=switches.mode, enabled=switches.enabled))
+        issued.reply(texts.verification_mode_current(mode=switches.mode, enabled=switches.enabled))
     elif issued.arguments in VERIFICATION_MODES:
         _switch_mode(issued, issued.arguments)
     else:
-        issued.reply(copy.verification_mode_usage())
+        issued.reply(texts.verification_mode_usage())
 
 
 def _switch_mode(issued: Issued, mode: str) -> None:
@@ -258,7 +258,7 @@ def _switch_mode(issued: Issued, mode: str) -> None:
                 AuditOutcome.REFUSED,
                 detail=f"mode {mode}: missing {', '.join(missing)}",
             )
-            issued.reply(copy.turnstile_missing_keys(missing))
+            issued.reply(texts.turnstile_missing_keys(missing))
             return
     verification_setting_change(bot_id=issued.ctx.bot_id, key=VERIFY_MODE, value=mode)
     issued.audit(AuditAction.VERIFICATION, AuditOutcome.DONE, detail=f"mode {mode}")
@@ -266,9 +266,9 @@ def _switch_mode(issued: Issued, mode: str) -> None:
 
 
 MODE_SET_REPLIES: dict[str, Callable[[], str]] = {
-    MODE_MATH: copy.verification_mode_set_math,
-    MODE_BUTTON: copy.verification_mode_set_button,
-    MODE_TURNSTILE: copy.verification_mode_set_turnstile,
+    MODE_MATH: texts.verification_mode_set_math,
+    MODE_BUTTON: texts.verification_mode_set_button,
+    MODE_TURNSTILE: texts.verification_mode_set_turnstile,
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.pipeline.context import BotContext
 from bots.pipeline.failures import best_effort, required
 from bots.pipeline.replies import send_in_thread
@@ -47,7 +47,7 @@ def send_prompt(
     keyboard = {
         "inline_keyboard": [
             [{"text": confirm_label, "callback_data": confirm_data}],
-            [{"text": copy.cancel_label(), "callback_data": cancel_data}],
+            [{"text": texts.cancel_label(), "callback_data": cancel_data}],
         ]
     }
     return send_in_thread(

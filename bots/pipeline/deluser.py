@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
 from bots.conf import MAX_SAFE_INTEGER
 from bots.models import AuditAction, AuditOutcome, ConfirmationStatus, DeleteConfirmation, Topic
@@ -67,8 +67,8 @@ def request_user_deletion(issued: Issued, topic: Topic) -> bool:
     sent = send_prompt(
         ctx,
         thread_id=topic.thread_id,
-        text=copy.deluser_prompt(topic.user_id),
-        confirm_label=copy.deluser_confirm_label(),
+        text=texts.deluser_prompt(topic.user_id),
+        confirm_label=texts.deluser_confirm_label(),
         confirm_data=f"d:yes:{payload}",
         cancel_data=f"d:no:{payload}",
     )
@@ -136,7 +136,7 @@ def handle_deletion_callback(ctx: UpdateContext, callback: Mapping[str, Any]) ->
         return  # a payload that does not belong to the topic it was clicked in
     callback_id = callback["id"]
     if not ctx.config.is_admin(callback["from"]["id"]):
-        toast(ctx, callback_id, copy.admins_only())
+        toast(ctx, callback_id, texts.admins_only())
         return
     prompt_id = message["message_id"]
     row = delete_confirmation_get(bot_id=ctx.bot_id, prompt_msg_id=prompt_id)
@@ -147,9 +147,9 @@ def handle_deletion_callback(ctx: UpdateContext, callback: Mapping[str, Any]) ->
     ):
         if confirm and row is None and _already_deleted(ctx, user_id=user_id):
             # A redelivery after the deletion committed (the rows, prompts included, are gone).
-            toast_best_effort(ctx, callback_id, copy.toast_deluser_done())
+            toast_best_effort(ctx, callback_id, texts.toast_deluser_done())
             return
-        toast(ctx, callback_id, copy.toast_deluser_failed())
+        toast(ctx, callback_id, texts.toast_deluser_failed())
         return
     expired = not within_window(started_at, ctx.now)
     admin = callback["from"]
@@ -166,8 +166,8 @@ def _already_deleted(ctx: BotContext, *, user_id: int) -> bool:
 
 
 def _expire(ctx: BotContext, row: DeleteConfirmation, callback_id: str) -> None:
-    toast(ctx, callback_id, copy.deluser_expired())
-    edit_prompt(ctx, message_id=row.prompt_msg_id, text=copy.deluser_expired())
+    toast(ctx, callback_id, texts.deluser_expired())
+    edit_prompt(ctx, message_id=row.prompt_msg_id, text=texts.deluser_expired())
 
 
 def _cancel(
@@ -179,7 +179,7 @@ def _cancel(
     admin: Mapping[str, Any],
 ) -> None:
     if row.status == ConfirmationStatus.CONFIRMED:
-        toast(ctx, callback_id, copy.toast_deluser_failed())
+        toast(ctx, callback_id, texts.toast_deluser_failed())
         return
     if row.status == ConfirmationStatus.PENDING:
         if expired:
@@ -189,7 +189,7 @@ def _cancel(
             # Lost the race: a confirm (failure) or another cancel (fine) came first.
             decided = delete_confirmation_get(bot_id=ctx.bot_id, prompt_msg_id=row.prompt_msg_id)
             if decided is None or decided.status != ConfirmationStatus.CANCELLED:
-                toast(ctx, callback_id, copy.toast_deluser_failed())
+                toast(ctx, callback_id, texts.toast_deluser_failed())
                 return
     # Cancelled — by this click, or by an earlier one (a repeat shows the same outcome).
     audit_from_telegram(
@@ -199,8 +199,8 @@ def _cancel(
         outcome=AuditOutcome.CANCELLED,
         target_user_id=row.user_id,
     )
-    toast(ctx, callback_id, copy.deluser_cancelled())
-    edit_prompt(ctx, message_id=row.prompt_msg_id, text=copy.deluser_cancelled())
+    toast(ctx, callback_id, texts.deluser_cancelled())
+    edit_prompt(ctx, message_id=row.prompt_msg_id, text=texts.deluser_cancelled())
 
 
 def _confirm(
@@ -212,16 +212,16 @@ def _confirm(
     admin: Mapping[str, Any],
 ) -> None:
     if row.status == ConfirmationStatus.CANCELLED:
-        toast(ctx, callback_id, copy.toast_deluser_failed())
+        toast(ctx, callback_id, texts.toast_deluser_failed())
         return
     if row.status == ConfirmationStatus.CONFIRMED and row.confirm_callback_id != callback_id:
-        toast(ctx, callback_id, copy.toast_deluser_failed())
+        toast(ctx, callback_id, texts.toast_deluser_failed())
         return
     if row.status == ConfirmationStatus.PENDING and expired:
         _expire(ctx, row, callback_id)
         return
     if not binding_exists(bot_id=ctx.bot_id, user_id=row.user_id, thread_id=row.thread_id):
-        toast(ctx, callback_id, copy.toast_deluser_failed())
+        toast(ctx, callback_id, texts.toast_deluser_failed())
         return
     if row.status == ConfirmationStatus.PENDING and not delete_confirmation_confirm(
         bot_id=ctx.bot_id, prompt_msg_id=row.prompt_msg_id, callback_id=callback_id
@@ -233,7 +233,7 @@ def _confirm(
             or decided.status != ConfirmationStatus.CONFIRMED
             or decided.confirm_callback_id != callback_id
         ):
-            toast(ctx, callback_id, copy.toast_deluser_failed())
+            toast(ctx, callback_id, texts.toast_deluser_failed())
             return
     deleted = delete_user_everywhere(ctx, user_id=row.user_id, thread_id=row.thread_id)
     audit_from_telegram(
@@ -244,7 +244,7 @@ def _confirm(
         target_user_id=row.user_id,
     )
     if not deleted:
-        toast(ctx, callback_id, copy.toast_deluser_failed())
+        toast(ctx, callback_id, texts.toast_deluser_failed())
         return
     # No prompt edit: the prompt went with the topic.
-    toast_best_effort(ctx, callback_id, copy.toast_deluser_done())
+    toast_best_effort(ctx, callback_id, texts.toast_deluser_done())

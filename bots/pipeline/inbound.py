@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, Direction
 from bots.pipeline.albums import album_id, collect_album_item
 from bots.pipeline.card import edit_card, post_card, refresh_card
@@ -168,13 +168,13 @@ def _notify_banned(ctx: UpdateContext, user: BotUser) -> None:
     if user_claim_notice_slot(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
         required(
             "ban notice",
-            lambda: ctx.client.send_message(chat_id=user.user_id, text=copy.ban_notice()),
+            lambda: ctx.client.send_message(chat_id=user.user_id, text=texts.ban_notice()),
         )
 
 
 def _send_welcome_if_slot(ctx: UpdateContext, user: BotUser) -> None:
     if user_claim_notice_slot(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
-        text = ctx.config.welcome_text or copy.welcome_default()
+        text = ctx.config.welcome_text or texts.welcome_default()
         # The slot is already taken, so a redelivery after a retryable failure does not resend.
         required("welcome", lambda: ctx.client.send_message(chat_id=user.user_id, text=text))
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -49,6 +48,7 @@ from bots.services.inbox import (
     new_lease_token,
 )
 from bots.services.inbox_lease import InboxLease, LeaseLost
+from common import clock
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def drain_inbox(
     clock: Callable[[], datetime] = timezone.now,
     drain_seconds: float = DRAIN_SECONDS,
     budget_seconds: float = WORKER_SEND_BUDGET_SECONDS,
-    monotonic: Callable[[], float] = time.monotonic,
+    monotonic: Callable[[], float] = clock.monotonic,
     queue: str | None = None,
 ) -> DrainReport:
     """Work on the bot's rows that are due, oldest first and each conversation in order, for

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone, is_topic_not_modified
 from bots.models import Topic
 from bots.pipeline.card import refresh_card
@@ -84,6 +84,6 @@ def archive_conversation(ctx: BotContext, *, topic: Topic) -> ArchiveOutcome:
         _refresh_card(ctx, user_id=topic.user_id)
     notice = required(
         "archive notice",
-        lambda: ctx.client.send_message(chat_id=topic.user_id, text=copy.archive_notice()),
+        lambda: ctx.client.send_message(chat_id=topic.user_id, text=texts.archive_notice()),
     )
     return ArchiveOutcome(archived=True, topic_gone=topic_gone, user_notified=notice is not None)

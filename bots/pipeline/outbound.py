@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import (
     TelegramPermanentError,
     is_recipient_unreachable,
@@ -52,14 +52,14 @@ def handle_outbound(ctx: UpdateContext, message: Mapping[str, Any], *, thread_id
     command = text if text is not None and text.startswith("/") else None
     if not ctx.config.is_admin(sender["id"]):
         if command is not None:
-            reply_in_thread(ctx, thread_id=thread_id, text=copy.admins_only())
+            reply_in_thread(ctx, thread_id=thread_id, text=texts.admins_only())
         return
     if command is not None:
         handle_admin_command(ctx, command, thread_id=thread_id, admin=sender)
         return
     topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     if topic is None:
-        reply_in_thread(ctx, thread_id=thread_id, text=copy.no_binding())
+        reply_in_thread(ctx, thread_id=thread_id, text=texts.no_binding())
         return
     if topic.status != TopicStatus.OPEN and not _reopen_for_reply(ctx, topic):
         return
@@ -117,7 +117,7 @@ def _reopen_for_reply(ctx: UpdateContext, topic: Topic) -> bool:
     admin is told so in General, where they see it. True when the reply may go."""
     user = user_get(bot_id=ctx.bot_id, user_id=topic.user_id)
     if user is None or user.status != UserStatus.ACTIVE:
-        report_in_general(ctx, copy.reply_not_relayed_archived(topic.user_id, topic.thread_id))
+        report_in_general(ctx, texts.reply_not_relayed_archived(topic.user_id, topic.thread_id))
         return False
     try:
         ctx.client.reopen_forum_topic(
@@ -126,7 +126,7 @@ def _reopen_for_reply(ctx: UpdateContext, topic: Topic) -> bool:
     except TelegramPermanentError as error:
         if not is_topic_not_modified(error):  # TOPIC_NOT_MODIFIED: open already
             logger.warning("reopen of topic %s for a reply failed: %s", topic.thread_id, error)
-            report_in_general(ctx, copy.reply_not_relayed_closed(topic.user_id, topic.thread_id))
+            report_in_general(ctx, texts.reply_not_relayed_closed(topic.user_id, topic.thread_id))
             return False
     topic_mark_open(bot_id=ctx.bot_id, thread_id=topic.thread_id)
     return True
@@ -139,9 +139,9 @@ def _note_undelivered(ctx: UpdateContext, topic: Topic, error: TelegramPermanent
     if is_recipient_unreachable(error):
         if not relay_refusal_first(bot_id=ctx.bot_id, user_id=topic.user_id):
             return
-        text = copy.reply_refused_by_user(error.description)
+        text = texts.reply_refused_by_user(error.description)
     else:
-        text = copy.reply_not_delivered(error.description)
+        text = texts.reply_not_delivered(error.description)
     best_effort(
         "undelivered note", lambda: reply_in_thread(ctx, thread_id=topic.thread_id, text=text)
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_message_to_delete_missing
 from bots.models import AuditAction, AuditOutcome, Topic
 from bots.pipeline.bulk import (
@@ -188,7 +188,7 @@ def purge_topic(
             return PurgeStart(report=report, outcome=purge_outcome(job), counts=purge_counts(job))
         hand_off(job, countdown=stopped.countdown)
         handed_off = True
-        return PurgeStart(continues=copy.purge_continues(done=job.handled, total=job.total))
+        return PurgeStart(continues=texts.purge_continues(done=job.handled, total=job.total))
     finally:
         if not handed_off:
             bulk_lock_release(bot_id=ctx.bot_id, token=token)
@@ -283,12 +283,12 @@ def _fresh_card(ctx: BotContext, *, thread_id: int) -> bool:
 
 def _report(job: PurgeJob, *, card_pinned: bool | None) -> str:
     """The report's lines (``card_pinned`` None: the purge was interrupted, nothing cleared)."""
-    lines = [copy.purge_interrupted()] if card_pinned is None else []
-    lines.append(copy.purge_done(job.deleted))
+    lines = [texts.purge_interrupted()] if card_pinned is None else []
+    lines.append(texts.purge_done(job.deleted))
     if job.gone:
-        lines.append(copy.purge_already_gone(job.gone))
+        lines.append(texts.purge_already_gone(job.gone))
     if job.failed:
-        lines.append(copy.purge_failed(job.failed))
+        lines.append(texts.purge_failed(job.failed))
     if card_pinned is not None:
-        lines.append(copy.purge_card_pinned() if card_pinned else copy.purge_card_not_pinned())
+        lines.append(texts.purge_card_pinned() if card_pinned else texts.purge_card_not_pinned())
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import (
     TelegramPermanentError,
     is_topic_closed,
@@ -149,6 +149,6 @@ def remind_risk(ctx: BotContext, *, user: BotUser, thread_id: int) -> None:
     if user_claim_risk_reminder(bot_id=ctx.bot_id, user_id=user.user_id, now=ctx.now):
         ctx.client.send_message(
             chat_id=ctx.support_chat_id,
-            text=copy.risk_reminder(display_name(user)),
+            text=texts.risk_reminder(display_name(user)),
             message_thread_id=thread_id,
         )

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_closed
 from bots.pipeline.classify import GENERAL_THREAD_ID
 from bots.pipeline.context import BotContext
@@ -39,7 +39,7 @@ def send_in_thread(
             return None
     logger.info("topic %s is closed: the answer goes to General", thread_id)
     return required(
-        "group reply (in General)", lambda: send(copy.closed_topic_reply(thread_id, text), None)
+        "group reply (in General)", lambda: send(texts.closed_topic_reply(thread_id, text), None)
     )
 
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
 from bots.models import AuditAction, AuditOutcome
 from bots.pipeline.audit import audit_from_telegram, telegram_audit_actor
@@ -93,8 +93,8 @@ def request_wipe(issued: Issued) -> bool:
     sent = send_prompt(
         issued.ctx,
         thread_id=issued.thread_id,
-        text=copy.wipe_warning(),
-        confirm_label=copy.wipe_confirm_label(),
+        text=texts.wipe_warning(),
+        confirm_label=texts.wipe_confirm_label(),
         confirm_data=f"w:yes:{started_at}",
         cancel_data=f"w:no:{started_at}",
     )
@@ -140,7 +140,7 @@ def wipe_counts(job: WipeJob) -> str:
 
 
 def _prompt_with(line: str) -> str:
-    return f"{copy.wipe_warning()}\n\n{line}"
+    return f"{texts.wipe_warning()}\n\n{line}"
 
 
 # ------------------------------------------------------------------ the buttons
@@ -156,21 +156,21 @@ def handle_wipe_callback(ctx: UpdateContext, callback: Mapping[str, Any]) -> Non
         return
     callback_id = callback["id"]
     if not ctx.config.is_admin(callback["from"]["id"]):
-        toast(ctx, callback_id, copy.admins_only())
+        toast(ctx, callback_id, texts.admins_only())
         return
     confirm = match[1] == "yes"
     prompt_id = message["message_id"]
     decided = wipe_decision_get(bot_id=ctx.bot_id, prompt_msg_id=prompt_id)
     resuming = confirm and decided == confirmed_by(callback_id)
     if not resuming and not within_window(int(match[2]), ctx.now):
-        toast(ctx, callback_id, copy.toast_wipe_timeout())
-        edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wipe_timeout()))
+        toast(ctx, callback_id, texts.toast_wipe_timeout())
+        edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(texts.toast_wipe_timeout()))
         return
     if not confirm:
         if _cancel(ctx, prompt_id=prompt_id, callback_id=callback_id):
             _audit(ctx, callback, AuditOutcome.CANCELLED)
     elif decided is not None and not resuming:
-        toast(ctx, callback_id, copy.toast_wipe_already_decided())
+        toast(ctx, callback_id, texts.toast_wipe_already_decided())
     else:
         confirmed = _confirm(
             ctx,
@@ -195,10 +195,10 @@ def _cancel(ctx: BotContext, *, prompt_id: int, callback_id: str) -> bool:
     """True when the wipe is cancelled (by this click or an earlier cancel)."""
     decision = wipe_decision_claim(bot_id=ctx.bot_id, prompt_msg_id=prompt_id, decision=CANCELLED)
     if decision != CANCELLED:
-        toast(ctx, callback_id, copy.toast_wipe_already_decided())
+        toast(ctx, callback_id, texts.toast_wipe_already_decided())
         return False
-    toast(ctx, callback_id, copy.toast_wipe_cancelled())
-    edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wipe_cancelled()))
+    toast(ctx, callback_id, texts.toast_wipe_cancelled())
+    edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(texts.toast_wipe_cancelled()))
     return True
 
 
@@ -212,7 +212,7 @@ def _confirm(
     if token is None:
         # A purge or another wipe runs (a resumed wipe's own continuation, say): nothing is
         # decided here, so the button still works once that job is done.
-        toast(ctx, callback_id, copy.bulk_busy())
+        toast(ctx, callback_id, texts.bulk_busy())
         return None
     handed_off = False
     try:
@@ -220,12 +220,12 @@ def _confirm(
         if not resuming and (
             wipe_decision_claim(bot_id=ctx.bot_id, prompt_msg_id=prompt_id, decision=ours) != ours
         ):
-            toast(ctx, callback_id, copy.toast_wipe_already_decided())
+            toast(ctx, callback_id, texts.toast_wipe_already_decided())
             return None
         # No topic is created or replaced until the wipe ends (bots.services.deletion_fence).
         deletion_fence_raise(bot_id=ctx.bot_id, ttl_seconds=QUEUED_LOCK_SECONDS)
-        toast_best_effort(ctx, callback_id, copy.toast_wiping())
-        edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(copy.toast_wiping()))
+        toast_best_effort(ctx, callback_id, texts.toast_wiping())
+        edit_prompt(ctx, message_id=prompt_id, text=_prompt_with(texts.toast_wiping()))
         broadcasts_stop(bot_id=ctx.bot_id, now=ctx.now, stopped_by=started_by)
         job = WipeJob(
             bot_id=ctx.bot_id,
@@ -242,7 +242,7 @@ def _confirm(
             return wipe_outcome(job), wipe_counts(job)
         hand_off(job, countdown=stopped.countdown)
         handed_off = True
-        text = copy.wipe_continues(done=job.handled, total=job.total)
+        text = texts.wipe_continues(done=job.handled, total=job.total)
         best_effort(
             "wipe progress",
             lambda: reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text),
@@ -299,9 +299,9 @@ def continue_wipe(job: WipeJob) -> str | None:
 
     def interrupt(ctx: BotContext) -> str:
         _end(job)
-        _report(ctx, job, copy.wipe_interrupted())  # no row was deleted
+        _report(ctx, job, texts.wipe_interrupted())  # no row was deleted
         _audit_outcome(job, AuditOutcome.FAILED, f"interrupted in the worker: {_kept(job)}")
-        return copy.wipe_interrupted()
+        return texts.wipe_interrupted()
 
     def finish(ctx: BotContext) -> str:
         text = finish_wipe(ctx, job)
@@ -334,10 +334,10 @@ def _audit_outcome(job: WipeJob, outcome: AuditOutcome, detail: str) -> None:
 def finish_wipe(ctx: BotContext, job: WipeJob) -> str:
     """Remove the rows — only when every topic deletion succeeded — and report in General."""
     if job.failed:
-        text = copy.wipe_failed(job.failed)
+        text = texts.wipe_failed(job.failed)
     else:
         bot_data_wipe(bot_id=job.bot_id)
-        text = copy.wipe_done()
+        text = texts.wipe_done()
     _end(job)
     _report(ctx, job, text)
     return text

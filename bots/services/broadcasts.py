@@ -11,7 +11,7 @@ at most one draft (preparing or pending) per bot, at most one sending (a draft m
 it). A confirm that would make a second ``sending`` row fails on the index: "busy".
 
 **Progress is persisted as the loop goes** (the seed writes the counts once at the end; see the
-README's departures): ``success_count + failure_count`` is the index of the next recipient of the
+docs/departures.md): ``success_count + failure_count`` is the index of the next recipient of the
 frozen list. Before each send the loop *claims* the recipient — one UPDATE adding it to
 ``failure_count`` (and refreshing ``updated_at``, the heartbeat), only while the row is still
 ``sending`` and the count still stands at that index. An accepted send then moves it from the

@@ -8,7 +8,6 @@ and renewals come at least every LEASE_RENEW_SECONDS.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from bots.clients.telegram import TelegramRetryableError
 from bots.services.inbox import LEASE_RENEW_SECONDS, LeasedUpdate, inbox_renew
+from common import clock
 
 
 class LeaseLost(TelegramRetryableError):
@@ -39,7 +39,7 @@ class InboxLease:
         leased: LeasedUpdate,
         *,
         clock: Callable[[], datetime] = timezone.now,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clock.monotonic,
     ) -> None:
         self.leased = leased
         self._clock = clock

@@ -12,27 +12,11 @@ import secrets
 
 from django_redis import get_redis_connection
 
+from common.redis_scripts import COMPARE_AND_DELETE, lua_script
+
 # Keep the lease if it is still ours; take it again if it expired and nobody took it meanwhile
 # (a queued job that waited longer than its TTL); refuse if somebody else holds it.
-_HOLD = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return 1
-end
-if not holder then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return 1
-end
-return 0
-"""
-
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+_HOLD = lua_script("bots", "lease_hold")
 
 
 def _redis():
@@ -55,7 +39,7 @@ def lease_hold(key: str, *, token: str, ttl_seconds: float) -> bool:
 
 def lease_release(key: str, *, token: str) -> bool:
     """Release the lease if ``token`` still holds it; False when it had lapsed or changed hands."""
-    script = _redis().register_script(_RELEASE)
+    script = _redis().register_script(COMPARE_AND_DELETE)
     return script(keys=[key], args=[token]) == 1
 
 

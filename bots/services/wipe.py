@@ -23,6 +23,7 @@ from bots.models import (
     Topic,
 )
 from bots.redis_keys import wipe_decision
+from common.redis_scripts import lua_script
 
 CANCELLED = "cancelled"
 CONFIRMED_BY = "confirmed:"  # + the winning callback id
@@ -30,14 +31,7 @@ CONFIRMED_BY = "confirmed:"  # + the winning callback id
 DECISION_TTL = timedelta(days=2)
 
 # The stored decision, or the given one stored now if there was none: one atomic step.
-_CLAIM = """
-local decided = redis.call('GET', KEYS[1])
-if decided then
-    return decided
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return ARGV[1]
-"""
+_CLAIM = lua_script("bots", "wipe_decision_claim")
 
 
 DONE = "done"  # the wipe the confirm started has ended: a redelivery of it starts nothing

@@ -8,7 +8,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from bots import copy
+from bots import texts
 from bots.selectors import MODE_BUTTON, MODE_MATH
 
 CALLBACK_PAYLOAD = re.compile(r"v:([0-9]+)")
@@ -50,7 +50,7 @@ def math_challenge(rng: random.Random | None = None) -> Challenge:
     options = [answer, *wrong]
     rng.shuffle(options)
     return Challenge(
-        text=copy.challenge_math(question),
+        text=texts.challenge_math(question),
         answer=answer,
         reply_markup={"inline_keyboard": [[_button(str(value), value) for value in options]]},
     )
@@ -59,9 +59,11 @@ def math_challenge(rng: random.Random | None = None) -> Challenge:
 def button_challenge() -> Challenge:
     """One "I'm not a robot" button. Weak by design: any bot can click it."""
     return Challenge(
-        text=copy.challenge_button(),
+        text=texts.challenge_button(),
         answer=BUTTON_ANSWER,
-        reply_markup={"inline_keyboard": [[_button(copy.challenge_button_label(), BUTTON_ANSWER)]]},
+        reply_markup={
+            "inline_keyboard": [[_button(texts.challenge_button_label(), BUTTON_ANSWER)]]
+        },
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import (
     TelegramError,
     TelegramPermanentError,
@@ -84,7 +84,7 @@ def issue_challenge(
         return False
     text = prepared.text
     if rate_limit is not None:
-        text = f"{copy.rate_limited_prefix(rate_limit)}\n\n{text}"
+        text = f"{texts.rate_limited_prefix(rate_limit)}\n\n{text}"
     try:
         sent = ctx.client.send_message(
             chat_id=user_id, text=text, reply_markup=prepared.reply_markup
@@ -152,9 +152,9 @@ def _prepare_turnstile(
 def _tell_unavailable(ctx: UpdateContext, *, user_id: int, rate_limit: int | None) -> None:
     """The user's message was dropped and no challenge can be had: say so (the caller's notice
     slot already allows this message)."""
-    text = copy.verification_unavailable()
+    text = texts.verification_unavailable()
     if rate_limit is not None:
-        text = f"{copy.rate_limited_prefix(rate_limit)}\n\n{text}"
+        text = f"{texts.rate_limited_prefix(rate_limit)}\n\n{text}"
     required(
         "verification unavailable", lambda: ctx.client.send_message(chat_id=user_id, text=text)
     )
@@ -191,7 +191,7 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
         or user.verify_request_generation != switches.generation
         or user.verify_msg_id != message_id
     ):
-        _toast(ctx, callback_id, copy.toast_challenge_expired())
+        _toast(ctx, callback_id, texts.toast_challenge_expired())
         return
     if value != user.verify_answer:
         _answer_wrong(
@@ -214,7 +214,7 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
         now=ctx.now,
     )
     if not verified:
-        _toast(ctx, callback_id, copy.toast_challenge_expired())
+        _toast(ctx, callback_id, texts.toast_challenge_expired())
         return
     # The UPDATE above decided: the user is verified. What follows only tells them and the
     # admins, best effort: a redelivery could not redo it (the challenge is gone), so failing
@@ -222,7 +222,7 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
     best_effort(
         "verified toast",
         lambda: ctx.client.answer_callback_query(
-            callback_query_id=callback_id, text=copy.toast_verified()
+            callback_query_id=callback_id, text=texts.toast_verified()
         ),
     )
     best_effort(
@@ -230,7 +230,7 @@ def handle_verification_callback(ctx: UpdateContext, callback: Mapping) -> None:
         lambda: ctx.client.edit_message_text(
             chat_id=user_id,
             message_id=message_id,
-            text=copy.verified_message(),
+            text=texts.verified_message(),
             reply_markup=NO_KEYBOARD,
         ),
     )
@@ -252,9 +252,9 @@ def _answer_wrong(
     ``shown_hash`` / ``shown_answer``: the fence of the challenge the message shows now.
     """
     if switches.mode == MODE_TURNSTILE:
-        _toast(ctx, callback_id, copy.toast_challenge_expired())
+        _toast(ctx, callback_id, texts.toast_challenge_expired())
         return
-    _toast(ctx, callback_id, copy.toast_wrong_answer())
+    _toast(ctx, callback_id, texts.toast_wrong_answer())
     challenge = build_challenge(switches.mode)
     assert challenge is not None  # math or button: turnstile returned above
     request_hash = new_request_hash()
@@ -266,7 +266,7 @@ def _answer_wrong(
         ctx.client.edit_message_text(
             chat_id=user_id,
             message_id=message_id,
-            text=f"{copy.wrong_answer_prefix()}\n\n{challenge.text}",
+            text=f"{texts.wrong_answer_prefix()}\n\n{challenge.text}",
             reply_markup=challenge.reply_markup,
         )
     except TelegramRetryableError:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from django.http import HttpResponse
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.conf import BotConfig, bot_language
 from bots.verification.turnstile import ACTION
 
@@ -69,15 +69,15 @@ def page_settings(config: BotConfig, *, request_id: str) -> dict:
         "submitUrl": reverse("bots:verify_turnstile"),
         "turnstileScriptUrl": turnstile_script_src(config),
         "texts": {
-            "outside": copy.verify_page_outside_telegram(),
-            "loading": copy.verify_page_loading(),
-            "challenge": copy.verify_page_challenge(),
-            "submitting": copy.verify_page_submitting(),
-            "verified": copy.verify_page_verified(),
-            "waiting": copy.verify_page_waiting(),
-            "networkError": copy.verify_page_network_error(),
-            "widgetFailed": copy.verify_page_widget_failed(),
-            "unavailable": copy.verify_error_unavailable(),
+            "outside": texts.verify_page_outside_telegram(),
+            "loading": texts.verify_page_loading(),
+            "challenge": texts.verify_page_challenge(),
+            "submitting": texts.verify_page_submitting(),
+            "verified": texts.verify_page_verified(),
+            "waiting": texts.verify_page_waiting(),
+            "networkError": texts.verify_page_network_error(),
+            "widgetFailed": texts.verify_page_widget_failed(),
+            "unavailable": texts.verify_error_unavailable(),
         },
     }
 
@@ -86,10 +86,10 @@ def page_context(config: BotConfig, *, request_id: str, nonce: str) -> dict:
     return {
         "nonce": nonce,
         "html_lang": "en" if bot_language() == "en" else "zh-CN",
-        "title": copy.verify_page_title(),
-        "loading": copy.verify_page_loading(),
-        "retry": copy.verify_page_retry(),
-        "close": copy.verify_page_close(),
+        "title": texts.verify_page_title(),
+        "loading": texts.verify_page_loading(),
+        "retry": texts.verify_page_retry(),
+        "close": texts.verify_page_close(),
         "telegram_script_url": config.telegram_webapp_script_url,
         "page": page_settings(config, request_id=request_id),
     }

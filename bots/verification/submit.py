@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from bots import copy
+from bots import texts
 from bots.clients.turnstile import SiteverifyClient, SiteverifyUnavailableError
 from bots.conf import BotConfig, load_config
 from bots.models import BotUser
@@ -99,11 +99,11 @@ def _refuse(
 
 
 def payload_too_large() -> SubmitResult:
-    return _refuse(413, PAYLOAD_TOO_LARGE, copy.verify_error_too_large())
+    return _refuse(413, PAYLOAD_TOO_LARGE, texts.verify_error_too_large())
 
 
 def unavailable() -> SubmitResult:
-    return _refuse(503, UNAVAILABLE, copy.verify_error_unavailable())
+    return _refuse(503, UNAVAILABLE, texts.verify_error_unavailable())
 
 
 @dataclass(frozen=True)
@@ -151,26 +151,26 @@ def turnstile_submit(
     config = load_config()
     origin = page_origin(config, request_origin)
     if origin_header is not None and origin_header != origin:
-        return _refuse(403, FORBIDDEN, copy.verify_error_origin())
+        return _refuse(403, FORBIDDEN, texts.verify_error_origin())
     if content_type != "application/json":
-        return _refuse(400, INVALID_REQUEST, copy.verify_error_invalid_request())
+        return _refuse(400, INVALID_REQUEST, texts.verify_error_invalid_request())
     if body is None:
         return payload_too_large()
     submission = parse_submission(body)
     if submission is None:
-        return _refuse(400, INVALID_REQUEST, copy.verify_error_invalid_request())
+        return _refuse(400, INVALID_REQUEST, texts.verify_error_invalid_request())
 
     bot_id = bot_current_id()
     if bot_id is None or not config.bot_token or not config.turnstile_secret_key:
         return unavailable()
     switches = verification_settings_get()
     if not switches.enabled or switches.mode != MODE_TURNSTILE:
-        return _refuse(409, CONFLICT, copy.verify_error_mode_changed())
+        return _refuse(409, CONFLICT, texts.verify_error_mode_changed())
 
     now = clock()
     identity = validate_init_data(submission.init_data, bot_token=config.bot_token, now=now)
     if identity is None:
-        return _refuse(401, UNAUTHORIZED, copy.verify_error_identity())
+        return _refuse(401, UNAUTHORIZED, texts.verify_error_identity())
     request_hash = request_hash_of(submission.request_id)
     user = user_get(bot_id=bot_id, user_id=identity.user_id)
     refusal = _precheck(
@@ -214,11 +214,11 @@ def _precheck(
     """The refusal the user's row calls for, or None when this request may be submitted."""
     if user is None:
         # Never recreate a user here: a deleted user starts again by writing to the bot.
-        return _refuse(404, NOT_FOUND, copy.verify_error_no_user())
+        return _refuse(404, NOT_FOUND, texts.verify_error_no_user())
     if user.is_banned:
-        return _refuse(403, FORBIDDEN, copy.verify_error_banned())
+        return _refuse(403, FORBIDDEN, texts.verify_error_banned())
     if user.is_verified:
-        return _refuse(409, CONFLICT, copy.verify_error_already_verified())
+        return _refuse(409, CONFLICT, texts.verify_error_already_verified())
     if user.verify_request_hash != request_hash:
         belongs_to_another = (
             BotUser.objects.filter(bot_id=bot_id, verify_request_hash=request_hash)
@@ -226,12 +226,12 @@ def _precheck(
             .exists()
         )
         if belongs_to_another:
-            return _refuse(403, FORBIDDEN, copy.verify_error_other_account())
-        return _refuse(409, CONFLICT, copy.verify_error_link_superseded())
+            return _refuse(403, FORBIDDEN, texts.verify_error_other_account())
+        return _refuse(409, CONFLICT, texts.verify_error_link_superseded())
     if user.verify_request_generation != switches.generation:
-        return _refuse(409, CONFLICT, copy.verify_error_link_superseded())
+        return _refuse(409, CONFLICT, texts.verify_error_link_superseded())
     if user.verify_request_expires_at is None or user.verify_request_expires_at <= now:
-        return _refuse(410, EXPIRED, copy.verify_error_link_expired())
+        return _refuse(410, EXPIRED, texts.verify_error_link_expired())
     return None
 
 
@@ -258,7 +258,7 @@ def _why_not_claimed(
     return _refuse(
         429,
         TOO_MANY_REQUESTS,
-        copy.verify_error_too_many_requests(seconds),
+        texts.verify_error_too_many_requests(seconds),
         headers={"Retry-After": str(seconds)},
     )
 
@@ -297,7 +297,7 @@ def _verify_token(
             user.user_id,
             ", ".join(answer.error_codes) or "no error codes",
         )
-        return _refuse(422, TOKEN_REJECTED, copy.verify_error_token_rejected())
+        return _refuse(422, TOKEN_REJECTED, texts.verify_error_token_rejected())
     if (answer.hostname, answer.action, answer.cdata) != (
         expected_hostname,
         ACTION,
@@ -309,12 +309,12 @@ def _verify_token(
             answer.hostname,
             answer.action,
         )
-        return _refuse(422, TOKEN_REJECTED, copy.verify_error_token_rejected())
+        return _refuse(422, TOKEN_REJECTED, texts.verify_error_token_rejected())
 
     now = clock()
     again = validate_init_data(submission.init_data, bot_token=config.bot_token or "", now=now)
     if again is None or again.user_id != identity.user_id:
-        return _refuse(401, UNAUTHORIZED, copy.verify_error_identity())
+        return _refuse(401, UNAUTHORIZED, texts.verify_error_identity())
     # _precheck passed: the row read before the claim holds this request's fence and expiry.
     assert user.verify_request_hash is not None and user.verify_request_expires_at is not None
     won = turnstile_user_verify(
@@ -327,8 +327,8 @@ def _verify_token(
     )
     if not won:
         if user.verify_request_expires_at <= now:
-            return _refuse(410, EXPIRED, copy.verify_error_link_expired())
-        return _refuse(409, CONFLICT, copy.verify_error_link_superseded())
+            return _refuse(410, EXPIRED, texts.verify_error_link_expired())
+        return _refuse(409, CONFLICT, texts.verify_error_link_superseded())
     logger.info("user %s verified through turnstile", identity.user_id)
     _notify_verified(config=config, bot_id=bot_id, user=user, switches=switches, now=now)
     return VERIFIED
@@ -357,7 +357,7 @@ def _notify_verified(
             lambda: ctx.client.edit_message_text(
                 chat_id=user.user_id,
                 message_id=message_id,
-                text=copy.verified_message(),
+                text=texts.verified_message(),
                 reply_markup=NO_KEYBOARD,
             ),
         )

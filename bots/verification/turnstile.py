@@ -18,7 +18,7 @@ from urllib.parse import urlencode, urlsplit
 
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.conf import BotConfig
 
 REQUEST_LIFETIME = timedelta(seconds=600)
@@ -77,13 +77,13 @@ def build_turnstile_challenge(*, origin: str, now: datetime) -> TurnstileChallen
     """A fresh request: its id, stored hash, expiry and the message with the Mini App button."""
     request_id = secrets.token_bytes(32).hex()
     button = {
-        "text": copy.challenge_turnstile_button(),
+        "text": texts.challenge_turnstile_button(),
         "web_app": {"url": verify_page_url(origin, request_id)},
     }
     return TurnstileChallenge(
         request_id=request_id,
         request_hash=request_hash_of(request_id),
         expires_at=now + REQUEST_LIFETIME,
-        text=copy.challenge_turnstile(),
+        text=texts.challenge_turnstile(),
         reply_markup={"inline_keyboard": [[button]]},
     )

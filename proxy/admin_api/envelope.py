@@ -34,7 +34,7 @@ class BodyCode(enum.IntEnum):
     SESSION_REQUIRED = 40101
     INVALID_CREDENTIALS = 40102
     INVALID_API_KEY = 40103
-    # Not in the original: a cookie-authenticated write from another origin (README departures).
+    # Not in the original: a cookie-authenticated write from another origin (docs/departures.md).
     CROSS_ORIGIN = 40301
     NOT_FOUND = 40401
     METHOD_NOT_ALLOWED = 40501

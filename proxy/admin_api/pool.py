@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -21,13 +20,14 @@ from typing import Any
 
 from django.conf import settings
 
+from common import clock
 from proxy import accounts as pool_accounts
 from proxy import redis_keys
 from proxy.background import run_coroutine
 from proxy.clients import codex
-from proxy.dispatch.failures import FailureKind, classify_failed_event, failure_from_error
-from proxy.dispatch.sse import OUTPUT_DELTA_EVENTS, SSEScanner
-from proxy.dispatch.upstream_request import ClientIdentity, request_headers
+from proxy.domain.failures import FailureKind, classify_failed_event, failure_from_error
+from proxy.domain.sse import OUTPUT_DELTA_EVENTS, SSEScanner
+from proxy.domain.upstream_request import ClientIdentity, request_headers
 from proxy.loop_resources import database_connection
 from proxy.quota import QuotaSnapshot, UsageFetchError, fetch_usage_payload, snapshot_from_usage
 from proxy.runtime_state import redis_client
@@ -70,7 +70,7 @@ def slots_in_use(account_ids: list[str], *, now_ms: int | None = None) -> dict[s
     TTL belong to crashed workers and are not counted). One pipeline."""
     if not account_ids:
         return {}
-    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    now_ms = now_ms if now_ms is not None else clock.now_ms()
     oldest = now_ms - settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
     pipeline = redis_client().pipeline(transaction=False)
     for account_id in account_ids:
@@ -224,10 +224,10 @@ async def connection_test_events(
     # The whole test, first byte to last, ends by its deadline: a hung or dripping upstream
     # must not hold the web worker's stream open indefinitely.
     limit = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
-    deadline = time.monotonic() + limit
+    deadline = clock.monotonic() + limit
 
     def remaining() -> float:
-        return max(0.0, deadline - time.monotonic())
+        return max(0.0, deadline - clock.monotonic())
 
     timed_out = {"type": "error", "error": f"no complete answer within {limit} s; test stopped"}
     try:

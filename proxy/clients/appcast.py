@@ -16,6 +16,8 @@ import requests
 from defusedxml import ElementTree
 from django.conf import settings
 
+from proxy.clients.outgoing import outgoing_session
+
 if TYPE_CHECKING:
     # The type of what defusedxml parses (its functions return the standard library's).
     from xml.etree.ElementTree import Element
@@ -49,8 +51,7 @@ class Release:
 
 def fetch_latest_release(session: requests.Session | None = None) -> Release:
     """The newest release the appcast announces."""
-    http = session or requests.Session()
-    http.trust_env = False
+    http = session or outgoing_session(timeout=TIMEOUT_SECONDS, pool_connections=1, pool_maxsize=1)
     try:
         with http.get(
             settings.CODEX_APPCAST_URL, timeout=TIMEOUT_SECONDS, stream=True, allow_redirects=True

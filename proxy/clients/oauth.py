@@ -24,14 +24,15 @@ import hashlib
 import json
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import requests
 import urllib3
 from django.conf import settings
-from requests.adapters import HTTPAdapter
+
+from common import clock
+from proxy.clients.outgoing import outgoing_session
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +60,13 @@ def _shared_session() -> requests.Session:
     global _session
     with _session_lock:
         if _session is None:
-            session = requests.Session()
-            session.trust_env = False
-            # No automatic retries: a refresh token is single-use, so repeating a request whose
-            # answer was lost could burn it; retrying is the refresher's decision.
-            adapter = HTTPAdapter(pool_connections=2, pool_maxsize=8, max_retries=0)
-            session.mount("https://", adapter)
-            session.mount("http://", adapter)
-            _session = session
+            # No automatic retries (the builder's rule): a refresh token is single-use, so
+            # repeating a request whose answer was lost could burn it; retrying is the
+            # refresher's decision.
+            timeout = settings.OPENAI_AUTH_TIMEOUT_SECONDS
+            _session = outgoing_session(
+                timeout=(min(10, timeout), timeout), pool_connections=2, pool_maxsize=8
+            )
         return _session
 
 
@@ -164,7 +164,7 @@ def _token_call(form: dict[str, str]) -> TokenSet:
     # most the remaining time (socket timeout lowered before each read). Known gap: the status
     # line and headers are read by requests under the per-read timeout only.
     timeout = settings.OPENAI_AUTH_TIMEOUT_SECONDS
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     try:
         response = _shared_session().post(
             token_url(),
@@ -177,7 +177,7 @@ def _token_call(form: dict[str, str]) -> TokenSet:
         with response:
             body = bytearray()
             while len(body) <= RESPONSE_READ_CAP:
-                if time.monotonic() >= deadline:
+                if clock.monotonic() >= deadline:
                     raise _DeadlinePassed
                 _limit_next_read(response, deadline)
                 chunk = response.raw.read1(64 * 1024, decode_content=True)
@@ -204,7 +204,7 @@ def _limit_next_read(response: requests.Response, deadline: float) -> None:
     """Lower the socket's timeout to the time left, so one read cannot outlast the deadline."""
     sock = getattr(getattr(response.raw, "connection", None), "sock", None)
     if sock is not None:
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        sock.settimeout(max(0.05, deadline - clock.monotonic()))
 
 
 def _is_connect_failure(error: requests.RequestException) -> bool:

@@ -12,14 +12,14 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.clients import codex
-from proxy.dispatch import scheduler
 from proxy.dispatch.account_effects import quota_still_blocked
 from proxy.dispatch.attempts import Strategy
 from proxy.dispatch.cookies import captured_cookies, cookie_header
-from proxy.dispatch.failures import AttemptFailure, FailureKind
-from proxy.dispatch.scheduler import Slot
-from proxy.dispatch.types import Committed, CompactResult, DispatchRequest
-from proxy.dispatch.upstream_request import request_headers
+from proxy.domain.dispatch_types import Committed, CompactResult, DispatchRequest
+from proxy.domain.failures import AttemptFailure, FailureKind
+from proxy.domain.slots import Slot
+from proxy.domain.upstream_request import request_headers
+from proxy.scheduling import scheduler
 
 
 def _headers(

@@ -8,7 +8,7 @@ from django.utils import timezone
 from proxy.accounts import AccountView
 from proxy.clients import codex
 from proxy.dispatch.cookies import cookie_header
-from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.domain.failures import AttemptFailure, FailureKind
 from proxy.quota import UsageFetchError, fetch_usage
 from proxy.services import account_state
 from proxy.services.account_quota import account_quota_apply

@@ -16,35 +16,35 @@ upstream did.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from common import clock
 from proxy.clients import codex
-from proxy.dispatch.failures import (
-    AttemptFailure,
-    FailureKind,
-    classify_failed_event,
-    failure_from_error,
-)
 from proxy.dispatch.progress import is_empty_completion, observe
-from proxy.dispatch.scheduler import Slot
-from proxy.dispatch.sse import (
-    SUCCESS_TERMINAL_EVENTS,
-    Frame,
-    SSEFrameTooLarge,
-    SSEScanner,
-    frames_of,
-)
 from proxy.dispatch.transport_choice import encode_body, falls_back_to_http, open_stream
-from proxy.dispatch.types import (
+from proxy.domain.dispatch_types import (
     Committed,
     CompactResult,
     DispatchRequest,
     RequestTiming,
     StreamProgress,
 )
-from proxy.dispatch.upstream_request import compact_body, scoped_body
+from proxy.domain.failures import (
+    AttemptFailure,
+    FailureKind,
+    classify_failed_event,
+    failure_from_error,
+)
+from proxy.domain.slots import Slot
+from proxy.domain.sse import (
+    SUCCESS_TERMINAL_EVENTS,
+    Frame,
+    SSEFrameTooLarge,
+    SSEScanner,
+    frames_of,
+)
+from proxy.domain.upstream_request import compact_body, scoped_body
 
 COMMIT_PREFETCH_LIMIT = 64 * 1024
 
@@ -53,13 +53,13 @@ async def upstream_timed(chunks: AsyncIterator[bytes], timing: RequestTiming):
     """``chunks``, the time spent waiting for each added to ``timing.upstream_wait``."""
     iterator = aiter(chunks)
     while True:
-        waiting = time.monotonic()
+        waiting = clock.monotonic()
         try:
             chunk = await anext(iterator)
         except StopAsyncIteration:
             return
         finally:
-            timing.upstream_wait += time.monotonic() - waiting
+            timing.upstream_wait += clock.monotonic() - waiting
         yield chunk
 
 
@@ -166,7 +166,7 @@ class _SSEStrategy:
         http_only: bool = False,
     ) -> codex.CodexStream | codex.CodexWebSocketStream | AttemptFailure:
         tried: list[str] = []
-        opening = time.monotonic()
+        opening = clock.monotonic()
         try:
             stream = await open_stream(
                 request,
@@ -180,7 +180,7 @@ class _SSEStrategy:
             cookies_seen += getattr(error, "set_cookies", ())
             return failure_from_error(error)
         finally:
-            request.timing.upstream_wait += time.monotonic() - opening
+            request.timing.upstream_wait += clock.monotonic() - opening
             # The ledger's transport is the last one this request used.
             if tried:
                 self.transport = tried[-1]
@@ -352,13 +352,13 @@ class CompactStrategy:
         cookies_seen: list[str],
     ) -> Committed | CompactResult | AttemptFailure:
         try:
-            calling = time.monotonic()
+            calling = clock.monotonic()
             try:
                 answer = await codex.compact(
                     body=self.body(request, slot.account.id), headers=headers
                 )
             finally:
-                request.timing.upstream_wait += time.monotonic() - calling
+                request.timing.upstream_wait += clock.monotonic() - calling
         except codex.CodexError as error:
             cookies_seen += getattr(error, "set_cookies", ())
             return failure_from_error(error)

@@ -39,13 +39,14 @@ from dataclasses import dataclass, field
 from django.utils import timezone
 from redis.commands.core import AsyncScript
 
+from common.redis_scripts import lua_script
 from proxy import redis_keys
-from proxy.dispatch.conversation import stable_key
-from proxy.dispatch.failures import AttemptFailure, FailureKind, history_error_code
 from proxy.dispatch.ledger_ownership import ledger_verdict
-from proxy.dispatch.replay import MAX_DEPTH, reconstruct, replay_body
-from proxy.dispatch.types import DispatchReport, DispatchRequest, StreamEnd
-from proxy.dispatch.upstream_request import ClientIdentity
+from proxy.domain.conversation import stable_key
+from proxy.domain.dispatch_types import DispatchReport, DispatchRequest, StreamEnd
+from proxy.domain.failures import AttemptFailure, FailureKind, history_error_code
+from proxy.domain.replay import MAX_DEPTH, reconstruct, replay_body
+from proxy.domain.upstream_request import ClientIdentity
 from proxy.ledger.affinity import AffinityWrite, wait_if_pending
 from proxy.loop_resources import async_redis
 
@@ -62,42 +63,15 @@ MAX_RESPONSE_ID_LENGTH = 256
 # turns last in it; every field before them is a string, number or list of strings, whose
 # quotes JSON escapes, so the first unescaped ', "replay": ' is the record's own. A record in
 # another shape is returned whole. (A conversation's preference, spec §5.2, is looked up by the
-# scheduler's order-and-acquire script: proxy.dispatch.scheduler.)
-_LOOKUP = """
-local raw = redis.call('GET', KEYS[1])
-if not raw then return false end
-local at = string.find(raw, ', "replay": {', 1, true)
-if not at then return raw end
-local cut = string.find(raw, ', "turnInput": ', at, true)
-if not cut then return raw end
-return string.sub(raw, 1, cut - 1) .. '}}'
-"""
+# scheduler's order-and-acquire script: proxy.scheduling.scheduler.)
+_LOOKUP = lua_script("proxy", "continuity_lookup")
 _LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())
 
 # KEYS[1]: the record of the newest response of a chain. ARGV: record key prefix, max depth.
 # Walks the parent links inside Redis (same layout as above: the node's parentResponseId is
 # its first field) and returns {response id, record JSON, …} from the child to the root (or
 # as far as the records go): only the chain, not the conversation's other responses.
-_CHAIN = """
-local marker = ', "replay": {"parentResponseId": "'
-local result = {}
-local key = KEYS[1]
-local id = string.sub(key, string.len(ARGV[1]) + 1)
-for _ = 1, tonumber(ARGV[2]) do
-  local raw = redis.call('GET', key)
-  if not raw then break end
-  result[#result + 1] = id
-  result[#result + 1] = raw
-  local at = string.find(raw, marker, 1, true)
-  if not at then break end
-  local from = at + string.len(marker)
-  local to = string.find(raw, '"', from, true)
-  if not to then break end
-  id = string.sub(raw, from, to - 1)
-  key = ARGV[1] .. id
-end
-return result
-"""
+_CHAIN = lua_script("proxy", "continuity_chain")
 _CHAIN_SCRIPT = AsyncScript(None, _CHAIN.encode())
 
 

@@ -21,20 +21,9 @@ from django.utils import timezone
 
 from proxy.accounts import AccountView
 from proxy.clients import codex
-from proxy.dispatch import scheduler
 from proxy.dispatch.account_call import call_account
 from proxy.dispatch.account_effects import apply_account_effect
 from proxy.dispatch.attempts import CompactStrategy, CompleteStrategy, Strategy, StreamStrategy
-from proxy.dispatch.candidate_queue import CandidateQueue
-from proxy.dispatch.client_errors import (
-    ALL_BUSY,
-    CONTINUATION_CONNECTION_BUSY,
-    NO_ACCOUNTS,
-    PREVIOUS_RESPONSE_UNAVAILABLE,
-    ClientError,
-    ClientFailure,
-    client_error_for,
-)
 from proxy.dispatch.continuity import (
     Continuity,
     Next,
@@ -46,17 +35,24 @@ from proxy.dispatch.continuity import (
     replay_request,
     variant_hash,
 )
-from proxy.dispatch.eligibility_wait import wait_for_an_account
-from proxy.dispatch.failures import AttemptFailure
-from proxy.dispatch.keep_alive import KeepAlive
 from proxy.dispatch.relay import StreamRelay
-from proxy.dispatch.scheduler import ConversationLookup, Slot
+from proxy.dispatch.request_outcome import finished_dispatch
 from proxy.dispatch.token_retry import (
     give_up_after_refresh,
     refresh_for_retry,
     wants_token_refresh,
 )
-from proxy.dispatch.types import (
+from proxy.dispatch.unknown_previous import for_upstream_refusal, never_existed
+from proxy.domain.client_errors import (
+    ALL_BUSY,
+    CONTINUATION_CONNECTION_BUSY,
+    NO_ACCOUNTS,
+    PREVIOUS_RESPONSE_UNAVAILABLE,
+    ClientError,
+    ClientFailure,
+    client_error_for,
+)
+from proxy.domain.dispatch_types import (
     AttemptNote,
     Committed,
     CompactResult,
@@ -65,12 +61,17 @@ from proxy.dispatch.types import (
     Served,
     StreamEnd,
 )
-from proxy.dispatch.unknown_previous import for_upstream_refusal, never_existed
+from proxy.domain.failures import AttemptFailure
+from proxy.domain.slots import Slot
 from proxy.ledger import affinity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import build_entry
 from proxy.policies import admission
-from proxy.request_outcome import finished_dispatch
+from proxy.scheduling import scheduler
+from proxy.scheduling.candidate_queue import CandidateQueue
+from proxy.scheduling.eligibility_wait import wait_for_an_account
+from proxy.scheduling.keep_alive import KeepAlive
+from proxy.scheduling.scheduler import ConversationLookup
 from proxy.services import account_state
 
 logger = logging.getLogger(__name__)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import contextlib
 
-from proxy.dispatch.failures import AttemptFailure, classify_failed_event, history_error_code
-from proxy.dispatch.sse import (
+from proxy.domain.dispatch_types import DispatchRequest, StreamProgress
+from proxy.domain.failures import AttemptFailure, classify_failed_event, history_error_code
+from proxy.domain.sse import (
     OUTPUT_DELTA_EVENTS,
     OUTPUT_ITEM_EVENTS,
     SUCCESS_TERMINAL_EVENTS,
     TERMINAL_EVENTS,
     Frame,
 )
-from proxy.dispatch.types import DispatchRequest, StreamProgress
 
 
 def observe(

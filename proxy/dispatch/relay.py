@@ -12,10 +12,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from proxy.clients import codex
-from proxy.dispatch import scheduler
-from proxy.dispatch.keep_alive import KeepAlive
 from proxy.dispatch.progress import observe
-from proxy.dispatch.sse import (
+from proxy.domain.dispatch_types import Committed, DispatchRequest, StreamEnd
+from proxy.domain.sse import (
     DONE_FRAME,
     SERVER_SHUTDOWN,
     SUCCESS_TERMINAL_EVENTS,
@@ -25,7 +24,8 @@ from proxy.dispatch.sse import (
     server_shutdown_event,
     stream_disconnected_event,
 )
-from proxy.dispatch.types import Committed, DispatchRequest, StreamEnd
+from proxy.scheduling import scheduler
+from proxy.scheduling.keep_alive import KeepAlive
 
 
 class StreamRelay:

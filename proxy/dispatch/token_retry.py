@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from proxy.accounts import AccountView
-from proxy.dispatch.failures import AttemptFailure, FailureKind
+from proxy.domain.failures import AttemptFailure, FailureKind
 from proxy.services.account_state import account_mark_expired
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ import json
 from django.conf import settings
 
 from proxy.clients import codex
-from proxy.dispatch.failures import AttemptFailure, FailureKind
-from proxy.dispatch.types import DispatchRequest
+from proxy.domain.dispatch_types import DispatchRequest
+from proxy.domain.failures import AttemptFailure, FailureKind
 
 HTTP_SSE = "http_sse"
 WEBSOCKET = "websocket"

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 
-from proxy.dispatch.client_errors import PREVIOUS_RESPONSE_UNAVAILABLE, ClientError
-from proxy.dispatch.failures import AttemptFailure, history_error_code
 from proxy.dispatch.transport_choice import TransportMode, is_connection_local, transport_mode
-from proxy.dispatch.types import DispatchRequest
+from proxy.domain.client_errors import PREVIOUS_RESPONSE_UNAVAILABLE, ClientError
+from proxy.domain.dispatch_types import DispatchRequest
+from proxy.domain.failures import AttemptFailure, history_error_code
 
 CODE = "previous_response_not_found"
 

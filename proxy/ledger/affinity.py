@@ -27,7 +27,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from proxy.dispatch.replay import build_node
+from proxy.domain.replay import build_node
 from proxy.loop_resources import PerLoop, async_redis
 from proxy.runtime_state.affinity import PreparedRecord, record_json, records_call
 from proxy.runtime_state.script_calls import ScriptCall, execute_calls

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.dispatch.failures import AttemptFailure, FailureKind, json_or_none
+from proxy.domain.failures import AttemptFailure, FailureKind, json_or_none
 from proxy.ledger.answer_metadata import answer_metadata, effective_model, image_tokens
 from proxy.services.account_usage import AccountUsageIncrement
 

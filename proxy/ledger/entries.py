@@ -6,17 +6,17 @@ later, in batches. Facts are telemetry's typed ``UsageFact`` / ``ErrorFact``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 
-from proxy.dispatch.client_errors import failed_event_status, ops_message
-from proxy.dispatch.failures import ROTATING_KINDS, FailureKind
-from proxy.dispatch.sse import STREAM_DISCONNECTED_CODE, STREAM_DISCONNECTED_MESSAGE
-from proxy.dispatch.types import DispatchReport, Served
+from common import clock
+from proxy.domain.client_errors import failed_event_status, ops_message
+from proxy.domain.dispatch_types import DispatchReport, Served
+from proxy.domain.failures import ROTATING_KINDS, FailureKind
+from proxy.domain.sse import STREAM_DISCONNECTED_CODE, STREAM_DISCONNECTED_MESSAGE
 from proxy.ledger.answer_metadata import answer_metadata, image_tool_declared
 from proxy.ledger.attempt_facts import (
     QUOTA_SYNCED_FAILURES,
@@ -45,7 +45,7 @@ class LedgerEntry:
     quota_syncs: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     models_etag: str | None = None
     # When the request ended (the ledger's lag is measured from here).
-    finished_monotonic: float = field(default_factory=time.monotonic)
+    finished_monotonic: float = field(default_factory=clock.monotonic)
 
 
 def _request_summary(body: dict) -> dict[str, Any]:
@@ -375,7 +375,7 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
             "invalid_sse" if end.stream_error and "SSE" in end.stream_error else "missing_completed"
         )
         detail = end.stream_error or "ended without response.completed"
-        # What the client was sent in its place (proxy.dispatch.sse.stream_disconnected_event).
+        # What the client was sent in its place (proxy.domain.sse.stream_disconnected_event).
         upstream_code, failure_event = STREAM_DISCONNECTED_CODE, "response.failed"
         failure_message = STREAM_DISCONNECTED_MESSAGE + (
             f": {end.stream_error}" if end.stream_error else ""

@@ -1,13 +1,13 @@
 """What fills the instruments: the finished dispatch report (one call, from
-``proxy/request_outcome.py``), each token refresh, each written ledger batch. Never raises:
+``proxy/dispatch/request_outcome.py``), each token refresh, each written ledger batch. Never raises:
 a metric must not fail a request."""
 
 from __future__ import annotations
 
 import logging
-import time
 
-from proxy.dispatch.types import DispatchReport
+from common import clock
+from proxy.domain.dispatch_types import DispatchReport
 from proxy.metrics import instruments
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,6 @@ def record_ledger_batch(entry_count: int, oldest_created_monotonic: float | None
     try:
         instruments.LEDGER_BATCH_ROWS.observe(entry_count)
         if oldest_created_monotonic is not None:
-            instruments.LEDGER_LAG.observe(max(0.0, time.monotonic() - oldest_created_monotonic))
+            instruments.LEDGER_LAG.observe(max(0.0, clock.monotonic() - oldest_created_monotonic))
     except Exception:
         logger.warning("ledger metrics not recorded", exc_info=True)

@@ -42,19 +42,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from proxy.dispatch.client_errors import ClientError
-from proxy.dispatch.types import DispatchRequest
-from proxy.ledger import affinity
-from proxy.policies import counters, recent_models
-from proxy.policies.cost_history import key_highest_cost_micro, pool_highest_costs_micro
-from proxy.policies.counters import Estimates, Periods, Seed
-from proxy.policies.early import EarlyAdmission, new_admission_id
-from proxy.policies.estimate import (
-    estimate_known_from,
-    estimates_after_body,
-    estimates_before_body,
-)
-from proxy.policies.rules import (
+from proxy.domain import early_admission
+from proxy.domain.client_errors import ClientError
+from proxy.domain.dispatch_types import DispatchRequest
+from proxy.domain.early_admission import EarlyAdmission, new_admission_id
+from proxy.domain.key_policy import (
     KeyPolicy,
     day_label,
     day_start,
@@ -62,6 +54,15 @@ from proxy.policies.rules import (
     month_start,
     next_day_start,
     next_month_start,
+)
+from proxy.ledger import affinity
+from proxy.policies import counters, recent_models
+from proxy.policies.cost_history import key_highest_cost_micro, pool_highest_costs_micro
+from proxy.policies.counters import Estimates, Periods, Seed
+from proxy.policies.estimate import (
+    estimate_known_from,
+    estimates_after_body,
+    estimates_before_body,
 )
 from proxy.policies.spend import key_spend
 from telemetry.billing import request_cost
@@ -289,6 +290,17 @@ async def admit_before_body(policy: KeyPolicy) -> EarlyAdmission | Refusal | Non
     return _refusal_of(verdict)
 
 
+async def withdraw_if_not_taken(early: EarlyAdmission) -> None:
+    """Give ``early`` back unless a dispatch took it (never raises: a member that could not be
+    removed lapses after the slot TTL, like a crashed worker's)."""
+    if not early.withdraw():
+        return
+    try:
+        await counters.withdraw(early.policy, early.admission_id, early.member)
+    except Exception:
+        logger.warning("key policy admission not given back; it lapses", exc_info=True)
+
+
 async def refusal_on_arrival(
     policy: KeyPolicy | None, model: str, *, following: DispatchRequest | None
 ) -> Refusal | None:
@@ -321,7 +333,7 @@ def in_flight_member(request: DispatchRequest) -> str | None:
     """``request``'s member of its key's in-flight ZSET, or None when it holds none."""
     if request.key_policy is None or not request.key_admitted:
         return None
-    return counters.in_flight_member(request.admission_id, request.key_reserved_micro)
+    return early_admission.in_flight_member(request.admission_id, request.key_reserved_micro)
 
 
 def _cost_micro(usage: UsageFact) -> int:
@@ -353,7 +365,7 @@ def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
         counters.settle_call(
             policy,
             # What in_flight_member(request) gives an admitted request with a policy.
-            counters.in_flight_member(request.admission_id, request.key_reserved_micro),
+            early_admission.in_flight_member(request.admission_id, request.key_reserved_micro),
             periods,
             model=request.model,
             tokens=tokens,

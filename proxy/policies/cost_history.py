@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from proxy.policies.rules import MICRO
+from proxy.domain.key_policy import MICRO
 from telemetry.models import UsageRecord
 from telemetry.queries.request_costs import highest_request_cost, highest_request_cost_per_model
 

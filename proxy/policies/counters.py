@@ -5,7 +5,7 @@
 * tokens per minute — a **fixed** 60 s window aligned to the minute (epoch): the tokens of
   the requests that finished in it (their usage); the retry-after is the window's end;
 * concurrency — a ZSET of the requests in flight, scored by start (heartbeated while they
-  run, ``proxy.dispatch.keep_alive``), members older than the slot TTL (a crashed worker's)
+  run, ``proxy.scheduling.keep_alive``), members older than the slot TTL (a crashed worker's)
   dropped on admission; a request refused for it is told to retry after 1 s (no one knows
   when a request ends);
 * spend today / this month (UTC) — micro-USD counters cached for 60 s: when missing the
@@ -29,7 +29,7 @@ may claim a model's refresh); settlement is one more, after the response. The sa
 answers, without writing, whether a request would be admitted (``peek``: a client WebSocket
 frame that waits behind the socket's running request), and raises the reservation of a request
 admitted before its body was read once its body and model are known (``confirm``: issue 35
-item 4, ``proxy.policies.early``); ``withdraw`` undoes an admission no dispatch took over.
+item 4, ``proxy.domain.early_admission``); ``withdraw`` undoes an admission no dispatch took over.
 After a FLUSHALL every counter starts from zero and the spend is recomputed from PostgreSQL:
 nothing breaks, nothing goes negative, no reservation is left behind.
 """
@@ -38,17 +38,17 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from redis.commands.core import AsyncScript
 
+from common import clock
 from proxy import redis_keys
+from proxy.domain.key_policy import WINDOW_SECONDS, KeyPolicy, tokens_window_start
 from proxy.loop_resources import async_redis
 from proxy.policies.counter_scripts import ADMIT_LUA, SETTLE_LUA
-from proxy.policies.rules import WINDOW_SECONDS, KeyPolicy, tokens_window_start
 from proxy.runtime_state.script_calls import ScriptCall
 
 logger = logging.getLogger(__name__)
@@ -79,19 +79,8 @@ def _limit(value: int | None) -> int:
     return NO_LIMIT if value is None else value
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def slot_ttl_ms() -> int:
     return settings.SCHEDULER_SLOT_TTL_SECONDS * 1000
-
-
-def in_flight_member(admission_id: str, reserved_micro: int) -> str:
-    """A request's member of the in-flight ZSET: its admission id and the micro-USD it
-    reserved of the key's budget (0 without one), so the reservation goes wherever the
-    member goes."""
-    return f"{admission_id}:{reserved_micro}"
 
 
 # What a ``cold`` admission found missing (bits of ``Verdict.missing``).
@@ -357,7 +346,7 @@ def settle_call(
     period, _ = high_water_period(policy, periods)
     keys = [
         redis_keys.key_policy_in_flight(key_id),
-        redis_keys.key_policy_tokens(key_id, tokens_window_start(now_ms())),
+        redis_keys.key_policy_tokens(key_id, tokens_window_start(clock.now_ms())),
         redis_keys.key_policy_spend(key_id, f"day:{periods.day}"),
         redis_keys.key_policy_spend(key_id, f"month:{periods.month}"),
         redis_keys.key_policy_cost_high(key_id, period),

@@ -48,11 +48,11 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from proxy.dispatch.types import DispatchRequest
+from proxy.domain.dispatch_types import DispatchRequest
+from proxy.domain.early_admission import EarlyAdmission
+from proxy.domain.key_policy import KeyPolicy
 from proxy.policies import recent_models
 from proxy.policies.counters import MAX_RESERVATION_MICRO, NO_ESTIMATES, Estimates
-from proxy.policies.early import EarlyAdmission
-from proxy.policies.rules import KeyPolicy
 from telemetry.billing import request_cost
 
 # Bytes of a request body per input token.

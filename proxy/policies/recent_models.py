@@ -1,6 +1,6 @@
 """The model each key's latest request named, remembered by this process — so that a request of
 a key allowed every model, admitted from its headers before its body names the model
-(``proxy.policies.early``), can reserve that model's prior (``proxy.policies.estimate``).
+(``proxy.domain.early_admission``), can reserve that model's prior (``proxy.policies.estimate``).
 
 A guess, and only a guess: a key that keeps to one model gets the reservation its body would
 get, with no second Lua call once the body is in; a key that changes models has its reservation

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from django.db.models import BooleanField, Case, Value, When
 
-from proxy.policies.rules import MICRO, day_start, month_start
+from proxy.domain.key_policy import MICRO, day_start, month_start
 from telemetry.models import UsageRecord
 from telemetry.queries.usage import cost_groups
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from proxy.domain.key_policy import MICRO
 from proxy.models import ClientApiKeyPolicy
 from proxy.policies.admission import periods_of
 from proxy.policies.counters import live_usage
-from proxy.policies.rules import MICRO
 from proxy.policies.spend import key_spend
 from proxy.runtime_state import redis_client
 

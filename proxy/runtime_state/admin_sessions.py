@@ -35,6 +35,7 @@ from typing import Any
 
 from django.conf import settings
 
+from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 
@@ -47,32 +48,10 @@ TOUCH_INTERVAL = timedelta(seconds=60)
 # KEYS[1] = session key, KEYS[2] = index key ("" for a session without user)
 # ARGV[1] = value, ARGV[2] = "NX" (create) or "XX" (rewrite), ARGV[3] = TTL seconds,
 # ARGV[4] = token hash
-_STORE = """
-local stored
-if ARGV[2] == 'NX' then
-  stored = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[3])
-else
-  stored = redis.call('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL')
-end
-if not stored then
-  return 0
-end
-if KEYS[2] ~= '' then
-  redis.call('SADD', KEYS[2], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-end
-return 1
-"""
+_STORE = lua_script("proxy", "admin_session_store")
 
 # KEYS[1] = index key; ARGV[1] = the session key prefix (key = prefix .. token hash)
-_END_ALL = """
-local ended = 0
-for _, token_hash in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  ended = ended + redis.call('DEL', ARGV[1] .. token_hash)
-end
-redis.call('DEL', KEYS[1])
-return ended
-"""
+_END_ALL = lua_script("proxy", "admin_sessions_end_all")
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from redis.commands.core import AsyncScript
 
+from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 from proxy.runtime_state.script_calls import ScriptCall
@@ -124,23 +125,7 @@ class PreparedRecord:
 # than the TTL. KEYS per record: its record key, the account index, the conversation index
 # (when it has one). ARGV[1] the TTL in seconds, then per record: response id, JSON, EXAT,
 # score (createdAt ms), oldest score kept, 1/0 whether it has a conversation index.
-_WRITE_RECORDS = """
-local ttl = tonumber(ARGV[1])
-local k = 1
-for a = 2, #ARGV, 6 do
-  local id = ARGV[a]
-  redis.call('SET', KEYS[k], ARGV[a + 1], 'EXAT', ARGV[a + 2])
-  local last = k + 1
-  if ARGV[a + 5] == '1' then last = k + 2 end
-  for i = k + 1, last do
-    redis.call('ZADD', KEYS[i], ARGV[a + 3], id)
-    redis.call('EXPIRE', KEYS[i], ttl)
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[a + 4])
-  end
-  k = last + 1
-end
-return 1
-"""
+_WRITE_RECORDS = lua_script("proxy", "affinity_write_records")
 # No client of its own: each call passes one (redis-py's stubs want one here all the same).
 _WRITE_RECORDS_SCRIPT = AsyncScript(None, _WRITE_RECORDS.encode())  # type: ignore[arg-type]
 

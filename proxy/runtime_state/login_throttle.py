@@ -16,44 +16,16 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils.crypto import salted_hmac
 
+from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 
 # KEYS = attempts(ip), attempts(user), lock(ip), lock(user); ARGV = limit, window ms, lock ms
 # Returns 0 when the attempt may go on, else the milliseconds until it could.
-_BEGIN = """
-local wait = math.max(redis.call('PTTL', KEYS[3]), redis.call('PTTL', KEYS[4]))
-if wait > 0 then
-  return wait
-end
-for i = 1, 2 do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') >= tonumber(ARGV[1]) then
-    -- the limit is taken by attempts still in flight: wait for them (or the window)
-    wait = redis.call('PTTL', KEYS[i])
-    if wait < 1 then wait = tonumber(ARGV[3]) end
-    return wait
-  end
-end
-for i = 1, 2 do
-  if redis.call('INCR', KEYS[i]) == 1 then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  end
-end
-return 0
-"""
+_BEGIN = lua_script("proxy", "login_attempt_begin")
 
 # Same KEYS and ARGV. Returns the lock-out in ms when this failure set one, else 0.
-_FAILED = """
-local locked = 0
-for i = 1, 2 do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') >= tonumber(ARGV[1]) then
-    redis.call('SET', KEYS[i + 2], '1', 'PX', ARGV[3])
-    redis.call('DEL', KEYS[i])
-    locked = tonumber(ARGV[3])
-  end
-end
-return locked
-"""
+_FAILED = lua_script("proxy", "login_attempt_failed")
 
 
 @dataclass(frozen=True)

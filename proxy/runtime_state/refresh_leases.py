@@ -8,25 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from common.redis_scripts import COMPARE_AND_DELETE, lua_script
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 
 # KEYS[1] = lease key, ARGV[1] = owner, ARGV[2] = ttl ms
-_RENEW_IF_OWNER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
-
-# KEYS[1] = lease key, ARGV[1] = owner
-_DELETE_IF_OWNER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+_RENEW_IF_OWNER = lua_script("proxy", "refresh_lease_renew")
 
 
 def refresh_lease_acquire(*, account_id: str, owner: str, ttl_ms: int) -> bool:
@@ -49,7 +36,7 @@ def refresh_lease_renew(*, account_id: str, owner: str, ttl_ms: int) -> bool:
 
 def refresh_lease_release(*, account_id: str, owner: str) -> bool:
     """Release the lease if ``owner`` holds it (never someone else's); return whether it did."""
-    script = redis_client().register_script(_DELETE_IF_OWNER)
+    script = redis_client().register_script(COMPARE_AND_DELETE)
     return bool(script(keys=[redis_keys.refresh_lease(account_id)], args=[owner]))
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterator
 
+from common import clock
+from common.redis_scripts import lua_script
 from proxy import redis_keys
 from proxy.runtime_state import redis_client
 
@@ -20,15 +21,7 @@ from proxy.runtime_state import redis_client
 PERMIT_TTL_MS = 120_000
 
 # KEYS[1] permits ZSET; ARGV: now_ms, limit, permit id, ttl_ms
-_TAKE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[4])))
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]), ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
-  return 1
-end
-return 0
-"""
+_TAKE = lua_script("proxy", "refresh_permit_take")
 
 
 class PermitTimeout(Exception):
@@ -38,7 +31,7 @@ class PermitTimeout(Exception):
 def refresh_permit_take(*, permit_id: str, limit: int) -> bool:
     """Take a permit if fewer than ``limit`` are held; return whether it was taken."""
     script = redis_client().register_script(_TAKE)
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     return bool(
         script(keys=[redis_keys.refresh_permits()], args=[now_ms, limit, permit_id, PERMIT_TTL_MS])
     )
@@ -53,7 +46,7 @@ def refresh_permit(
     *,
     limit: Callable[[], int],
     wait_seconds: float,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = clock.sleep,
 ) -> Iterator[None]:
     """Hold one permit for the block, waiting up to ``wait_seconds`` for one to free up.
 
@@ -61,10 +54,10 @@ def refresh_permit(
     Raises PermitTimeout when none freed up in time.
     """
     permit_id = os.urandom(12).hex()
-    deadline = time.monotonic() + wait_seconds
+    deadline = clock.monotonic() + wait_seconds
     pause = 0.02
     while not refresh_permit_take(permit_id=permit_id, limit=limit()):
-        if time.monotonic() >= deadline:
+        if clock.monotonic() >= deadline:
             raise PermitTimeout
         sleep(pause)
         pause = min(pause * 2, 0.25)

@@ -19,13 +19,12 @@ marks the account banned.
 from __future__ import annotations
 
 import enum
-import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from proxy.identifiers import new_id
 from proxy.services.account_import_formats import ImportEntry, ImportUnreadable, parse_import
@@ -35,6 +34,7 @@ from proxy.services.account_tokens import (
     ResolvedTokens,
     account_tokens_resolve,
 )
+from proxy.services.account_upsert import AccountWrite, account_upsert
 from proxy.services.token_refresh import next_refresh_time, refresh_settings
 from proxy.storable_text import first_unstorable_text, unstorable_text
 from proxy.token_claims import TokenClaims, token_claims
@@ -90,62 +90,6 @@ class UsageProbe:
 
 class _Invalid(Exception):
     pass
-
-
-_UPSERT_SQL = """
-with target as (
-  select id from accounts where id = %(given)s
-), updated as (
-  update accounts a set
-    access_token = %(access)s,
-    refresh_token = coalesce(%(refresh)s, a.refresh_token),
-    access_token_expires_at = %(expires)s,
-    next_refresh_at = %(next)s,
-    chatgpt_account_id = coalesce(a.chatgpt_account_id, %(account)s),
-    chatgpt_user_id = coalesce(a.chatgpt_user_id, %(user)s),
-    email = coalesce(%(email)s, a.email),
-    plan_type = coalesce(%(plan)s, a.plan_type),
-    label = coalesce(%(label)s, a.label),
-    status = case when a.status in ('disabled', 'banned') then a.status else %(status)s end,
-    quota_json = coalesce(%(quota)s::jsonb, a.quota_json),
-    quota_fetched_at = coalesce(%(quota_at)s, a.quota_fetched_at),
-    quota_limit_reached = false, quota_cooldown_until = null,
-    quota_verify_required = %(verify)s,
-    updated_at = %(now)s
-  from target
-  where a.id = target.id
-    and (a.chatgpt_account_id is null or a.chatgpt_account_id = %(account)s)
-    -- one ChatGPT workspace has many users: the user must be the same one too
-    and (a.chatgpt_user_id is null or %(user)s::text is null or a.chatgpt_user_id = %(user)s)
-  returning a.id, false as inserted
-), inserted as (
-  insert into accounts as a (id, email, chatgpt_account_id, chatgpt_user_id, label, plan_type,
-    access_token, refresh_token, access_token_expires_at, next_refresh_at, status, quota_json,
-    quota_fetched_at, quota_verify_required, added_at, updated_at)
-  select %(new_id)s, %(email)s, %(account)s, %(user)s, %(label)s, %(plan)s, %(access)s,
-    %(refresh)s, %(expires)s, %(next)s, %(status)s, %(quota)s::jsonb, %(quota_at)s, %(verify)s,
-    %(now)s, %(now)s
-  where not exists (select 1 from target)
-  on conflict (chatgpt_account_id, coalesce(chatgpt_user_id, ''))
-    where chatgpt_account_id is not null
-  do update set
-    access_token = excluded.access_token,
-    refresh_token = coalesce(excluded.refresh_token, a.refresh_token),
-    access_token_expires_at = excluded.access_token_expires_at,
-    next_refresh_at = excluded.next_refresh_at,
-    email = coalesce(excluded.email, a.email),
-    plan_type = coalesce(excluded.plan_type, a.plan_type),
-    label = coalesce(excluded.label, a.label),
-    status = case when a.status in ('disabled', 'banned') then a.status else excluded.status end,
-    quota_json = coalesce(excluded.quota_json, a.quota_json),
-    quota_fetched_at = coalesce(excluded.quota_fetched_at, a.quota_fetched_at),
-    quota_limit_reached = false, quota_cooldown_until = null,
-    quota_verify_required = excluded.quota_verify_required,
-    updated_at = excluded.updated_at
-  returning a.id, (xmax = 0) as inserted
-)
-select id, inserted from updated union all select id, inserted from inserted
-"""
 
 
 @dataclass(frozen=True)
@@ -278,43 +222,47 @@ def _import_one(
             status = "banned"
     new_account_id = given or new_id("acct")
     expires = claims.expires_at
-    parameters = {
-        "given": given,
-        "new_id": new_account_id,
-        "access": tokens.access_token,
-        "refresh": tokens.refresh_token,
-        "expires": expires,
-        "next": next_refresh_time(
+    write = AccountWrite(
+        given_id=given,
+        new_id=new_account_id,
+        access_token=tokens.access_token,
+        refresh_token=tokens.refresh_token,
+        access_token_expires_at=expires,
+        next_refresh_at=next_refresh_time(
             account_id=new_account_id, expires_at=expires, margin_seconds=margin_seconds, now=now
         )
         if tokens.refresh_token
         else None,
-        "account": claims.chatgpt_account_id,
-        "user": claims.chatgpt_user_id or entry.user_id,
-        "email": claims.email or entry.email,
-        "plan": plan,
-        "label": label,
-        "status": status,
-        "quota": json.dumps(quota) if quota is not None else None,
-        "quota_at": quota_at,
-        "verify": entry.quota_verify_required,
-        "now": now,
-    }
-    row, reason = _upsert(parameters)
+        chatgpt_account_id=claims.chatgpt_account_id,
+        chatgpt_user_id=claims.chatgpt_user_id or entry.user_id,
+        email=claims.email or entry.email,
+        plan_type=plan,
+        label=label,
+        status=status,
+        # An import clears the quota lock (spec §6.3): the entry's status is the account's.
+        clears_quota_lock=True,
+        quota=quota,
+        quota_fetched_at=quota_at,
+        quota_verify_required=entry.quota_verify_required,
+    )
+    row, reason = _upsert(write, now=now)
     if row is None and tokens.refreshed and given is not None:
         # The entry's refresh token is spent and the tokens it bought are the only usable ones:
         # rather than lose them with the refused write, they go to the account holding their
         # ChatGPT identity (or a new one), as if the entry had named no id.
         new_account_id = new_id("acct")
-        parameters.update(given=None, new_id=new_account_id)
-        if parameters["next"] is not None:
-            parameters["next"] = next_refresh_time(
-                account_id=new_account_id,
-                expires_at=expires,
-                margin_seconds=margin_seconds,
-                now=now,
+        write = replace(write, given_id=None, new_id=new_account_id)
+        if write.next_refresh_at is not None:
+            write = replace(
+                write,
+                next_refresh_at=next_refresh_time(
+                    account_id=new_account_id,
+                    expires_at=expires,
+                    margin_seconds=margin_seconds,
+                    now=now,
+                ),
             )
-        kept, _ = _upsert(parameters)
+        kept, _ = _upsert(write, now=now)
         if kept is not None:
             account_id, inserted = kept
             outcome = ImportOutcome.IMPORTED if inserted else ImportOutcome.UPDATED
@@ -331,22 +279,21 @@ def _import_one(
     return EntryResult(entry.index, outcome, account_id=account_id)
 
 
-def _upsert(parameters: dict) -> tuple[tuple[str, bool] | None, str | None]:
+def _upsert(write: AccountWrite, *, now: datetime) -> tuple[tuple[str, bool] | None, str | None]:
     """One entry's statement: ((account id, inserted), None), or (None, why it was refused)."""
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_UPSERT_SQL, parameters)
-            row = cursor.fetchone()
+        with transaction.atomic():
+            row = account_upsert(write=write, now=now)
     except IntegrityError as error:
         if "ux_accounts_chatgpt_identity" in str(error):
             return None, "another account of the pool already has this ChatGPT identity"
         return None, "an account with this id was added at the same moment; import it again"
     if row is None:
-        given = parameters["given"]
+        given = write.given_id
         return None, (
             f"account {given} belongs to another ChatGPT account (or user) than these tokens"
         )
-    return (row[0], row[1]), None
+    return row, None
 
 
 def accounts_import(

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from proxy.domain.key_policy import day_start
 from proxy.models import Account, AccountPolicy
-from proxy.policies.rules import day_start
 
 LARGEST_CAP_TOKENS = 10**12
 

@@ -18,13 +18,14 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Case, TextField, Value, When
 
 from proxy.clients import oauth
 from proxy.identifiers import new_id
 from proxy.models import Account, AccountStatus
 from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
+from proxy.services.account_upsert import AccountWrite, account_upsert
 from proxy.services.token_refresh import (
     LEASE_TTL_MS,
     next_refresh_time,
@@ -220,29 +221,6 @@ def account_tokens_resolve(
 
 # ----------------------------------------------------------------------------- writes
 
-_UPSERT_SQL = """
-insert into accounts as a (id, email, chatgpt_account_id, chatgpt_user_id, label, plan_type,
-  access_token, refresh_token, access_token_expires_at, next_refresh_at, status, added_at,
-  updated_at)
-values (%(id)s, %(email)s, %(account)s, %(user)s, %(label)s, %(plan)s, %(access)s, %(refresh)s,
-  %(expires)s, %(next)s, 'active', %(now)s, %(now)s)
-on conflict (chatgpt_account_id, coalesce(chatgpt_user_id, ''))
-  where chatgpt_account_id is not null
-do update set
-  access_token = excluded.access_token,
-  refresh_token = coalesce(excluded.refresh_token, a.refresh_token),
-  access_token_expires_at = excluded.access_token_expires_at,
-  next_refresh_at = excluded.next_refresh_at,
-  email = coalesce(excluded.email, a.email),
-  plan_type = coalesce(excluded.plan_type, a.plan_type),
-  label = coalesce(excluded.label, a.label),
-  status = case when a.status in ('disabled', 'banned') then a.status
-                when a.quota_limit_reached then 'quota_exhausted'
-                else 'active' end,
-  updated_at = excluded.updated_at
-returning id, (xmax = 0) as inserted
-"""
-
 
 def _next_refresh(account_id: str, resolved: ResolvedTokens, *, now: datetime) -> datetime:
     margin, _ = refresh_settings()
@@ -274,24 +252,26 @@ def account_upsert_from_tokens(
     """
     claims = resolved.claims
     account_id = new_id("acct")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _UPSERT_SQL,
-            {
-                "id": account_id,
-                "email": claims.email,
-                "account": claims.chatgpt_account_id,
-                "user": claims.chatgpt_user_id,
-                "label": _label(label),
-                "plan": claims.plan_type,
-                "access": resolved.access_token,
-                "refresh": resolved.refresh_token,
-                "expires": claims.expires_at,
-                "next": _next_refresh(account_id, resolved, now=now),
-                "now": now,
-            },
-        )
-        stored_id, created = cursor.fetchone()
+    stored = account_upsert(
+        write=AccountWrite(
+            new_id=account_id,
+            access_token=resolved.access_token,
+            refresh_token=resolved.refresh_token,
+            access_token_expires_at=claims.expires_at,
+            next_refresh_at=_next_refresh(account_id, resolved, now=now),
+            chatgpt_account_id=claims.chatgpt_account_id,
+            chatgpt_user_id=claims.chatgpt_user_id,
+            email=claims.email,
+            plan_type=claims.plan_type,
+            label=_label(label),
+            status=AccountStatus.ACTIVE.value,
+            # An add leaves a reached quota limit in force (the account stays quota_exhausted).
+            clears_quota_lock=False,
+        ),
+        now=now,
+    )
+    assert stored is not None  # no given id: the insert or its conflict update always returns
+    stored_id, created = stored
     return Account.objects.get(pk=stored_id), created
 
 

@@ -20,12 +20,12 @@ from datetime import datetime
 from proxy.accounts import AccountView, ineligibility
 from proxy.background import run_coroutine
 from proxy.clients import codex
-from proxy.dispatch import scheduler
-from proxy.dispatch.ranking import rank
-from proxy.dispatch.scheduler import SchedulerSettings, Slot
+from proxy.domain.slots import SchedulerSettings, Slot
 from proxy.models import Account
 from proxy.models_catalog import entries_from_models_payload, normalise_upstream_entry
 from proxy.runtime_state.model_snapshots import model_snapshots_get_all, model_snapshots_update
+from proxy.scheduling import scheduler
+from proxy.scheduling.ranking import rank
 from proxy.services.upkeep_accounts import (
     current_fingerprint,
     current_scheduler_settings,

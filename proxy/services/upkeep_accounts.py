@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from proxy.accounts import AccountView, accounts_from_json
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.domain.slots import SchedulerSettings
 from proxy.models import Fingerprint, RuntimeSettings
 from proxy.selectors import CANDIDATES_JSON_SQL
 

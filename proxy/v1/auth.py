@@ -19,7 +19,14 @@ from psycopg_pool import PoolTimeout
 
 from proxy.accounts import AccountView
 from proxy.clients.codex import FingerprintHeaders
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.domain.key_policy import (
+    POLICY_COLUMN_COUNT,
+    POLICY_COLUMNS_SQL,
+    KeyPolicy,
+    policy_from_row,
+    resolved_model_names,
+)
+from proxy.domain.slots import SchedulerSettings
 from proxy.loop_resources import (
     DATABASE_ACQUIRE_TIMEOUT_SECONDS,
     PerLoop,
@@ -27,13 +34,6 @@ from proxy.loop_resources import (
     discard_dead_connections,
 )
 from proxy.models_catalog import clean_aliases, resolve_alias
-from proxy.policies.rules import (
-    POLICY_COLUMN_COUNT,
-    POLICY_COLUMNS_SQL,
-    KeyPolicy,
-    policy_from_row,
-    resolved_model_names,
-)
 from proxy.pool_snapshot import POOL_VERSION_SQL, PoolSnapshot, pool_snapshot
 
 logger = logging.getLogger(__name__)

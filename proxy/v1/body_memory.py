@@ -20,7 +20,7 @@ import threading
 
 from django.conf import settings
 
-from proxy.dispatch.client_errors import ClientError
+from proxy.domain.client_errors import ClientError
 
 SERVER_BUSY = ClientError(
     503,

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Iterator
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from common import clock
 from proxy.chat import ChatStreamTranslator, chat_request_to_responses
 from proxy.dispatch.dispatcher import Dispatch
 from proxy.dispatch.relay import StreamEnding, StreamRelay
-from proxy.dispatch.sse import DONE_FRAME, SERVER_SHUTDOWN_MESSAGE, Frame
-from proxy.dispatch.types import Committed
+from proxy.domain.dispatch_types import Committed
+from proxy.domain.sse import DONE_FRAME, SERVER_SHUTDOWN_MESSAGE, Frame
 from proxy.v1.common import (
     build_dispatch_request,
     event_stream_response,
@@ -35,6 +35,7 @@ from proxy.v1.common import (
 )
 from proxy.v1.errors import openai_errors
 from proxy.v1.idempotency import idempotent
+from proxy.v1.request import V1Request, v1_view
 
 ROUTE = "/v1/chat/completions"
 STREAM_CUT_MESSAGE = "Upstream stream closed before response.completed"
@@ -63,7 +64,8 @@ def _events(frames: list[Frame]) -> Iterator[tuple[str, dict]]:
 @csrf_exempt
 @require_POST
 @openai_errors
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+@v1_view
+async def chat_completions(request: V1Request) -> HttpResponse:
     valid = await validate(request)
     plan = chat_request_to_responses(valid.body)  # raises ChatRequestInvalid
     catalog = await model_catalog_or_404(valid, plan.requested_model)
@@ -81,7 +83,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         )
     )
     completion_id = f"chatcmpl-{secrets.token_hex(12)}"
-    translator = ChatStreamTranslator(plan, completion_id, int(time.time()), plan.requested_model)
+    translator = ChatStreamTranslator(
+        plan, completion_id, int(clock.now_seconds()), plan.requested_model
+    )
     if plan.stream:
         relay = await dispatch.stream()
         ending = StreamEnding()
@@ -100,7 +104,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
 
     return await idempotent(
-        request,
+        request.http,
         route=ROUTE,
         key_id=valid.client.key_id,
         request_id=valid.request_id,

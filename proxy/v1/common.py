@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -12,19 +11,20 @@ from typing import TypeVar
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 
+from common import clock
 from proxy import json_parse
 from proxy.catalog_cache import recognised_catalog
-from proxy.dispatch.client_errors import ClientError, ClientFailure
 from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
 from proxy.dispatch.relay import StreamEnding
-from proxy.dispatch.types import DispatchRequest, RequestTiming
-from proxy.dispatch.upstream_request import SUBAGENTS, read_client_identity
+from proxy.domain.client_errors import ClientError, ClientFailure
+from proxy.domain.dispatch_types import DispatchRequest, RequestTiming
+from proxy.domain.early_admission import EarlyAdmission
+from proxy.domain.upstream_request import SUBAGENTS, read_client_identity
 from proxy.ledger import writer as ledger
 from proxy.ledger.entries import LedgerEntry
 from proxy.metrics.recording import record_refused_before_dispatch
 from proxy.models_catalog import Catalog, resolve_alias
 from proxy.policies import admission
-from proxy.policies.early import EarlyAdmission
 from proxy.v1.auth import AuthenticatedClient, KeyHolder, KeyLookupUnavailable, authenticate
 from proxy.v1.errors import (
     DATABASE_RETRY_AFTER_SECONDS,
@@ -39,6 +39,7 @@ from proxy.v1.errors import (
     request_id_for,
 )
 from proxy.v1.failures import record_unexpected_failure
+from proxy.v1.request import V1Request
 from telemetry.services.facts import ErrorFact
 
 logger = logging.getLogger(__name__)
@@ -48,24 +49,13 @@ ALLOWED_SUBAGENTS = SUBAGENTS
 Client = TypeVar("Client", bound=KeyHolder)
 
 
-# The POST routes (their exact paths in proxy/urls.py), whose key the /v1 handler checks
-# before it reads the body.
-BODY_ROUTE_PATHS = frozenset(
-    {"/v1/responses", "/v1/responses/review", "/v1/responses/compact", "/v1/chat/completions"}
-)
-
-
 async def authenticated(
     request: HttpRequest,
     lookup: Callable[[str | None], Awaitable[Client | None]] = authenticate,
 ) -> tuple[str, Client]:
     """The request id and the client ``lookup`` verifies from ``Authorization``. Raises
     ClientFailure: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with
-    ``Retry-After`` when the database could not say. A key already checked before the body
-    was read is reused."""
-    early = getattr(request, "v1_authenticated", None)
-    if early is not None:
-        return early
+    ``Retry-After`` when the database could not say."""
     request_id = request_id_for(request)
     try:
         client = await lookup(request.headers.get("authorization"))
@@ -104,13 +94,13 @@ def _key_lookup_failure_entry(request: HttpRequest, request_id: str) -> LedgerEn
     )
 
 
-async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
-    """On a POST route, check the client key from the headers alone (the body is not read yet)
-    and keep the result for the view; return the 401 (or 500) to send instead, else None."""
-    if request.method != "POST" or request.path_info not in BODY_ROUTE_PATHS:
-        return None
+async def authenticate_before_body(v1: V1Request) -> HttpResponse | None:
+    """For a POST route (``proxy/v1/routes.py``), check the client key from the headers alone
+    (the body is not read yet) and keep the result for the view; return the 401 (or 500) to
+    send instead, else None."""
+    request = v1.http
     try:
-        request.v1_authenticated = await authenticated(request)
+        v1.authenticated = await authenticated(request)
     except ClientFailure as failure:
         return failure_response(failure, request_id_for(request))
     except Exception as error:
@@ -126,16 +116,16 @@ async def authenticate_before_body(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
-async def admit_before_body(request: HttpRequest) -> HttpResponse | None:
+async def admit_before_body(v1: V1Request) -> HttpResponse | None:
     """After ``authenticate_before_body``, for a key with a policy: admit the request by it from
     the headers alone (requests and tokens windows, concurrency, budgets —
-    ``proxy.policies.early``) and keep the admission for the dispatch to take over; return the
-    refusal (429, ``Retry-After``) to send instead of reading the body, else None. The allowed
-    models need the body's model: the dispatch checks them."""
-    checked = getattr(request, "v1_authenticated", None)
+    ``proxy.domain.early_admission``) and keep the admission for the dispatch to take over;
+    return the refusal (429, ``Retry-After``) to send instead of reading the body, else None.
+    The allowed models need the body's model: the dispatch checks them."""
+    checked = v1.authenticated
     if checked is None or checked[1].policy is None:
         return None
-    request_id, client = checked
+    request, (request_id, client) = v1.http, checked
     try:
         outcome = await admission.admit_before_body(client.policy)
     except Exception:
@@ -143,7 +133,7 @@ async def admit_before_body(request: HttpRequest) -> HttpResponse | None:
         logger.warning("key policy admission before the body failed", exc_info=True)
         return None
     if isinstance(outcome, EarlyAdmission):
-        request.v1_early_admission = outcome
+        v1.early_admission = outcome
         return None
     if outcome is None:
         return None
@@ -152,18 +142,18 @@ async def admit_before_body(request: HttpRequest) -> HttpResponse | None:
         request.path_info,
         outcome.error.status,
         client.key_id,
-        elapsed_seconds=time.monotonic() - request_timing(request).arrived,
+        elapsed_seconds=clock.monotonic() - v1.timing.arrived,
     )
     failure = ClientFailure(outcome.error, retry_after=outcome.retry_after_seconds)
     return failure_response(failure, request_id)
 
 
-async def give_back_untaken_admission(request: HttpRequest) -> None:
+async def give_back_untaken_admission(v1: V1Request) -> None:
     """At the request's end: the admission made before its body, unless a dispatch took it
     over, is given back (a request that never reached its dispatch counts for nothing)."""
-    early = getattr(request, "v1_early_admission", None)
+    early = v1.early_admission
     if early is not None and early.pending:  # (a dispatch's admission costs nothing here)
-        await asyncio.shield(early.withdraw_if_not_taken())
+        await asyncio.shield(admission.withdraw_if_not_taken(early))
 
 
 def _refused_before_body_entry(
@@ -206,16 +196,22 @@ def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dic
     return response
 
 
+class EventStreamResponse(StreamingHttpResponse):
+    """An SSE answer; ``ending`` is its generator's flag for its last item: the /v1 handler
+    then sends the events itself and ends the body with that item (``proxy.v1.handler``)."""
+
+    def __init__(self, events, *, ending: StreamEnding | None = None) -> None:
+        super().__init__(events, content_type="text/event-stream")
+        self.ending = ending
+
+
 def event_stream_response(
     events, request_id: str, upstream: dict[str, str], *, ending: StreamEnding | None = None
-):
-    """An SSE response of ``events`` (bytes), unbuffered by caches and reverse proxies.
-    ``ending``: the generator's flag for its last item; the /v1 handler then sends the events
-    itself and ends the body with that item (``config.v1_handler``)."""
-    response = StreamingHttpResponse(events, content_type="text/event-stream")
+) -> EventStreamResponse:
+    """An SSE response of ``events`` (bytes), unbuffered by caches and reverse proxies."""
+    response = EventStreamResponse(events, ending=ending)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
-    response.cpr_ending = ending
     return with_upstream_headers(response, request_id, upstream)
 
 
@@ -228,12 +224,14 @@ class ValidRequest:
     body_bytes: int = 0
 
 
-async def validate(request: HttpRequest, *, model_field: str = "model") -> ValidRequest:
-    """Auth → body is a JSON object → model a non-empty string (spec §1.4 order).
+async def validate(v1: V1Request, *, model_field: str = "model") -> ValidRequest:
+    """Auth (the key checked before the body, when it was) → body is a JSON object → model a
+    non-empty string (spec §1.4 order).
 
     Returns the parsed request; raises ClientFailure with the error to send.
     """
-    request_id, client = await authenticated(request)
+    request = v1.http
+    request_id, client = v1.authenticated or await authenticated(request)
     try:
         # read(), not .body: the body limit is the /v1 handler's (16 MiB), not Django's global
         # DATA_UPLOAD_MAX_MEMORY_SIZE, which guards the other routes.
@@ -261,7 +259,7 @@ async def model_catalog_or_404(valid: ValidRequest, model: str) -> Catalog:
 
 
 def build_dispatch_request(
-    request: HttpRequest,
+    v1: V1Request,
     valid: ValidRequest,
     *,
     route: str,
@@ -273,6 +271,7 @@ def build_dispatch_request(
     failures_as_events: bool = False,
     use_websocket: bool | None = None,
 ) -> DispatchRequest:
+    request = v1.http
     headers = {name.lower(): value for name, value in request.headers.items()}
     return DispatchRequest(
         request_id=valid.request_id,
@@ -293,22 +292,14 @@ def build_dispatch_request(
         catalog=catalog,
         accounts=valid.client.accounts,
         key_policy=valid.client.policy,
-        early_admission=getattr(request, "v1_early_admission", None),
+        early_admission=v1.early_admission,
         body_bytes=valid.body_bytes,
-        # Stamped by the /v1 handler at the request's arrival (config/v1_handler.py).
-        timing=request_timing(request),
+        # Stamped by the /v1 handler at the request's arrival (proxy/v1/handler.py).
+        timing=v1.timing,
     )
 
 
 OVERHEAD_HEADER = "x-cpr-overhead-ms"
-
-
-def request_timing(request: HttpRequest) -> RequestTiming:
-    """The request's timing, created on first use (the handler creates it at arrival)."""
-    timing = getattr(request, "cpr_timing", None)
-    if timing is None:
-        timing = request.cpr_timing = RequestTiming()
-    return timing
 
 
 def stamp_overhead(response: HttpResponse, timing: RequestTiming) -> HttpResponse:

@@ -11,9 +11,9 @@ import uuid
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from proxy.chat import ChatRequestInvalid
-from proxy.dispatch.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
-from proxy.dispatch.sse import DONE_FRAME, failure_event
-from proxy.dispatch.upstream_request import InvalidHeaderValue
+from proxy.domain.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
+from proxy.domain.sse import DONE_FRAME, failure_event
+from proxy.domain.upstream_request import InvalidHeaderValue
 from proxy.v1.failures import record_unexpected_failure
 
 logger = logging.getLogger("proxy.v1")
@@ -24,7 +24,8 @@ INVALID_REQUEST = ClientError(
 )
 MODEL_NOT_FOUND = ClientError(404, "invalid_request_error", "model_not_found", "Model not found")
 # The client key could not be checked because the database did not answer: the truth, so the
-# client retries (a departure from the original's 401 for every failure, spec §1.2; README).
+# client retries (a departure from the original's 401 for every failure, spec §1.2;
+# docs/departures.md).
 DATABASE_UNAVAILABLE = ClientError(
     503,
     "server_error",

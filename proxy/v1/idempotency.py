@@ -43,9 +43,10 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from redis.commands.core import AsyncScript
 
+from common.redis_scripts import COMPARE_AND_DELETE, lua_script
 from proxy import redis_keys
-from proxy.dispatch.client_errors import ClientError, ClientFailure
-from proxy.dispatch.sse import SERVER_SHUTDOWN
+from proxy.domain.client_errors import ClientError, ClientFailure
+from proxy.domain.sse import SERVER_SHUTDOWN
 from proxy.loop_resources import async_redis
 from proxy.v1.common import SAFE_UPSTREAM_HEADERS
 
@@ -105,25 +106,11 @@ def _replay(record: dict, request_id: str) -> HttpResponse:
 # Each acts only while the record is still this call's claim, or is gone (a FLUSHALL: the call
 # still running takes it back): a claim another request took is never overwritten, extended or
 # deleted (seed §2.9.3).
-_STORE = """
-local current = redis.call('GET', KEYS[1])
-if current and current ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
-return 1
-"""
-_GIVE_BACK = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-return redis.call('DEL', KEYS[1])
-"""
-_EXTEND = """
-local current = redis.call('GET', KEYS[1])
-if current and current ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
-return 1
-"""
+_STORE = lua_script("proxy", "idempotency_store")
+_EXTEND = lua_script("proxy", "idempotency_extend")
 _SCRIPTS = {
     name: AsyncScript(None, source.encode())
-    for name, source in (("store", _STORE), ("give_back", _GIVE_BACK), ("extend", _EXTEND))
+    for name, source in (("store", _STORE), ("give_back", COMPARE_AND_DELETE), ("extend", _EXTEND))
 }
 
 # The calls that run on after their client left (strong references: the loop keeps only weak

@@ -8,7 +8,7 @@ after the response has ended, never before a byte is sent.
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -26,6 +26,7 @@ from proxy.v1.common import (
 )
 from proxy.v1.errors import openai_errors
 from proxy.v1.idempotency import idempotent
+from proxy.v1.request import V1Request, v1_view
 
 
 def _apply_subagent(body: dict, subagent: str | None) -> None:
@@ -39,7 +40,7 @@ def _apply_subagent(body: dict, subagent: str | None) -> None:
 
 
 async def _parse(
-    request: HttpRequest, *, route: str, forced_subagent: str | None
+    request: V1Request, *, route: str, forced_subagent: str | None
 ) -> tuple[ValidRequest, Dispatch]:
     valid = await validate(request)
     body = valid.body
@@ -48,7 +49,7 @@ async def _parse(
     # The only mutations (spec §1.4). use_websocket is ours, not the upstream's.
     use_websocket = body.pop("use_websocket", None)
     body["model"] = resolved(requested_model, valid)
-    header_subagent = request.headers.get("x-openai-subagent")
+    header_subagent = request.http.headers.get("x-openai-subagent")
     subagent = forced_subagent or (
         header_subagent if header_subagent in ALLOWED_SUBAGENTS else None
     )
@@ -74,7 +75,7 @@ async def _parse(
     return valid, dispatch
 
 
-async def _serve(request: HttpRequest, *, route: str, forced_subagent: str | None) -> HttpResponse:
+async def _serve(request: V1Request, *, route: str, forced_subagent: str | None) -> HttpResponse:
     valid, dispatch = await _parse(request, route=route, forced_subagent=forced_subagent)
     if dispatch.request.stream:
         relay = await dispatch.stream()
@@ -91,7 +92,7 @@ async def _serve(request: HttpRequest, *, route: str, forced_subagent: str | Non
         return with_upstream_headers(response, valid.request_id, committed.upstream_headers)
 
     return await idempotent(
-        request,
+        request.http,
         route=route,
         key_id=valid.client.key_id,
         request_id=valid.request_id,
@@ -103,21 +104,24 @@ async def _serve(request: HttpRequest, *, route: str, forced_subagent: str | Non
 @csrf_exempt
 @require_POST
 @openai_errors
-async def responses(request: HttpRequest) -> HttpResponse:
+@v1_view
+async def responses(request: V1Request) -> HttpResponse:
     return await _serve(request, route="/v1/responses", forced_subagent=None)
 
 
 @csrf_exempt
 @require_POST
 @openai_errors
-async def responses_review(request: HttpRequest) -> HttpResponse:
+@v1_view
+async def responses_review(request: V1Request) -> HttpResponse:
     return await _serve(request, route="/v1/responses/review", forced_subagent="review")
 
 
 @csrf_exempt
 @require_POST
 @openai_errors
-async def responses_compact(request: HttpRequest) -> HttpResponse:
+@v1_view
+async def responses_compact(request: V1Request) -> HttpResponse:
     """One JSON call to the upstream compact endpoint; its JSON comes back verbatim."""
     valid = await validate(request)
     body = valid.body

@@ -33,11 +33,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from proxy import json_parse
-from proxy.dispatch.client_errors import ClientError, ClientFailure
 from proxy.dispatch.dispatcher import Dispatch
-from proxy.dispatch.sse import stream_disconnected_event
-from proxy.dispatch.types import DispatchRequest
-from proxy.dispatch.upstream_request import InvalidHeaderValue, read_client_identity
+from proxy.domain.client_errors import ClientError, ClientFailure
+from proxy.domain.dispatch_types import DispatchRequest
+from proxy.domain.sse import stream_disconnected_event
+from proxy.domain.upstream_request import InvalidHeaderValue, read_client_identity
 from proxy.models_catalog import resolve_alias
 from proxy.policies import admission
 from proxy.v1.auth import AuthenticatedClient, KeyLookupUnavailable, authenticate

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Setting, Topic
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.conftest import START
@@ -307,7 +307,7 @@ def test_a_telegram_outage_during_archive_changes_nothing_and_a_repeat_converges
 
     assert _messages(done) == [f"Archived (topic closed, verification cleared): {ann.id}."]
     assert BotUser.objects.get(user_id=ann.id).status == "deleted"
-    assert dm_texts(telegram, ann) == [copy.archive_notice()]
+    assert dm_texts(telegram, ann) == [texts.archive_notice()]
 
 
 def test_archive_reports_users_without_a_topic(operator, telegram, webhook, clock):

@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, DeleteConfirmation, RelayedMessage, Topic
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.conftest import START
@@ -275,7 +275,7 @@ def test_purge_messages_ends_as_the_command_ends(operator, webhook, telegram, ad
 
     assert page.status_code == 200
     assert "the 2 tracked messages" in page.content.decode()
-    report = "\n".join([copy.purge_done(3), copy.purge_card_pinned()])
+    report = "\n".join([texts.purge_done(3), texts.purge_card_pinned()])
     topic_page = reverse("admin:bots_topiclisting_change", args=[ann_topic.thread_id])
     assert response.redirect_chain == [(topic_page, 302)]
     assert _messages(response) == [f"Purged (report posted in the topic): {report}"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import AlbumItem, BotUser, RelayedMessage, Topic
 from bots.pipeline import albums
 from bots.pipeline.albums import ALBUM_FLUSH_TASK, collect_album_item, flush_album, sweep_albums
@@ -335,7 +335,7 @@ def test_a_high_risk_users_album_gets_the_reminder_like_a_single_message(
 
     assert flush_album(bot_id=telegram.bot.id, media_group_id="gr") == "sent"
 
-    reminder = copy.risk_reminder("Bob Stone (@bob)")
+    reminder = texts.risk_reminder("Bob Stone (@bob)")
     after_album = [message.text for message in telegram.topic_messages(topic.thread_id)[-3:]]
     assert after_album == [None, None, reminder]  # the two photos, then the reminder
     # At most once in 24 h, as for single messages: the next album reminds nobody.

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.models import AdminAuditEntry, AuditAction, AuditOutcome, AuditSurface, BotUser, Topic
 from bots.pipeline import bulk
 from bots.services.audit import audit_record
@@ -253,7 +253,7 @@ def test_console_unban_and_unrisk_undo_the_commands_and_are_recorded(
         ("console", None, name, "unrisk", user.id, "done", ""),
     ]
     # The high-risk line left the pinned card too (as /unrisk leaves it).
-    assert copy.card_risk() not in card_text(telegram, Topic.objects.get(user_id=user.id))
+    assert texts.card_risk() not in card_text(telegram, Topic.objects.get(user_id=user.id))
 
 
 def test_console_unnote_clears_the_note_and_is_recorded(

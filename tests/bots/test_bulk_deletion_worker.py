@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, RelayedMessage, Topic
 from bots.pipeline import bulk
 from tests.bots.helpers import busiest_second, general_texts, open_conversation, topic_texts
@@ -70,8 +70,8 @@ def test_a_topic_of_3000_messages_is_purged_within_telegrams_rate_limit(
     [progress] = [text for text in topic_texts(telegram, topic.thread_id) if "/3000" in text]
     done = int(re.fullmatch(r"已删除 (\d+)/3000 条消息，.*", progress)[1])
     assert 0 < done < 3000
-    assert progress == copy.purge_continues(done=done, total=3000)
-    report = "\n".join([copy.purge_done(3000), copy.purge_card_pinned()])
+    assert progress == texts.purge_continues(done=done, total=3000)
+    report = "\n".join([texts.purge_done(3000), texts.purge_card_pinned()])
     _wait_until(lambda: topic_texts(telegram, topic.thread_id)[-1:] == [report])
 
     deletions = telegram.calls("deleteMessage")
@@ -104,11 +104,11 @@ def test_a_wipe_handed_over_half_way_finishes_in_the_worker(
 
     webhook.deliver_ok(click)
 
-    assert telegram.callback_answer(click["callback_query"]["id"]) == copy.toast_wiping()
+    assert telegram.callback_answer(click["callback_query"]["id"]) == texts.toast_wiping()
     [progress] = general_texts(telegram)
     done = int(re.fullmatch(r"清空进行中：已删除 (\d+)/10 个话题，.*", progress)[1])
     assert done < 10
-    _wait_until(lambda: general_texts(telegram)[-1:] == [copy.wipe_done()])
+    _wait_until(lambda: general_texts(telegram)[-1:] == [texts.wipe_done()])
 
     deletions = telegram.calls("deleteForumTopic")
     assert [call.params["message_thread_id"] for call in deletions] == threads

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import START
 from tests.bots.helpers import (
@@ -70,7 +70,7 @@ def test_archive_closes_archives_tells_the_user_and_reports_in_general(
             {
                 "chat_id": telegram.support_chat_id,
                 "message_thread_id": topic.thread_id,
-                "text": copy.archive_started(),
+                "text": texts.archive_started(),
             },
         ),
         (
@@ -85,21 +85,21 @@ def test_archive_closes_archives_tells_the_user_and_reports_in_general(
                 "text": f"{CARD_ARCHIVED}\n备注：prefers email",
             },
         ),
-        ("sendMessage", {"chat_id": user.id, "text": copy.archive_notice()}),
+        ("sendMessage", {"chat_id": user.id, "text": texts.archive_notice()}),
         (
             "sendMessage",
             {
                 "chat_id": telegram.support_chat_id,
-                "text": copy.archive_done(user.id, topic.thread_id),
+                "text": texts.archive_done(user.id, topic.thread_id),
             },
         ),
     ]
     assert all(call.ok for call in calls)
     assert telegram.topic(topic.thread_id).closed is True
     _assert_archived(telegram, user, topic, closed_at=clock.now)
-    assert dm_texts(telegram, user) == [copy.archive_notice()]
-    assert general_texts(telegram) == [copy.archive_done(user.id, topic.thread_id)]
-    assert copy.archive_done(user.id, topic.thread_id) == (
+    assert dm_texts(telegram, user) == [texts.archive_notice()]
+    assert general_texts(telegram) == [texts.archive_done(user.id, topic.thread_id)]
+    assert texts.archive_done(user.id, topic.thread_id) == (
         f"已归档用户 {USER_ID} 的会话（话题 {topic.thread_id}）：话题已关闭，验证已清除，"
         "资料、消息记录和备注均保留。用户再次发消息并通过验证后会重新打开话题。"
     )
@@ -116,7 +116,7 @@ def test_the_user_returns_through_verification_into_the_reopened_topic(
     challenge = telegram.bot_messages(user.id)[-1]
     assert challenge.text.startswith("为了确认你是真人")
     assert Topic.objects.get().status == "closed"  # held at the gate: nothing reopened yet
-    assert answer_rightly(webhook, telegram, user, challenge) == copy.toast_verified()
+    assert answer_rightly(webhook, telegram, user, challenge) == texts.toast_verified()
     assert card_text(telegram, topic) == f"{CARD}\n备注：prefers email"
     webhook.deliver_ok(telegram.private_message(user, text="it's me"))
 
@@ -154,8 +154,8 @@ def test_an_already_closed_topic_is_archived_all_the_same(
     ]
     _assert_archived(telegram, user, topic, closed_at=closed_at)
     assert general_texts(telegram) == [
-        copy.closed_topic_reply(topic.thread_id, copy.archive_started()),
-        copy.archive_done(user.id, topic.thread_id),
+        texts.closed_topic_reply(topic.thread_id, texts.archive_started()),
+        texts.archive_done(user.id, topic.thread_id),
     ]
 
 
@@ -175,7 +175,7 @@ def test_a_deleted_topic_is_archived_and_replaced_when_the_user_returns(
     ]
     _assert_archived(telegram, user, topic, closed_at=clock.now)  # the binding is kept
     assert general_texts(telegram) == [
-        f"{copy.archive_done(user.id, topic.thread_id)}\n{copy.archive_topic_gone()}"
+        f"{texts.archive_done(user.id, topic.thread_id)}\n{texts.archive_topic_gone()}"
     ]
 
     BotUser.objects.filter(user_id=user.id).update(is_verified=True, verified_at=clock.now)
@@ -198,7 +198,7 @@ def test_a_close_refused_for_another_reason_changes_nothing(webhook, telegram, a
     assert table_state() == before
     assert telegram.topic(topic.thread_id).closed is False
     assert dm_texts(telegram, user) == []
-    assert general_texts(telegram) == [copy.archive_failed(user.id, topic.thread_id)]
+    assert general_texts(telegram) == [texts.archive_failed(user.id, topic.thread_id)]
 
 
 def test_a_user_who_blocked_the_bot_is_archived_and_the_report_says_so(
@@ -210,7 +210,7 @@ def test_a_user_who_blocked_the_bot_is_archived_and_the_report_says_so(
 
     _assert_archived(telegram, user, topic, closed_at=clock.now)
     assert general_texts(telegram) == [
-        f"{copy.archive_done(user.id, topic.thread_id)}\n{copy.archive_notice_failed()}"
+        f"{texts.archive_done(user.id, topic.thread_id)}\n{texts.archive_notice_failed()}"
     ]
 
 
@@ -222,7 +222,7 @@ def test_a_member_gets_admins_only(webhook, telegram, member, user, topic):
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params["text"] == copy.admins_only()
+    assert call.params["text"] == texts.admins_only()
     assert telegram.topic(topic.thread_id).closed is False
 
 
@@ -234,7 +234,7 @@ def test_no_binding_gets_the_notice(webhook, telegram, admin, topic):
     _archive(webhook, telegram, admin, thread_id)
 
     assert table_state() == before
-    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
+    assert topic_texts(telegram, thread_id) == [texts.no_binding()]
     assert [call.method for call in telegram.calls()] == ["sendMessage"]
 
 
@@ -259,10 +259,10 @@ def test_a_repeated_archive_keeps_the_rows(webhook, telegram, admin, user, topic
     assert table_state() == archived  # closed_at keeps the first close
     _assert_archived(telegram, user, topic, closed_at=archived_at)
     assert general_texts(telegram) == [
-        copy.archive_done(user.id, topic.thread_id),
+        texts.archive_done(user.id, topic.thread_id),
         # The second one's notice meets the closed topic: General has it instead.
-        copy.closed_topic_reply(topic.thread_id, copy.archive_started()),
-        copy.archive_done(user.id, topic.thread_id),
+        texts.closed_topic_reply(topic.thread_id, texts.archive_started()),
+        texts.archive_done(user.id, topic.thread_id),
     ]
 
 
@@ -290,9 +290,9 @@ def test_a_retryable_fault_at_any_call_converges_on_retry(
     _assert_archived(telegram, user, topic, closed_at=archived_at if call_number > 2 else clock.now)
     assert telegram.topic(topic.thread_id).closed is True
     # A retry after the close repeats the notice, which the closed topic refuses: in General.
-    repeated_notice = [copy.closed_topic_reply(topic.thread_id, copy.archive_started())]
+    repeated_notice = [texts.closed_topic_reply(topic.thread_id, texts.archive_started())]
     assert general_texts(telegram) == (repeated_notice if call_number in (4, 5) else []) + [
-        copy.archive_done(user.id, topic.thread_id)
+        texts.archive_done(user.id, topic.thread_id)
     ]
     # A failed card edit is not retried (best effort; the update was done at the first try).
     assert card_text(telegram, topic) == (
@@ -301,9 +301,9 @@ def test_a_retryable_fault_at_any_call_converges_on_retry(
     # At-least-once: a step that had succeeded before the fault is repeated by the retry only
     # when it comes before the failed one and can still be done (the notice while the topic
     # is open, the DM when the General report failed).
-    notices = topic_texts(telegram, topic.thread_id).count(copy.archive_started())
+    notices = topic_texts(telegram, topic.thread_id).count(texts.archive_started())
     assert notices == (2 if call_number == 2 else 1)
-    assert dm_texts(telegram, user) == [copy.archive_notice()] * (2 if call_number == 5 else 1)
+    assert dm_texts(telegram, user) == [texts.archive_notice()] * (2 if call_number == 5 else 1)
 
 
 def test_archive_keeps_first_seen_and_the_card_time(webhook, telegram, admin, user, topic):

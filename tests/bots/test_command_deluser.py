@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, DeleteConfirmation, RelayedMessage, Topic
 from bots.pipeline import deluser
 from tests.bots.conftest import SECOND_ADMIN_ID, deliver_during_held_call
@@ -93,7 +93,7 @@ def test_the_command_sends_the_warning_and_records_a_pending_prompt(
         {
             "chat_id": telegram.support_chat_id,
             "message_thread_id": topic.thread_id,
-            "text": copy.deluser_prompt(USER_ID),
+            "text": texts.deluser_prompt(USER_ID),
             "reply_markup": {
                 "inline_keyboard": [
                     [{"text": "确认彻底删除", "callback_data": f"d:yes:{payload}"}],
@@ -102,7 +102,7 @@ def test_the_command_sends_the_warning_and_records_a_pending_prompt(
             },
         },
     )
-    assert copy.deluser_prompt(USER_ID).startswith(f"⚠️ 确认要彻底删除用户 {USER_ID} 吗？\n")
+    assert texts.deluser_prompt(USER_ID).startswith(f"⚠️ 确认要彻底删除用户 {USER_ID} 吗？\n")
     row = DeleteConfirmation.objects.get()
     assert (row.prompt_msg_id, row.user_id, row.thread_id, row.started_at, row.status) == (
         prompt.message_id,
@@ -125,7 +125,7 @@ def test_confirm_deletes_the_topic_and_every_row_and_the_user_becomes_a_stranger
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert toast == copy.toast_deluser_done() == "群内话题和 hodor 数据已删除；私聊记录保留。"
+    assert toast == texts.toast_deluser_done() == "群内话题和 hodor 数据已删除；私聊记录保留。"
     assert [(call.method, call.status) for call in telegram.calls()] == [
         ("deleteForumTopic", 200),
         ("answerCallbackQuery", 200),
@@ -147,7 +147,7 @@ def test_confirm_deletes_the_topic_and_every_row_and_the_user_becomes_a_stranger
 
     answer, welcome, challenge = telegram.bot_messages(USER_ID)  # the DM history stays
     assert answer.text == "hi Gail"
-    assert welcome.text == copy.welcome_default()
+    assert welcome.text == texts.welcome_default()
     assert challenge.text.startswith("为了确认你是真人")
     stranger = BotUser.objects.get(user_id=USER_ID)
     assert (stranger.is_verified, stranger.first_seen_at) == (False, clock.now)
@@ -164,14 +164,14 @@ def test_the_window_is_sixty_seconds_with_five_seconds_of_skew(
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
     if deleted:
-        assert toast == copy.toast_deluser_done()
+        assert toast == texts.toast_deluser_done()
         assert _gail_rows() == GONE
     else:
-        assert toast == copy.deluser_expired() == "确认已超时，请重新发送 /deluser。"
+        assert toast == texts.deluser_expired() == "确认已超时，请重新发送 /deluser。"
         assert _gail_rows() == KEPT
         assert DeleteConfirmation.objects.get().status == "pending"
         shown = telegram.message(telegram.support_chat_id, prompt.message_id)
-        assert (shown.text, shown.reply_markup) == (copy.deluser_expired(), None)
+        assert (shown.text, shown.reply_markup) == (texts.deluser_expired(), None)
         assert telegram.calls("deleteForumTopic") == []
 
 
@@ -184,12 +184,12 @@ def test_cancel_keeps_everything_and_a_later_confirm_fails(
     cancelled = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.no)
     confirmed = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert cancelled == copy.deluser_cancelled() == "已取消，未删除任何内容。"
-    assert confirmed == copy.toast_deluser_failed() == "Telegram 未能删除，数据已保留。"
+    assert cancelled == texts.deluser_cancelled() == "已取消，未删除任何内容。"
+    assert confirmed == texts.toast_deluser_failed() == "Telegram 未能删除，数据已保留。"
     assert table_state() == before
     assert DeleteConfirmation.objects.get().status == "cancelled"
     shown = telegram.message(telegram.support_chat_id, prompt.message_id)
-    assert (shown.text, shown.reply_markup) == (copy.deluser_cancelled(), None)
+    assert (shown.text, shown.reply_markup) == (texts.deluser_cancelled(), None)
     assert telegram.calls("deleteForumTopic") == []
 
 
@@ -199,7 +199,7 @@ def test_a_cancel_after_the_window_times_out(webhook, telegram, admin, user, top
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.no)
 
-    assert toast == copy.deluser_expired()
+    assert toast == texts.deluser_expired()
     assert DeleteConfirmation.objects.get().status == "pending"
 
 
@@ -211,7 +211,7 @@ def test_a_non_admin_click_gets_admins_only_and_changes_nothing(
 
     toast = click_in_group(webhook, telegram, member, prompt.message_id, prompt.yes)
 
-    assert toast == copy.admins_only()
+    assert toast == texts.admins_only()
     assert table_state() == before
     assert DeleteConfirmation.objects.get().status == "pending"
     assert telegram.calls("deleteForumTopic") == []
@@ -229,7 +229,7 @@ def test_a_non_admin_click_on_a_mismatched_payload_gets_admins_only(
 
     toast = click_in_group(webhook, telegram, member, prompt.message_id, mismatched)
 
-    assert toast == copy.admins_only()
+    assert toast == texts.admins_only()
     assert [call.method for call in telegram.calls()] == ["answerCallbackQuery"]
     assert table_state() == before
     assert DeleteConfirmation.objects.get().status == "pending"
@@ -284,7 +284,7 @@ def test_a_stale_or_mismatched_payload_gets_the_failure_toast(
     toasts = [click_in_group(webhook, telegram, admin, prompt.message_id, d) for d in mismatched]
     toasts.append(click_in_group(webhook, telegram, admin, card, prompt.yes))
 
-    assert toasts == [copy.toast_deluser_failed()] * 3
+    assert toasts == [texts.toast_deluser_failed()] * 3
     assert table_state() == before
     assert DeleteConfirmation.objects.get().status == "pending"
 
@@ -297,7 +297,7 @@ def test_a_binding_that_changed_since_the_prompt_is_not_deleted(
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert toast == copy.toast_deluser_failed()
+    assert toast == texts.toast_deluser_failed()
     assert DeleteConfirmation.objects.get().status == "pending"
     assert BotUser.objects.filter(user_id=USER_ID).count() == 1
     assert telegram.calls("deleteForumTopic") == []
@@ -315,7 +315,7 @@ def test_the_confirming_update_itself_requires_the_binding(
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert toast == copy.toast_deluser_failed()
+    assert toast == texts.toast_deluser_failed()
     row = DeleteConfirmation.objects.get()
     assert (row.status, row.confirm_callback_id) == ("pending", None)
     assert BotUser.objects.filter(user_id=USER_ID).count() == 1
@@ -332,7 +332,7 @@ def test_a_topic_already_deleted_by_hand_still_deletes_the_rows(
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert toast == copy.toast_deluser_done()
+    assert toast == texts.toast_deluser_done()
     assert [call.status for call in telegram.calls("deleteForumTopic")] == [400]  # gone = fine
     assert _gail_rows() == GONE
 
@@ -343,7 +343,7 @@ def test_telegram_refusing_the_topic_deletion_keeps_the_data(webhook, telegram, 
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert toast == copy.toast_deluser_failed()
+    assert toast == texts.toast_deluser_failed()
     assert _gail_rows() == KEPT
     assert telegram.topic(topic.thread_id).deleted is False
 
@@ -353,7 +353,7 @@ def test_deluser_in_a_topic_without_binding_gets_the_notice(webhook, telegram, a
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="/deluser"))
 
-    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
+    assert topic_texts(telegram, thread_id) == [texts.no_binding()]
     assert DeleteConfirmation.objects.count() == 0
 
 
@@ -367,7 +367,7 @@ def test_a_prompt_that_could_not_be_sent_is_sent_once_on_redelivery(
     assert DeleteConfirmation.objects.count() == 0
     inbox.later(seconds=60)
 
-    assert topic_texts(telegram, topic.thread_id).count(copy.deluser_prompt(USER_ID)) == 1
+    assert topic_texts(telegram, topic.thread_id).count(texts.deluser_prompt(USER_ID)) == 1
     assert DeleteConfirmation.objects.count() == 1
 
 
@@ -385,12 +385,12 @@ def test_in_a_closed_topic_the_prompt_is_posted_in_general_and_its_buttons_work(
         for message in telegram.bot_messages(telegram.support_chat_id)
         if message.thread_id is None  # General
     ]
-    assert prompt.text == copy.closed_topic_reply(topic.thread_id, copy.deluser_prompt(USER_ID))
+    assert prompt.text == texts.closed_topic_reply(topic.thread_id, texts.deluser_prompt(USER_ID))
     assert DeleteConfirmation.objects.get().prompt_msg_id == prompt.message_id
     yes, _ = keyboard_data(prompt)
 
     assert click_in_group(webhook, telegram, admin, prompt.message_id, yes) == (
-        copy.toast_deluser_done()
+        texts.toast_deluser_done()
     )
     assert _gail_rows() == GONE
 
@@ -414,13 +414,13 @@ def test_the_winning_confirm_retried_after_a_failure_between_both_deletes_conver
     assert (row.status, row.confirm_callback_id) == ("confirmed", callback_id)
     # Another click on the same prompt may not carry the deletion on.
     other = click_in_group(webhook, telegram, second_admin, prompt.message_id, prompt.yes)
-    assert other == copy.toast_deluser_failed()
+    assert other == texts.toast_deluser_failed()
     assert _gail_rows() == KEPT
 
     inbox.later(seconds=61)  # the worker retries it (the window has passed by now)
 
     assert _gail_rows() == GONE
-    assert telegram.callback_answer(callback_id) == copy.toast_deluser_done()
+    assert telegram.callback_answer(callback_id) == texts.toast_deluser_done()
     # Telegram deleted the topic once; the retry's call finds it gone.
     assert [call.status for call in telegram.calls("deleteForumTopic")] == [200, 400]
     webhook.deliver_ok(click)  # a duplicate delivery does nothing more
@@ -438,8 +438,10 @@ def test_two_concurrent_confirms_exactly_one_wins(
     responses = deliver_during_held_call(telegram, "deleteForumTopic", first, second)
 
     assert [response.status_code for response in responses] == [200, 200]
-    assert telegram.callback_answer(first["callback_query"]["id"]) == copy.toast_deluser_done()
-    assert telegram.callback_answer(second["callback_query"]["id"]) == (copy.toast_deluser_failed())
+    assert telegram.callback_answer(first["callback_query"]["id"]) == texts.toast_deluser_done()
+    assert telegram.callback_answer(second["callback_query"]["id"]) == (
+        texts.toast_deluser_failed()
+    )
     assert len(telegram.calls("deleteForumTopic")) == 1
     assert _gail_rows() == GONE
 
@@ -452,8 +454,8 @@ def test_a_cancel_while_the_confirm_deletes_fails(webhook, telegram, admin, user
 
     deliver_during_held_call(telegram, "deleteForumTopic", confirm, cancel)
 
-    assert telegram.callback_answer(cancel["callback_query"]["id"]) == copy.toast_deluser_failed()
-    assert telegram.callback_answer(confirm["callback_query"]["id"]) == copy.toast_deluser_done()
+    assert telegram.callback_answer(cancel["callback_query"]["id"]) == texts.toast_deluser_failed()
+    assert telegram.callback_answer(confirm["callback_query"]["id"]) == texts.toast_deluser_done()
     assert _gail_rows() == GONE
 
 
@@ -466,9 +468,9 @@ def test_a_confirm_after_a_winning_cancel_deletes_nothing(webhook, telegram, adm
     # The cancel has decided (its UPDATE ran) and waits on its answer when the confirm lands.
     deliver_during_held_call(telegram, "answerCallbackQuery", cancel, confirm)
 
-    assert telegram.callback_answer(cancel["callback_query"]["id"]) == copy.deluser_cancelled()
+    assert telegram.callback_answer(cancel["callback_query"]["id"]) == texts.deluser_cancelled()
     assert telegram.callback_answer(confirm["callback_query"]["id"]) == (
-        copy.toast_deluser_failed()
+        texts.toast_deluser_failed()
     )
     assert DeleteConfirmation.objects.get().status == "cancelled"
     assert _gail_rows() == KEPT
@@ -501,7 +503,7 @@ def test_a_message_of_the_user_between_both_deletes_waits_and_the_deletion_conve
 
     # Her message came in after the deletion: she is a stranger (a new profile, to verify).
     assert _gail_rows() == {"users": 1, "topics": 0, "messages": 0, "prompts": 0}
-    assert telegram.callback_answer(click["callback_query"]["id"]) == copy.toast_deluser_done()
+    assert telegram.callback_answer(click["callback_query"]["id"]) == texts.toast_deluser_done()
     assert inbox.waiting() == []
     assert BotUser.objects.get(user_id=user.id).first_seen_at == clock.now
     live = [t.thread_id for t in telegram.topics() if not t.deleted]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import RelayedMessage, Topic
 from tests.bots.conftest import deliver_during_held_call
 from tests.bots.helpers import busiest_second, open_conversation, topic_texts
@@ -76,10 +76,10 @@ def test_purge_counts_deleted_gone_and_failed_clears_the_ledger_and_pins_a_new_c
     new_card = Topic.objects.get().pinned_msg_id
     report = "\n".join(
         [
-            copy.purge_done(4),
-            copy.purge_already_gone(1),
-            copy.purge_failed(1),
-            copy.purge_card_pinned(),
+            texts.purge_done(4),
+            texts.purge_already_gone(1),
+            texts.purge_failed(1),
+            texts.purge_card_pinned(),
         ]
     )
     assert report == (
@@ -115,7 +115,7 @@ def test_messages_relayed_after_the_purge_are_tracked_and_purged_next_time(
 
     assert _deleted(telegram, copy_id) and _deleted(telegram, card)
     assert topic_texts(telegram, topic.thread_id)[-1] == "\n".join(
-        [copy.purge_done(2), copy.purge_card_pinned()]
+        [texts.purge_done(2), texts.purge_card_pinned()]
     )
 
 
@@ -136,7 +136,9 @@ def test_a_retry_half_way_converges(webhook, telegram, admin, user, topic, clock
     assert RelayedMessage.objects.filter(thread_id=topic.thread_id).count() == 5  # not yet
     inbox.later(seconds=60)
 
-    report = "\n".join([copy.purge_done(4), copy.purge_already_gone(2), copy.purge_card_pinned()])
+    report = "\n".join(
+        [texts.purge_done(4), texts.purge_already_gone(2), texts.purge_card_pinned()]
+    )
     assert all(_deleted(telegram, message_id) for message_id in targets)
     assert RelayedMessage.objects.filter(thread_id=topic.thread_id).count() == 0
     assert topic_texts(telegram, topic.thread_id) == [CARD, report]  # one card, one report
@@ -177,7 +179,7 @@ def test_telegram_asking_to_slow_down_is_obeyed_without_a_storm(
         assert waited >= retry_after
     assert len([call for call in deletions if call.status == 200]) == 25
     assert topic_texts(telegram, topic.thread_id)[-1] == "\n".join(
-        [copy.purge_done(25), copy.purge_card_pinned()]
+        [texts.purge_done(25), texts.purge_card_pinned()]
     )
 
 
@@ -207,7 +209,7 @@ def test_deletions_keep_the_configured_pace(webhook, telegram, admin, user, topi
     # to the fake); without pacing the 41 calls take a fraction of a second.
     assert started[-1] - started[0] >= 1.95
     assert topic_texts(telegram, topic.thread_id)[-1] == "\n".join(
-        [copy.purge_done(41), copy.purge_card_pinned()]
+        [texts.purge_done(41), texts.purge_card_pinned()]
     )
 
 
@@ -217,7 +219,7 @@ def test_a_member_cannot_purge(webhook, telegram, member, user, topic):
     _purge(webhook, telegram, member, topic)
 
     assert [call.method for call in telegram.calls()] == ["sendMessage"]
-    assert topic_texts(telegram, topic.thread_id)[-1] == copy.admins_only()
+    assert topic_texts(telegram, topic.thread_id)[-1] == texts.admins_only()
     assert RelayedMessage.objects.filter(thread_id=topic.thread_id).count() == 5
 
 
@@ -227,7 +229,7 @@ def test_purge_in_a_topic_without_binding_gets_the_notice(webhook, telegram, adm
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="/purgemsg"))
 
-    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
+    assert topic_texts(telegram, thread_id) == [texts.no_binding()]
     assert telegram.calls("deleteMessage") == []
 
 
@@ -244,7 +246,7 @@ def test_one_bulk_deletion_at_a_time(webhook, telegram, admin, user, topic, cloc
     responses = deliver_during_held_call(telegram, "deleteMessage", first, second)
 
     assert [response.status_code for response in responses] == [200, 200]
-    assert topic_texts(telegram, other.thread_id)[-1] == copy.bulk_busy()  # while the first ran
-    texts = topic_texts(telegram, topic.thread_id)
-    assert texts[-1] == "\n".join([copy.purge_done(6), copy.purge_card_pinned()])
+    assert topic_texts(telegram, other.thread_id)[-1] == texts.bulk_busy()  # while the first ran
+    shown = topic_texts(telegram, topic.thread_id)
+    assert shown[-1] == "\n".join([texts.purge_done(6), texts.purge_card_pinned()])
     assert len(telegram.calls("deleteMessage")) == 6

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, Setting, Topic
 from bots.services.settings import InvalidSwitchValue, verification_setting_change
 from tests.bots.helpers import (
@@ -55,26 +55,30 @@ def _pending(telegram, user) -> tuple:
 
 # (command, settings afterwards on a fresh install, reply)
 CHANGES = [
-    ("/verifyoff", {"verify_enabled": "0", "verify_generation": "1"}, copy.verification_turned_off),
+    (
+        "/verifyoff",
+        {"verify_enabled": "0", "verify_generation": "1"},
+        texts.verification_turned_off,
+    ),
     (
         "/verifymode_button",
         {"verify_mode": "button", "verify_generation": "1"},
-        copy.verification_mode_set_button,
+        texts.verification_mode_set_button,
     ),
     (
         "/verifymode button",
         {"verify_mode": "button", "verify_generation": "1"},
-        copy.verification_mode_set_button,
+        texts.verification_mode_set_button,
     ),
     (
         "/verifymode_button@hodor_test_bot please",  # extra arguments are ignored
         {"verify_mode": "button", "verify_generation": "1"},
-        copy.verification_mode_set_button,
+        texts.verification_mode_set_button,
     ),
     # The values in effect already (the defaults): stored, but nothing bumped.
-    ("/verifyon", {"verify_enabled": "1"}, copy.verification_turned_on),
-    ("/verifymode_math", {"verify_mode": "math"}, copy.verification_mode_set_math),
-    ("/verifymode math", {"verify_mode": "math"}, copy.verification_mode_set_math),
+    ("/verifyon", {"verify_enabled": "1"}, texts.verification_turned_on),
+    ("/verifymode_math", {"verify_mode": "math"}, texts.verification_mode_set_math),
+    ("/verifymode math", {"verify_mode": "math"}, texts.verification_mode_set_math),
 ]
 
 
@@ -124,7 +128,7 @@ def test_verifymode_alone_shows_the_mode_and_writes_nothing(webhook, telegram, a
 
     assert table_state() == before
     [text] = general_texts(telegram)
-    assert text == copy.verification_mode_current(mode="button", enabled=False)
+    assert text == texts.verification_mode_current(mode="button", enabled=False)
     assert text == (
         "当前验证方式：纯按钮（验证已关闭）\n"
         "切换：/verifymode_math、/verifymode_button、/verifymode_turnstile，"
@@ -139,7 +143,7 @@ def test_a_bad_mode_argument_gets_the_usage_and_changes_nothing(text, webhook, t
     _general(webhook, telegram, admin, text)
 
     assert _settings() == {}
-    assert general_texts(telegram) == [copy.verification_mode_usage()]
+    assert general_texts(telegram) == [texts.verification_mode_usage()]
 
 
 @pytest.mark.parametrize("text", ["/verifymode_turnstile", "/verifymode turnstile"])
@@ -155,7 +159,7 @@ def test_turnstile_switches_when_both_keys_are_set(
 
     assert _settings() == {"verify_mode": "turnstile", "verify_generation": "1"}
     assert _pending(telegram, user) == (None, None, None)  # voided by the real change
-    assert general_texts(telegram) == [copy.verification_mode_set_turnstile()]
+    assert general_texts(telegram) == [texts.verification_mode_set_turnstile()]
 
 
 @pytest.mark.parametrize(
@@ -178,7 +182,7 @@ def test_turnstile_is_refused_without_both_keys(
     _general(webhook, telegram, admin, "/verifymode_turnstile")
 
     assert table_state() == before
-    assert general_texts(telegram) == [copy.turnstile_missing_keys(missing)]
+    assert general_texts(telegram) == [texts.turnstile_missing_keys(missing)]
     assert general_texts(telegram)[0].startswith(
         f"无法切换为 Turnstile 网页验证：缺少 {', '.join(missing)}。"
     )
@@ -210,7 +214,7 @@ def test_in_a_topic_the_settings_commands_point_to_general(
     assert call.params == {
         "chat_id": telegram.support_chat_id,
         "message_thread_id": topic.thread_id,
-        "text": copy.use_in_general(),
+        "text": texts.use_in_general(),
     }
 
 
@@ -224,7 +228,7 @@ def test_a_member_gets_admins_only_in_general(text, webhook, telegram, member, u
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params == _general_reply(telegram, copy.admins_only())
+    assert call.params == _general_reply(telegram, texts.admins_only())
 
 
 def test_a_repeated_switch_bumps_once_and_keeps_the_new_challenge(
@@ -239,7 +243,7 @@ def test_a_repeated_switch_bumps_once_and_keeps_the_new_challenge(
 
     assert _settings() == {"verify_mode": "button", "verify_generation": "1"}
     assert _pending(telegram, user) == pending
-    assert general_texts(telegram) == [copy.verification_mode_set_button()] * 2
+    assert general_texts(telegram) == [texts.verification_mode_set_button()] * 2
 
 
 def test_a_retryable_reply_failure_converges_without_a_second_bump(
@@ -256,7 +260,7 @@ def test_a_retryable_reply_failure_converges_without_a_second_bump(
     inbox.later(seconds=60)
 
     assert _settings() == {"verify_mode": "button", "verify_generation": "1"}
-    assert general_texts(telegram) == [copy.verification_mode_set_button()]
+    assert general_texts(telegram) == [texts.verification_mode_set_button()]
     assert ProcessedUpdate.objects.get(update_id=update["update_id"]).status == "processed"
 
 
@@ -270,11 +274,11 @@ def test_a_mode_switch_voids_the_challenge_and_switching_back_does_not_revive_it
     challenge = telegram.bot_messages(user.id)[-1]
 
     _general(webhook, telegram, admin, "/verifymode_button")
-    assert answer_rightly(webhook, telegram, user, challenge) == copy.toast_challenge_expired()
+    assert answer_rightly(webhook, telegram, user, challenge) == texts.toast_challenge_expired()
 
     _general(webhook, telegram, admin, "/verifymode_math")  # back to the mode it was issued in
     assert _settings()["verify_generation"] == "2"
-    assert answer_rightly(webhook, telegram, user, challenge) == copy.toast_challenge_expired()
+    assert answer_rightly(webhook, telegram, user, challenge) == texts.toast_challenge_expired()
     assert BotUser.objects.get(user_id=user.id).is_verified is False
 
     clock.advance(seconds=61)
@@ -284,7 +288,7 @@ def test_a_mode_switch_voids_the_challenge_and_switching_back_does_not_revive_it
     assert _pending(telegram, user)[2] == 2
     toast = answer_rightly(webhook, telegram, user, fresh)
 
-    assert toast == copy.toast_verified()
+    assert toast == texts.toast_verified()
     assert BotUser.objects.get(user_id=user.id).is_verified is True
 
 
@@ -299,7 +303,7 @@ def test_a_same_value_switch_keeps_the_outstanding_challenge(webhook, telegram, 
     assert _pending(telegram, user) == pending
     assert "verify_generation" not in _settings()
     toast = answer_rightly(webhook, telegram, user, challenge)
-    assert toast == copy.toast_verified()
+    assert toast == texts.toast_verified()
 
 
 def test_a_challenge_behind_the_generation_never_completes(webhook, telegram, admin, user):
@@ -311,7 +315,7 @@ def test_a_challenge_behind_the_generation_never_completes(webhook, telegram, ad
 
     toast = answer_rightly(webhook, telegram, user, challenge)
 
-    assert toast == copy.toast_challenge_expired()
+    assert toast == texts.toast_challenge_expired()
     assert BotUser.objects.get(user_id=user.id).is_verified is False
 
 
@@ -321,8 +325,8 @@ def test_after_switching_to_button_new_challenges_are_buttons(webhook, telegram,
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
 
     challenge = telegram.bot_messages(user.id)[-1]
-    assert challenge.text == copy.challenge_button()
-    assert click(webhook, telegram, user, challenge.message_id, "v:0") == copy.toast_verified()
+    assert challenge.text == texts.challenge_button()
+    assert click(webhook, telegram, user, challenge.message_id, "v:0") == texts.toast_verified()
 
 
 def test_verifyoff_lets_unverified_users_through_and_verifyon_holds_them_again(

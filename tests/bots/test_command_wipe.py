@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from celery import current_app as celery_current_app
 
-from bots import copy
+from bots import texts
 from bots.models import (
     Bot,
     BotUser,
@@ -125,7 +125,7 @@ def test_the_command_sends_the_warning_with_two_buttons_and_writes_nothing(
     assert call.params == {
         "chat_id": telegram.support_chat_id,
         "message_thread_id": topics[0].thread_id,
-        "text": copy.wipe_warning(),
+        "text": texts.wipe_warning(),
         "reply_markup": {
             "inline_keyboard": [
                 [{"text": "⚠️ 确认清空", "callback_data": f"w:yes:{epoch}"}],
@@ -133,7 +133,7 @@ def test_the_command_sends_the_warning_with_two_buttons_and_writes_nothing(
             ]
         },
     }
-    assert copy.wipe_warning().startswith("⚠️ 危险操作：清空全部数据\n将删除：")
+    assert texts.wipe_warning().startswith("⚠️ 危险操作：清空全部数据\n将删除：")
     assert _rows() == before
 
 
@@ -144,7 +144,7 @@ def test_confirm_deletes_every_bound_topic_then_every_row(webhook, telegram, adm
 
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert toast == copy.toast_wiping() == "已确认，正在清空……"
+    assert toast == texts.toast_wiping() == "已确认，正在清空……"
     deletions = telegram.calls("deleteForumTopic")
     assert [call.params["message_thread_id"] for call in deletions] == [
         topic.thread_id for topic in topics
@@ -157,8 +157,8 @@ def test_confirm_deletes_every_bound_topic_then_every_row(webhook, telegram, adm
     assert (settings_after, bots_after) == (settings_before, bots_before)
     assert updates_after - updates_before == {len(updates_before) and max(updates_after)}
     assert [topic.deleted for topic in telegram.topics()] == [True, True, True, False]
-    assert general_texts(telegram) == [copy.wipe_done()]
-    assert copy.wipe_done() == "全部话题和数据已删除。"
+    assert general_texts(telegram) == [texts.wipe_done()]
+    assert texts.wipe_done() == "全部话题和数据已删除。"
 
 
 def test_a_failed_topic_deletion_keeps_every_row_and_a_rerun_converges(
@@ -169,12 +169,12 @@ def test_a_failed_topic_deletion_keeps_every_row_and_a_rerun_converges(
     prompt = _prompt(webhook, telegram, admin, stubborn)
 
     assert click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes) == (
-        copy.toast_wiping()
+        texts.toast_wiping()
     )
 
     assert _rows() == ALL_KEPT
-    assert general_texts(telegram) == [copy.wipe_failed(1)]
-    assert copy.wipe_failed(1) == (
+    assert general_texts(telegram) == [texts.wipe_failed(1)]
+    assert texts.wipe_failed(1) == (
         "⚠️ 1 个话题删除失败，数据未清空。请检查机器人的权限后再次发送 /wipealldata。"
     )
     # The broadcasts were stopped before the topics went.
@@ -194,7 +194,7 @@ def test_a_failed_topic_deletion_keeps_every_row_and_a_rerun_converges(
 
     assert [call.status for call in telegram.calls("deleteForumTopic")] == [400, 400, 200]
     assert _rows() == WIPED
-    assert general_texts(telegram) == [copy.wipe_failed(1), copy.wipe_done()]
+    assert general_texts(telegram) == [texts.wipe_failed(1), texts.wipe_done()]
 
 
 @pytest.mark.parametrize(("seconds", "wiped"), [(60, True), (61, False), (-5, True), (-6, False)])
@@ -207,15 +207,15 @@ def test_the_window_is_sixty_seconds_with_five_seconds_of_skew(
     toast = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
     if wiped:
-        assert toast == copy.toast_wiping()
+        assert toast == texts.toast_wiping()
         assert _rows() == WIPED
     else:
-        assert toast == copy.toast_wipe_timeout()
+        assert toast == texts.toast_wipe_timeout()
         assert _rows() == ALL_KEPT
         assert telegram.calls("deleteForumTopic") == []
         shown = telegram.message(telegram.support_chat_id, prompt.message_id)
         assert (shown.text, shown.reply_markup) == (
-            f"{copy.wipe_warning()}\n\n{copy.toast_wipe_timeout()}",
+            f"{texts.wipe_warning()}\n\n{texts.toast_wipe_timeout()}",
             None,
         )
 
@@ -228,13 +228,13 @@ def test_cancel_wipes_nothing_and_the_prompt_cannot_be_confirmed_afterwards(
     cancelled = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.no)
     confirmed = click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes)
 
-    assert cancelled == copy.toast_wipe_cancelled() == "已取消，未清空任何数据。"
-    assert confirmed == copy.toast_wipe_already_decided()
+    assert cancelled == texts.toast_wipe_cancelled() == "已取消，未清空任何数据。"
+    assert confirmed == texts.toast_wipe_already_decided()
     assert _rows() == ALL_KEPT
     assert telegram.calls("deleteForumTopic") == []
     shown = telegram.message(telegram.support_chat_id, prompt.message_id)
     assert (shown.text, shown.reply_markup) == (
-        f"{copy.wipe_warning()}\n\n{copy.toast_wipe_cancelled()}",
+        f"{texts.wipe_warning()}\n\n{texts.toast_wipe_cancelled()}",
         None,
     )
 
@@ -246,12 +246,12 @@ def test_a_non_admin_click_gets_admins_only_and_writes_nothing(
 
     toast = click_in_group(webhook, telegram, member, prompt.message_id, prompt.yes)
 
-    assert toast == copy.admins_only()
+    assert toast == texts.admins_only()
     assert _rows() == ALL_KEPT
     assert Broadcast.objects.filter(status__in=["pending", "sending"]).count() == 2
     # The prompt is still undecided: an admin can still confirm it.
     assert click_in_group(webhook, telegram, admin, prompt.message_id, prompt.yes) == (
-        copy.toast_wiping()
+        texts.toast_wiping()
     )
 
 
@@ -293,13 +293,13 @@ def test_the_winning_confirm_retried_after_a_failure_between_both_deletes_conver
     assert [telegram.topic(topic.thread_id).deleted for topic in topics] == [True, True, True]
     assert _rows() == ALL_KEPT
     other = click_in_group(webhook, telegram, second_admin, prompt.message_id, prompt.yes)
-    assert other == copy.toast_wipe_already_decided()
+    assert other == texts.toast_wipe_already_decided()
 
     inbox.later(seconds=61)  # past the window: the retry resumes all the same
 
     assert _rows() == WIPED
     assert [call.status for call in telegram.calls("deleteForumTopic")] == [200] * 3 + [400] * 3
-    assert general_texts(telegram) == [copy.wipe_done()]
+    assert general_texts(telegram) == [texts.wipe_done()]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -310,9 +310,9 @@ def test_two_concurrent_confirms_run_one_wipe(webhook, telegram, admin, second_a
 
     deliver_during_held_call(telegram, "deleteForumTopic", first, second)
 
-    assert telegram.callback_answer(first["callback_query"]["id"]) == copy.toast_wiping()
+    assert telegram.callback_answer(first["callback_query"]["id"]) == texts.toast_wiping()
     assert telegram.callback_answer(second["callback_query"]["id"]) == (
-        copy.toast_wipe_already_decided()
+        texts.toast_wipe_already_decided()
     )
     assert len(telegram.calls("deleteForumTopic")) == 3
     assert _rows() == WIPED
@@ -327,7 +327,7 @@ def test_a_cancel_while_the_wipe_runs_fails(webhook, telegram, admin, topics):
     deliver_during_held_call(telegram, "deleteForumTopic", confirm, cancel)
 
     assert telegram.callback_answer(cancel["callback_query"]["id"]) == (
-        copy.toast_wipe_already_decided()
+        texts.toast_wipe_already_decided()
     )
     assert _rows() == WIPED
 
@@ -340,9 +340,9 @@ def test_a_confirm_after_a_winning_cancel_wipes_nothing(webhook, telegram, admin
 
     deliver_during_held_call(telegram, "answerCallbackQuery", cancel, confirm)
 
-    assert telegram.callback_answer(cancel["callback_query"]["id"]) == copy.toast_wipe_cancelled()
+    assert telegram.callback_answer(cancel["callback_query"]["id"]) == texts.toast_wipe_cancelled()
     assert telegram.callback_answer(confirm["callback_query"]["id"]) == (
-        copy.toast_wipe_already_decided()
+        texts.toast_wipe_already_decided()
     )
     assert _rows() == ALL_KEPT
     assert telegram.calls("deleteForumTopic") == []
@@ -369,7 +369,7 @@ def test_a_user_writing_mid_wipe_waits_for_its_end_and_no_topic_is_left_unbound(
     assert inbox.waiting() == [message["update_id"]]
     assert telegram.calls("createForumTopic")[3:] == []  # the three of the fixture only
     assert _rows() == WIPED
-    assert general_texts(telegram) == [copy.wipe_done()]
+    assert general_texts(telegram) == [texts.wipe_done()]
     assert [t.name for t in telegram.topics() if not t.deleted] == ["made by hand"]
 
     inbox.later(seconds=5)  # the worker takes it after the wipe: nothing was lost
@@ -399,7 +399,7 @@ def test_a_late_redelivery_of_the_confirm_after_the_wipe_ended_wipes_nothing_new
     assert answer.status_code == 200
     assert telegram.topic(fresh.thread_id).deleted is False
     assert list(Topic.objects.values_list("user_id", flat=True)) == [newcomer.id]
-    assert general_texts(telegram) == [copy.wipe_done()]
+    assert general_texts(telegram) == [texts.wipe_done()]
 
 
 def test_a_late_copy_of_a_wipe_chunk_after_the_wipe_ended_deletes_nothing(
@@ -413,7 +413,7 @@ def test_a_late_copy_of_a_wipe_chunk_after_the_wipe_ended_deletes_nothing(
     prompt = _prompt(webhook, telegram, admin, topics[0].thread_id)
     webhook.deliver_ok(group_click(telegram, admin, prompt.message_id, prompt.yes))
     [chunk] = queued
-    assert wipe_continue_task(**chunk) == copy.wipe_done()
+    assert wipe_continue_task(**chunk) == texts.wipe_done()
     assert _rows() == WIPED
     newcomer = telegram.user(7601, "New")
     fresh = open_conversation(webhook, telegram, newcomer, bot_id=telegram.bot.id, now=clock.now)
@@ -423,5 +423,5 @@ def test_a_late_copy_of_a_wipe_chunk_after_the_wipe_ended_deletes_nothing(
 
     assert telegram.topic(fresh.thread_id).deleted is False
     assert list(Topic.objects.values_list("user_id", flat=True)) == [newcomer.id]
-    assert general_texts(telegram)[-1] == copy.wipe_done()
-    assert general_texts(telegram).count(copy.wipe_done()) == 1
+    assert general_texts(telegram)[-1] == texts.wipe_done()
+    assert general_texts(telegram).count(texts.wipe_done()) == 1

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from bots.pipeline.classify import GENERAL_COMMANDS
 from bots.pipeline.commands import (
@@ -107,31 +107,31 @@ class Case:
 
 
 CASES = [
-    Case("/ban", copy.user_banned(USER_ID), {"users.is_banned": True}, None),
+    Case("/ban", texts.user_banned(USER_ID), {"users.is_banned": True}, None),
     Case(
         "/unban",
-        copy.user_unbanned(USER_ID),
+        texts.user_unbanned(USER_ID),
         {"users.is_banned": False},
         None,
         setup=("/ban",),
     ),
     Case(
         "/note VIP  customer",
-        copy.note_saved("VIP  customer"),
+        texts.note_saved("VIP  customer"),
         {"topics.note": "VIP  customer"},
         f"{CARD}\n备注：VIP  customer",
     ),
     Case(
         "/unnote",
-        copy.note_cleared(),
+        texts.note_cleared(),
         {"topics.note": None},
         CARD,
         setup=("/note old note",),
     ),
-    Case("/risk", copy.risk_marked(USER_ID), {"users.is_risk": True}, f"{CARD}\n⚠️ 高危用户"),
+    Case("/risk", texts.risk_marked(USER_ID), {"users.is_risk": True}, f"{CARD}\n⚠️ 高危用户"),
     Case(
         "/unrisk",
-        copy.risk_cleared(USER_ID),
+        texts.risk_cleared(USER_ID),
         {"users.is_risk": False},
         CARD,
         setup=("/risk",),
@@ -186,7 +186,7 @@ def test_a_member_gets_admins_only_and_nothing_changes(
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params == _reply_params(telegram, topic.thread_id, copy.admins_only())
+    assert call.params == _reply_params(telegram, topic.thread_id, texts.admins_only())
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -201,7 +201,7 @@ def test_a_topic_without_binding_gets_the_notice_and_nothing_changes(
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params == _reply_params(telegram, thread_id, copy.no_binding())
+    assert call.params == _reply_params(telegram, thread_id, texts.no_binding())
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -340,7 +340,7 @@ def test_a_banned_user_is_muted_and_after_unban_meets_the_gates_again(
 
     webhook.deliver_ok(telegram.private_message(user, text="anyone?"))
 
-    assert dm_texts(telegram, user) == [copy.ban_notice()]
+    assert dm_texts(telegram, user) == [texts.ban_notice()]
     assert len(topic_texts(telegram, topic.thread_id)) == relayed
 
     _send(webhook, telegram, admin, "/unban", thread_id=topic.thread_id)
@@ -349,7 +349,7 @@ def test_a_banned_user_is_muted_and_after_unban_meets_the_gates_again(
 
     # Unbanned, but unverified: the verification gate comes next (nothing was restored).
     [notice, challenge] = telegram.bot_messages(user.id)
-    assert notice.text == copy.ban_notice()
+    assert notice.text == texts.ban_notice()
     assert challenge.text.startswith("为了确认你是真人")
     assert "back" not in topic_texts(telegram, topic.thread_id)
 
@@ -368,7 +368,7 @@ def test_a_closed_binding_still_takes_commands(webhook, telegram, admin, user, t
         (None, 200),
     ]
     assert general_texts(telegram) == [
-        copy.closed_topic_reply(topic.thread_id, copy.user_banned(user.id))
+        texts.closed_topic_reply(topic.thread_id, texts.user_banned(user.id))
     ]
 
 
@@ -386,7 +386,7 @@ def test_a_note_is_cut_at_500_code_points(webhook, telegram, admin, topic):
     stored = Topic.objects.get().note
     assert stored == note[:500]
     assert len(stored) == 500
-    assert topic_texts(telegram, topic.thread_id)[-1] == copy.note_saved(note[:500])
+    assert topic_texts(telegram, topic.thread_id)[-1] == texts.note_saved(note[:500])
 
 
 def test_note_without_text_gets_the_usage_before_any_binding_lookup(webhook, telegram, admin):
@@ -394,7 +394,7 @@ def test_note_without_text_gets_the_usage_before_any_binding_lookup(webhook, tel
 
     _send(webhook, telegram, admin, "/note   ", thread_id=thread_id)
 
-    assert topic_texts(telegram, thread_id) == [copy.note_usage()]
+    assert topic_texts(telegram, thread_id) == [texts.note_usage()]
     assert Topic.objects.count() == 0
 
 
@@ -404,14 +404,14 @@ def test_a_failed_card_edit_does_not_stop_the_note(webhook, telegram, admin, top
     _send(webhook, telegram, admin, "/note kept anyway", thread_id=topic.thread_id)
 
     assert Topic.objects.get().note == "kept anyway"
-    assert topic_texts(telegram, topic.thread_id)[-1] == copy.note_saved("kept anyway")
+    assert topic_texts(telegram, topic.thread_id)[-1] == texts.note_saved("kept anyway")
     assert card_text(telegram, topic) == CARD
 
 
 def test_risk_resets_the_reminder_window(webhook, telegram, admin, user, topic, clock):
     _send(webhook, telegram, admin, "/risk", thread_id=topic.thread_id)
     webhook.deliver_ok(telegram.private_message(user, text="first"))
-    reminder = copy.risk_reminder("Dave (@dave)")
+    reminder = texts.risk_reminder("Dave (@dave)")
     assert topic_texts(telegram, topic.thread_id)[-2:] == ["first", reminder]
     assert BotUser.objects.get(user_id=user.id).risk_notice_at == clock.now
 
@@ -487,7 +487,7 @@ def test_help_reflects_the_switches(webhook, telegram, admin, topic):
     _send(webhook, telegram, admin, "/help", thread_id=topic.thread_id)
 
     text = topic_texts(telegram, topic.thread_id)[-1]
-    assert text == copy.help_text(verification_enabled=False, mode="button")
+    assert text == texts.help_text(verification_enabled=False, mode="button")
     assert "/verifyon — 开启验证\n当前验证已关闭。\n" in text
     assert "/verifyoff" not in text
     assert "/verifymode — 查看验证方式（当前：纯按钮）" in text
@@ -504,7 +504,7 @@ def test_unknown_commands_get_the_hint(text, webhook, telegram, admin, topic):
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params == _reply_params(telegram, topic.thread_id, copy.unknown_command())
+    assert call.params == _reply_params(telegram, topic.thread_id, texts.unknown_command())
 
 
 def test_broadcast_in_a_topic_points_to_general_and_changes_nothing(
@@ -517,14 +517,14 @@ def test_broadcast_in_a_topic_points_to_general_and_changes_nothing(
 
     assert table_state() == before
     [call] = telegram.calls()
-    assert call.params == _reply_params(telegram, topic.thread_id, copy.broadcast_in_general())
+    assert call.params == _reply_params(telegram, topic.thread_id, texts.broadcast_in_general())
 
 
 def test_help_lists_exactly_the_commands_that_are_routed():
     listed = {
         line.split(" ", 1)[0]
         for enabled in (True, False)
-        for line in copy.help_text(verification_enabled=enabled, mode="math").splitlines()
+        for line in texts.help_text(verification_enabled=enabled, mode="math").splitlines()
         if line.startswith("/")
     }
 
@@ -558,7 +558,7 @@ def test_a_user_row_missing_behind_a_binding_gets_the_notice(webhook, telegram, 
 
     _send(webhook, telegram, admin, "/ban", thread_id=thread_id)
 
-    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
+    assert topic_texts(telegram, thread_id) == [texts.no_binding()]
     assert BotUser.objects.count() == 0
 
 
@@ -567,11 +567,11 @@ def test_a_user_row_missing_behind_a_binding_gets_the_notice(webhook, telegram, 
     [
         ("/help", "topic", lambda: HELP_ON_MATH),
         ("/help", "general", lambda: HELP_ON_MATH),
-        ("/nothing", "topic", copy.unknown_command),
-        ("/note", "topic", copy.note_usage),
-        ("/ban", "unbound", copy.no_binding),
-        ("/verifyon", "topic", copy.use_in_general),
-        ("/broadcast x\ny", "topic", copy.broadcast_in_general),
+        ("/nothing", "topic", texts.unknown_command),
+        ("/note", "topic", texts.note_usage),
+        ("/ban", "unbound", texts.no_binding),
+        ("/verifyon", "topic", texts.use_in_general),
+        ("/broadcast x\ny", "topic", texts.broadcast_in_general),
     ],
 )
 def test_a_failed_answer_is_sent_once_after_the_wait_telegram_asked_for(

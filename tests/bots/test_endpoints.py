@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from bots import copy
+from bots import texts
 from bots.models import Bot, Setting
 from bots.version import app_version
 from tests.bots.conftest import ADMIN_SECRET, START, WEBHOOK_SECRET
@@ -70,7 +70,7 @@ def test_setwebhook_with_a_wrong_or_unconfigured_secret_is_401_and_does_nothing(
     response = client.get("/telegram/setwebhook/guess", secure=True)
 
     assert response.status_code == 401
-    assert response.json() == {"error": copy.invalid_admin_key()}
+    assert response.json() == {"error": texts.invalid_admin_key()}
     assert response.json() == {"error": "无效的管理密钥"}
     assert telegram.calls() == []
     assert Bot.objects.count() == 0
@@ -320,7 +320,7 @@ def test_selfcheck_flags_an_invalid_support_chat_and_no_valid_admin(client, boun
 
     failed = _selfcheck(client).json()["failed"]
 
-    assert failed == [copy.check_support_chat_id_invalid(), copy.check_admin_ids_none_valid()]
+    assert failed == [texts.check_support_chat_id_invalid(), texts.check_admin_ids_none_valid()]
 
 
 @pytest.mark.django_db
@@ -333,9 +333,9 @@ def test_selfcheck_verification_section(client, bound):
 
     assert failed == [
         "Turnstile 配置不完整：已设置 TURNSTILE_SITE_KEY，缺少 TURNSTILE_SECRET_KEY",
-        copy.check_turnstile_mode_without_keys(),
+        texts.check_turnstile_mode_without_keys(),
         "TURNSTILE_SITE_KEY 是 Cloudflare 官方测试密钥，任何人都能通过验证",
-        copy.check_public_base_url_invalid(),
+        texts.check_public_base_url_invalid(),
     ]
 
 
@@ -350,11 +350,11 @@ def test_selfcheck_flags_turnstile_mode_without_an_https_origin(client, bound):
     over_http = client.get("/telegram/selfcheck").json()["failed"]
     over_https = _selfcheck(client)
 
-    assert over_http[0] == copy.check_turnstile_no_https_origin()
+    assert over_http[0] == texts.check_turnstile_no_https_origin()
     assert over_https.status_code == 200
     bound.PUBLIC_BASE_URL = "https://support.example.com"
     assert (
-        copy.check_turnstile_no_https_origin()
+        texts.check_turnstile_no_https_origin()
         not in client.get("/telegram/selfcheck").json()["failed"]
     )
 
@@ -366,7 +366,7 @@ def test_selfcheck_flags_test_secret_keys_without_echoing_them(client, bound):
 
     response = _selfcheck(client)
 
-    assert response.json()["failed"] == [copy.check_turnstile_test_key("TURNSTILE_SECRET_KEY")]
+    assert response.json()["failed"] == [texts.check_turnstile_test_key("TURNSTILE_SECRET_KEY")]
     assert "2x0000000000000000000000000000000AA" not in response.content.decode()
 
 
@@ -378,14 +378,14 @@ def test_selfcheck_names_missing_tables(client, bound):
 
     failed = _selfcheck(client).json()["failed"]
 
-    assert copy.check_settings_unreadable() in failed
+    assert texts.check_settings_unreadable() in failed
     assert "缺少数据表：settings, broadcasts（请运行 migrate）" in failed
 
 
 @pytest.mark.django_db
 def test_selfcheck_webhook_not_bound_elsewhere_or_failing(client, bound, telegram):
     telegram.webhook = {"url": ""}
-    assert _selfcheck(client).json()["failed"] == [copy.check_webhook_not_bound()]
+    assert _selfcheck(client).json()["failed"] == [texts.check_webhook_not_bound()]
 
     telegram.webhook = {"url": "https://old.example.com/webhook"}
     telegram.set_webhook_error("Connection timed out")
@@ -428,7 +428,7 @@ def test_selfcheck_without_a_token_makes_no_telegram_call(client, bound, telegra
 
     assert failed == [
         "缺少必填环境变量：TELEGRAM_BOT_TOKEN",
-        copy.check_webhook_cannot_check(),
+        texts.check_webhook_cannot_check(),
     ]
     assert telegram.calls() == []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import CARD_BOB, START
 from tests.bots.helpers import (
@@ -59,7 +59,7 @@ def test_a_banned_user_gets_one_notice_a_minute_and_nothing_else(webhook, telegr
     clock.advance(seconds=59)
     webhook.deliver_ok(telegram.private_message(user, text="two"))
 
-    assert dm_texts(telegram, user) == [copy.ban_notice()]
+    assert dm_texts(telegram, user) == [texts.ban_notice()]
     row = user_row(telegram, user)
     assert (row.rate_count, row.rate_window_start, row.last_notice_at) == (0, None, START)
     assert Topic.objects.count() == 0
@@ -67,7 +67,7 @@ def test_a_banned_user_gets_one_notice_a_minute_and_nothing_else(webhook, telegr
 
     clock.advance(seconds=1)
     webhook.deliver_ok(telegram.private_message(user, text="three"))
-    assert dm_texts(telegram, user) == [copy.ban_notice(), copy.ban_notice()]
+    assert dm_texts(telegram, user) == [texts.ban_notice(), texts.ban_notice()]
 
 
 def test_a_banned_unverified_user_gets_no_challenge(webhook, telegram, user, clock):
@@ -75,7 +75,7 @@ def test_a_banned_unverified_user_gets_no_challenge(webhook, telegram, user, clo
 
     webhook.deliver_ok(telegram.private_message(user, text="/start"))
 
-    assert dm_texts(telegram, user) == [copy.ban_notice()]
+    assert dm_texts(telegram, user) == [texts.ban_notice()]
     assert user_row(telegram, user).verify_request_hash is None
 
 
@@ -86,7 +86,7 @@ def test_first_contact_gets_welcome_and_challenge_and_is_not_relayed(webhook, te
     webhook.deliver_ok(telegram.private_message(user, text="I need help"))
 
     welcome, challenge = telegram.bot_messages(user.id)
-    assert welcome.text == copy.welcome_default()
+    assert welcome.text == texts.welcome_default()
     assert challenge.text.startswith("为了确认你是真人，请回答下面的问题：\n")
     [buttons] = challenge.reply_markup["inline_keyboard"]
     assert len(buttons) == 4
@@ -142,7 +142,7 @@ def test_start_from_an_unverified_user_gets_the_welcome_and_no_challenge(
 
     webhook.deliver_ok(telegram.private_message(user, text="/start"))
 
-    assert dm_texts(telegram, user) == [copy.welcome_default()]
+    assert dm_texts(telegram, user) == [texts.welcome_default()]
     assert user_row(telegram, user).verify_request_hash is None
 
 
@@ -237,7 +237,7 @@ def test_overflow_in_turnstile_mode_without_keys_says_verification_is_unavailabl
     webhook.deliver_ok(telegram.private_message(user, text="b"))
 
     assert dm_texts(telegram, user) == [
-        f"{copy.rate_limited_prefix(1)}\n\n{copy.verification_unavailable()}"
+        f"{texts.rate_limited_prefix(1)}\n\n{texts.verification_unavailable()}"
     ]
     row = user_row(telegram, user)
     assert (row.is_verified, row.verify_request_hash) == (False, None)
@@ -263,4 +263,4 @@ def test_with_verification_off_messages_over_the_limit_leave_card_and_challenge_
     assert card_text(telegram, topic) == card_before
     [overflow] = telegram.bot_messages(user.id)
     assert overflow.text.startswith("发送太快了：每分钟最多 2 条消息")
-    assert answer_rightly(webhook, telegram, user, overflow) == copy.toast_verified()
+    assert answer_rightly(webhook, telegram, user, overflow) == texts.toast_verified()

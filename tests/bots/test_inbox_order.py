@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from celery import current_app as celery_current_app
 
-from bots import copy
+from bots import texts
 from bots.models import AlbumItem, InboxUpdate, ProcessedUpdate, RelayedMessage, Topic
 from bots.pipeline import albums, bulk
 from bots.pipeline.albums import flush_album
@@ -212,7 +212,7 @@ def test_a_users_message_during_a_long_wipe_is_relayed_after_it_once(
 
     assert telegram.calls() == []
     assert inbox.waiting() == [message["update_id"]]
-    assert wipe_continue_task(**chunk) == copy.wipe_done()
+    assert wipe_continue_task(**chunk) == texts.wipe_done()
     assert Topic.objects.count() == 0
     inbox.later(seconds=5)
 

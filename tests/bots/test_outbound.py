@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import START, Clock, Inbox, Webhook
 from tests.bots.helpers import dm_texts, general_texts, open_conversation, topic_texts
@@ -79,7 +79,7 @@ def test_a_topic_without_binding_gets_the_notice(webhook, telegram, admin):
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=thread_id, text="anyone?"))
 
-    assert topic_texts(telegram, thread_id) == [copy.no_binding()]
+    assert topic_texts(telegram, thread_id) == [texts.no_binding()]
     assert RelayedMessage.objects.count() == 0
 
 
@@ -133,7 +133,7 @@ def test_a_reply_in_an_archived_topic_is_not_relayed_and_the_admin_is_told_in_ge
         None,
         200,
     )
-    assert general_texts(telegram)[-1] == copy.reply_not_relayed_archived(user.id, topic.thread_id)
+    assert general_texts(telegram)[-1] == texts.reply_not_relayed_archived(user.id, topic.thread_id)
     assert dm_texts(telegram, user) == dms_before
     assert telegram.topic(topic.thread_id).closed is True
     assert RelayedMessage.objects.filter(direction="out").count() == 0
@@ -147,7 +147,7 @@ def test_a_reply_whose_topic_cannot_be_reopened_is_reported_in_general(
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="hello?"))
 
-    assert general_texts(telegram) == [copy.reply_not_relayed_closed(user.id, topic.thread_id)]
+    assert general_texts(telegram) == [texts.reply_not_relayed_closed(user.id, topic.thread_id)]
     assert dm_texts(telegram, user) == []
 
 
@@ -164,7 +164,7 @@ def test_a_member_command_gets_admins_only_and_other_text_is_ignored(
     assert call.params == {
         "chat_id": telegram.support_chat_id,
         "message_thread_id": topic.thread_id,
-        "text": copy.admins_only(),
+        "text": texts.admins_only(),
     }
     assert RelayedMessage.objects.filter(direction="out").count() == 0
 
@@ -179,7 +179,7 @@ def test_a_member_command_in_general_is_answered_without_thread(webhook, telegra
     }
     assert call.status == 200
     assert [message.text for message in telegram.bot_messages(telegram.support_chat_id)] == [
-        copy.admins_only()
+        texts.admins_only()
     ]
 
 
@@ -225,7 +225,7 @@ def test_a_reply_to_a_user_who_blocked_the_bot_leaves_one_note_in_the_topic(
         ("sendMessage", 200),  # the note, once
         ("sendMessage", 403),
     ]
-    note = copy.reply_refused_by_user("Forbidden: bot was blocked by the user")
+    note = texts.reply_refused_by_user("Forbidden: bot was blocked by the user")
     assert topic_texts(telegram, topic.thread_id)[-1] == note
     assert topic_texts(telegram, topic.thread_id).count(note) == 1
     assert RelayedMessage.objects.filter(direction="out").count() == 0
@@ -242,7 +242,7 @@ def test_once_a_reply_reaches_the_user_again_a_new_refusal_is_noted_again(
     telegram.block(user.id)
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, text="three"))
 
-    note = copy.reply_refused_by_user("Forbidden: bot was blocked by the user")
+    note = texts.reply_refused_by_user("Forbidden: bot was blocked by the user")
     assert topic_texts(telegram, topic.thread_id).count(note) == 2
     assert dm_texts(telegram, user) == ["two"]
 
@@ -254,7 +254,7 @@ def test_a_reply_telegram_refuses_for_another_reason_is_noted_each_time(
 
     webhook.deliver_ok(telegram.group_message(admin, thread_id=topic.thread_id, document="broken"))
 
-    assert topic_texts(telegram, topic.thread_id)[-1] == copy.reply_not_delivered(
+    assert topic_texts(telegram, topic.thread_id)[-1] == texts.reply_not_delivered(
         "Bad Request: wrong file identifier/HTTP URL specified"
     )
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, ProcessedUpdate, RelayedMessage, Topic
 from bots.pipeline.card import post_card
 from bots.pipeline.context import worker_context
@@ -185,7 +185,7 @@ def test_start_from_a_verified_user_opens_the_topic_and_greets_without_relay(
 
     topic = Topic.objects.get()
     assert topic_texts(telegram, topic.thread_id) == [CARD_BOB]
-    assert dm_texts(telegram, user) == [copy.welcome_default()]
+    assert dm_texts(telegram, user) == [texts.welcome_default()]
     assert RelayedMessage.objects.count() == 0
 
 

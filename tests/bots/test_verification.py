@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, RelayedMessage, Topic
 from bots.selectors import verification_settings_get
 from bots.services.challenges import challenge_reserve, challenge_restore, user_verify
@@ -91,7 +91,7 @@ def test_callback_payload(data, value):
 def test_math_journey_first_message_wrong_right_then_relayed(webhook, telegram, user, clock):
     webhook.deliver_ok(telegram.private_message(user, text="hello?"))
     welcome, challenge = telegram.bot_messages(user.id)
-    assert welcome.text == copy.welcome_default()
+    assert welcome.text == texts.welcome_default()
     first_hash = user_row(telegram, user).verify_request_hash
 
     wrong = next(value for value in _values(challenge) if value != solve_challenge(challenge.text))
@@ -122,9 +122,9 @@ def test_math_journey_first_message_wrong_right_then_relayed(webhook, telegram, 
     webhook.deliver_ok(telegram.private_message(user, text="now it works"))
 
     topic = Topic.objects.get()
-    texts = [message.text for message in telegram.topic_messages(topic.thread_id)]
-    assert texts[-1] == "now it works"
-    assert "验证状态：✅ 已验证" in texts[0]
+    shown = [message.text for message in telegram.topic_messages(topic.thread_id)]
+    assert shown[-1] == "now it works"
+    assert "验证状态：✅ 已验证" in shown[0]
     assert RelayedMessage.objects.count() == 1
 
 
@@ -193,7 +193,7 @@ def test_someone_elses_challenge_gets_the_expired_toast(webhook, telegram, user)
     webhook.deliver_ok(update)
 
     assert (
-        telegram.callback_answer(update["callback_query"]["id"]) == copy.toast_challenge_expired()
+        telegram.callback_answer(update["callback_query"]["id"]) == texts.toast_challenge_expired()
     )
     assert user_row(telegram, user).is_verified is False
     assert user_row(telegram, intruder).is_verified is False
@@ -207,7 +207,7 @@ def test_a_replayed_right_answer_gets_the_expired_toast(webhook, telegram, user)
 
     toast = click(webhook, telegram, user, challenge.message_id, right)
 
-    assert toast == copy.toast_challenge_expired()
+    assert toast == texts.toast_challenge_expired()
 
 
 @pytest.mark.parametrize("data", ["v:", "v:abc", "x:1", "", "v:12345678901"])
@@ -231,7 +231,7 @@ def test_a_cleared_challenge_cannot_complete(webhook, telegram, user):
 
     toast = answer_rightly(webhook, telegram, user, challenge)
 
-    assert toast == copy.toast_challenge_expired()
+    assert toast == texts.toast_challenge_expired()
     assert user_row(telegram, user).is_verified is False
 
 
@@ -242,7 +242,7 @@ def test_a_banned_user_cannot_complete_a_challenge(webhook, telegram, user):
 
     toast = answer_rightly(webhook, telegram, user, challenge)
 
-    assert toast == copy.toast_challenge_expired()
+    assert toast == texts.toast_challenge_expired()
     assert user_row(telegram, user).is_verified is False
 
 
@@ -270,7 +270,7 @@ def test_a_retryable_challenge_failure_converges_on_redelivery(
 
     inbox.later(seconds=60)
 
-    assert dm_texts(telegram, user)[0] == copy.welcome_default()  # welcome sent once
+    assert dm_texts(telegram, user)[0] == texts.welcome_default()  # welcome sent once
     assert len(telegram.bot_messages(user.id)) == 2
     assert user_row(telegram, user).verify_msg_id == _challenge(telegram, user).message_id
 
@@ -288,7 +288,7 @@ def test_a_wrong_answer_whose_edit_fails_leaves_the_message_stale(webhook, teleg
     row = user_row(telegram, user)
     assert row.verify_msg_id is None  # the new fence was never attached
     toast = answer_rightly(webhook, telegram, user, challenge)
-    assert toast == copy.toast_challenge_expired()
+    assert toast == texts.toast_challenge_expired()
 
 
 def test_a_retryable_failure_of_the_wrong_answer_toast_is_retried(

@@ -4,7 +4,7 @@ Each path is run with a retryable 500 injected at its Nth Bot API call; the upda
 could not finish is finished by the inbox's worker after its back-off, every update is
 delivered a second time (a duplicate, were Telegram to redeliver it), and the test checks what
 the user and the admins end up seeing: one welcome, one live challenge, one card, one relayed
-copy.
+texts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime
 import pytest
 from pytest_django.fixtures import Settings
 
-from bots import copy
+from bots import texts
 from bots.models import ProcessedUpdate, RelayedMessage, Topic
 from tests.bots.conftest import Clock, Inbox, Webhook
 from tests.bots.helpers import (
@@ -156,12 +156,12 @@ def test_a_retryable_fault_anywhere_in_the_journey_converges(
     # The user: one welcome (lost only when it was the welcome itself that failed: the retry
     # no longer sees a first contact, and spec §2.8 never resends a welcome), one
     # challenge message, shown as verified unless that best-effort edit was the fault.
-    welcomes = [] if call_number == 1 else [copy.welcome_default()]
-    shown = journey.challenge_text if call_number == 4 else copy.verified_message()
+    welcomes = [] if call_number == 1 else [texts.welcome_default()]
+    shown = journey.challenge_text if call_number == 4 else texts.verified_message()
     assert dm_texts(telegram, user) == [*welcomes, shown]
     assert telegram.bot_messages(user.id)[-1].message_id == journey.challenge_id
     toast = telegram.callback_answer(journey.updates[1]["callback_query"]["id"])
-    assert toast == (None if call_number == 3 else copy.toast_verified())
+    assert toast == (None if call_number == 3 else texts.toast_verified())
     row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at, row.status) == (True, journey.verified_at, "active")
     assert (row.verify_request_hash, row.verify_msg_id, row.verify_answer) == (None, None, None)
@@ -207,11 +207,11 @@ def test_a_retryable_fault_in_a_wrong_answer_still_leaves_one_live_challenge(
 
     assert _deliver_twice(webhook, inbox, click) is True
     assert _claim_status(telegram, click) == "processed"
-    assert telegram.callback_answer(click["callback_query"]["id"]) == copy.toast_wrong_answer()
+    assert telegram.callback_answer(click["callback_query"]["id"]) == texts.toast_wrong_answer()
     # The same message now shows a fresh challenge (no new push), and it is the live one.
     [reissued] = _challenges(telegram, user)
     assert reissued.message_id == challenge.message_id
-    assert reissued.text.startswith(f"{copy.wrong_answer_prefix()}\n\n")
+    assert reissued.text.startswith(f"{texts.wrong_answer_prefix()}\n\n")
     row = user_row(telegram, user)
     assert (row.verify_msg_id, row.is_verified) == (challenge.message_id, False)
     assert row.verify_answer == _right_value("math", reissued)
@@ -255,7 +255,7 @@ class HeldAgain:
 # Both make the same calls: the card edited to ❌ (best effort), then the challenge.
 HELD_AGAIN = {
     "verification expired": HeldAgain(_expired, ""),
-    "rate limit overflow": HeldAgain(_too_fast, f"{copy.rate_limited_prefix(1)}\n\n"),
+    "rate limit overflow": HeldAgain(_too_fast, f"{texts.rate_limited_prefix(1)}\n\n"),
 }
 HELD_AGAIN_CALLS = ["editMessageText", "sendMessage"]
 
@@ -289,7 +289,7 @@ def test_a_retryable_fault_when_a_verified_user_is_held_again_converges(
     # A retry finds the user already unverified, held at gate 2 (spec §2.4): the plain
     # challenge, without the rate-limit explanation of the first try.
     prefix = HELD_AGAIN[name].prefix if card_edit else ""
-    assert challenge.text.startswith(f"{prefix}{copy.challenge_math('')}")
+    assert challenge.text.startswith(f"{prefix}{texts.challenge_math('')}")
     assert dm_texts(telegram, user) == [challenge.text]
     row = user_row(telegram, user)
     assert (row.is_verified, row.verified_at, row.verify_msg_id) == (
@@ -299,7 +299,7 @@ def test_a_retryable_fault_when_a_verified_user_is_held_again_converges(
     )
     assert row.verify_answer == _right_value("math", challenge)
     # The message is dropped; the card says ❌ unless its best-effort edit was the fault.
-    texts = [message.text for message in telegram.topic_messages(topic.thread_id)]
-    assert texts[1:] == topic_before[1:]
-    assert ("❌" in texts[0]) is not card_edit
+    shown = [message.text for message in telegram.topic_messages(topic.thread_id)]
+    assert shown[1:] == topic_before[1:]
+    assert ("❌" in shown[0]) is not card_edit
     assert RelayedMessage.objects.count() == 1

@@ -1,5 +1,6 @@
 """The arrows of ARCHITECTURE.md: config wires the apps; telemetry imports neither product;
-bots and proxy never import each other; no app imports config. (No import cycle at all:
+bots and proxy never import each other; no app imports config; common (the plumbing every app
+shares) imports no app. (No import cycle at all:
 ``test_code_structure``.)"""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
+    "common": {"proxy", "bots", "telemetry", "config"},
     "telemetry": {"proxy", "bots", "config"},
     "bots": {"proxy", "telemetry", "config"},
     "proxy": {"bots", "config"},

@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_TOP_LEVEL = ("config", "bots", "proxy", "telemetry")
+SHIPPED_TOP_LEVEL = ("common", "config", "bots", "proxy", "telemetry")
 
 
 def test_every_python_package_is_listed_in_pyproject():
@@ -23,3 +23,31 @@ def test_every_python_package_is_listed_in_pyproject():
 
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages"
     assert listed - on_disk == set(), "these listed packages do not exist"
+
+
+def _package_data_globs() -> dict[str, list[str]]:
+    return tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
+
+
+def test_every_lua_script_ships_as_package_data():
+    """The Redis scripts are read from their ``.lua`` files at import (common.redis_scripts): a
+    wheel without one would not start."""
+    globs = _package_data_globs()
+    scripts = [
+        path.relative_to(PROJECT_ROOT)
+        for top in SHIPPED_TOP_LEVEL
+        for path in (PROJECT_ROOT / top).rglob("*.lua")
+    ]
+    not_shipped = [
+        str(script)
+        for script in scripts
+        if not any(
+            script.relative_to(script.parts[0]).match(pattern)
+            for pattern in globs.get(script.parts[0], [])
+        )
+    ]
+
+    assert scripts, "no .lua file found: the check would prove nothing"
+    assert not_shipped == []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.dispatch.conversation import local_conversation_id, stable_key
-from proxy.dispatch.upstream_request import read_client_identity
+from proxy.domain.conversation import local_conversation_id, stable_key
+from proxy.domain.upstream_request import read_client_identity
 
 KEY = "key_a"
 

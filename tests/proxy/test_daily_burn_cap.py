@@ -15,9 +15,9 @@ from django.utils import timezone
 from config.schedule import BEAT_SCHEDULE
 from proxy import pool_snapshot
 from proxy.daily_burn import DailyBurn, daily_burns
+from proxy.domain.key_policy import next_day_start
 from proxy.loop_resources import close_current_loop_resources
 from proxy.models import Account, AccountPolicy
-from proxy.policies.rules import next_day_start
 from proxy.services.account_policies import account_burn_days_roll, account_policy_set
 from proxy.services.account_usage import AccountUsageIncrement, account_usage_add
 from proxy.services.accounts import account_delete

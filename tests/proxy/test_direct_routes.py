@@ -1,17 +1,17 @@
 """The /v1 handler serves the POST routes by exact path, without Django's URL resolver
-(config/v1_handler.py): its table must say what proxy/urls.py says, or a route added or moved
-there would be answered by the wrong view or checked for its key differently."""
+(proxy/v1/handler.py), from the one table both it and proxy/urls.py are built from
+(proxy/v1/routes.py): each path must resolve to its view under its name, or a route added or
+moved would be answered by the wrong view or checked for its key differently."""
 
 from __future__ import annotations
 
 from django.urls import resolve
 
-from config.v1_handler import DIRECT_VIEWS
-from proxy.v1.common import BODY_ROUTE_PATHS
+from proxy.v1.routes import POST_ROUTES, POST_VIEWS
 
 
 def test_every_direct_path_is_the_urlconfs_own_view():
-    for path, view in DIRECT_VIEWS.items():
+    for path, view in POST_VIEWS.items():
         assert resolve(path).func is view, path
 
 
@@ -23,5 +23,5 @@ def test_the_key_is_checked_before_the_body_on_exactly_the_post_routes():
         "v1-chat-completions",
     }
 
-    assert {resolve(path).url_name for path in BODY_ROUTE_PATHS} == post_routes
-    assert set(DIRECT_VIEWS) == set(BODY_ROUTE_PATHS)
+    assert {resolve(path).url_name for path in POST_VIEWS} == post_routes
+    assert {name for _, _, name in POST_ROUTES} == post_routes

@@ -12,16 +12,17 @@ import pytest
 import redis
 from django.conf import settings
 
+from common import clock
 from proxy import redis_keys
-from proxy.dispatch import scheduler
-from proxy.dispatch.fair_admission import (
+from proxy.domain.slots import SchedulerSettings
+from proxy.scheduling import scheduler
+from proxy.scheduling.fair_admission import (
     FRONT_PAUSE_SECONDS,
     REGISTRY_TTL_MS,
     WAITER_STALE_MS,
     Waiter,
 )
-from proxy.dispatch.ranking import rank
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.scheduling.ranking import rank
 from tests.proxy.factories import make_account_view
 
 ONE_SLOT = SchedulerSettings(strategy="smart", max_concurrent_per_account=1, request_interval_ms=0)
@@ -115,7 +116,7 @@ def test_a_dead_waiter_keeps_its_turn_until_its_last_poll_is_stale(names):
     alive = Waiter(names("key-b"))
 
     async def scenario():
-        now = scheduler._now_ms()
+        now = clock.now_ms()
         slot = await scheduler.acquire(shared, ONE_SLOT)
         await dead.take_turn([shared], ONE_SLOT, now_ms=now)
         await alive.take_turn([shared], ONE_SLOT, now_ms=now)

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from proxy import redis_keys
-from proxy.dispatch.client_errors import ClientError
+from proxy.domain.client_errors import ClientError
 from proxy.services.client_api_keys import client_api_key_create
 from telemetry.models import UsageRecord
 from tests.fakes.codex import Reply
@@ -196,7 +196,7 @@ def test_the_stored_answer_lives_for_the_ttl(proxy, upstream, client_key, redis_
 
 
 # ----------------------------------------------------------------------------- issue 34 item 9
-# The README's promise kept: a client that leaves does not cancel the call; claims are never
+# docs/proxy.md's promise kept: a client that leaves does not cancel the call; claims are never
 # overwritten; a claim outlives a long call. (The original has no Idempotency-Key at all:
 # peers.md B.4 — nothing of its is mirrored.)
 

@@ -15,8 +15,8 @@ import requests
 from django.conf import settings
 from django.utils import timezone
 
+from proxy.domain.key_policy import month_start, next_day_start, next_month_start
 from proxy.models import RuntimeSettings
-from proxy.policies.rules import month_start, next_day_start, next_month_start
 from proxy.services.key_policies import PolicyValues, key_policy_set
 from telemetry.models import OpsErrorLog
 from telemetry.services.ledger import usage_record_create

@@ -264,7 +264,7 @@ def test_an_account_group_is_the_labels_word(pool_rows):
 
 
 def _snapshot_at(version: int) -> pool_snapshot.PoolSnapshot:
-    from proxy.dispatch.scheduler import SchedulerSettings
+    from proxy.domain.slots import SchedulerSettings
 
     return pool_snapshot.PoolSnapshot(
         version=version,

@@ -15,17 +15,16 @@ import redis
 import redis.asyncio
 
 from proxy.clients.codex import CodexContinuationUnavailable, CodexHTTPError
-from proxy.dispatch import continuity, scheduler
-from proxy.dispatch.client_errors import client_error_for
+from proxy.dispatch import continuity
 from proxy.dispatch.continuity import Next, after_owner_failure
-from proxy.dispatch.failures import (
+from proxy.domain.client_errors import client_error_for
+from proxy.domain.failures import (
     AttemptFailure,
     FailureKind,
     failure_from_error,
     history_error_code,
 )
-from proxy.dispatch.ranking import rank
-from proxy.dispatch.replay import (
+from proxy.domain.replay import (
     MAX_CHAIN_BYTES,
     MAX_DEPTH,
     MAX_NODE_BYTES,
@@ -33,9 +32,12 @@ from proxy.dispatch.replay import (
     reconstruct,
     replay_body,
 )
+from proxy.domain.slots import SchedulerSettings
 from proxy.ledger import affinity as ledger_affinity
 from proxy.ledger.affinity import AffinityWrite
 from proxy.runtime_state.affinity import affinity_record
+from proxy.scheduling import scheduler
+from proxy.scheduling.ranking import rank
 from tests.proxy.test_scheduler import account as account_view
 
 
@@ -364,7 +366,7 @@ def test_the_lookup_matches_the_records_own_variant_and_leaves_the_turns_in_redi
     async def order_for(variant: str, key: str | None) -> tuple[list[str], str | None]:
         order, slot, preferred = await scheduler.order_and_acquire(
             rank(candidates, "round_robin"),
-            scheduler.SchedulerSettings("round_robin", 10, 0),
+            SchedulerSettings("round_robin", 10, 0),
             conversation=scheduler.ConversationLookup(conversation, variant, key),
         )
         await scheduler.release(slot)

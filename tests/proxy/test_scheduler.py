@@ -11,9 +11,9 @@ import redis
 from django.conf import settings
 
 from proxy.accounts import AccountView
-from proxy.dispatch import scheduler
-from proxy.dispatch.ranking import rank
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.domain.slots import SchedulerSettings
+from proxy.scheduling import scheduler
+from proxy.scheduling.ranking import rank
 from tests.proxy.conftest import reset_rotation
 from tests.proxy.factories import make_account_view
 

@@ -54,7 +54,7 @@ def _pseudonym(*parts: str) -> bytes:
 
 
 def _wi(domain: str, account_id: str, key_id: str, value: str) -> str:
-    """The spec's formula with the client key beside the account (the README's departure)."""
+    """The spec's formula with the client key beside the account (docs/departures.md)."""
     digest = _pseudonym(domain, account_id, key_id, value)
     return "wi_" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -273,7 +273,7 @@ def test_the_websocket_payload_keeps_the_clients_values_and_adds_the_accounts(
     # same request and context: the headers it asserts (no thread-id without a thread id), the
     # client's client_metadata entries kept as they were, non-strings included. Its transport
     # adds nothing to the payload; the account's values appended to client_metadata and the
-    # scoped prompt_cache_key here are the identity rewrite (proxy/dispatch/wire_identity.py)
+    # scoped prompt_cache_key here are the identity rewrite (proxy/domain/wire_identity.py)
     # that runs before the transport. (Not its older
     # ..._forward_security_chain_headers_and_payload_fields, which expects a thread-id header
     # and the session id as prompt_cache_key.)

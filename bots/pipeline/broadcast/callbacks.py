@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.models import AuditAction, AuditOutcome, Broadcast, BroadcastStatus
 from bots.pipeline.audit import audit_from_telegram
 from bots.pipeline.broadcast.display import finish, lazy_cleanup, terminal_toast
@@ -63,13 +63,13 @@ def handle_broadcast_callback(ctx: UpdateContext, callback: Mapping[str, Any]) -
     lazy_cleanup(ctx, except_id=broadcast_id)
     row = broadcast_get(bot_id=ctx.bot_id, broadcast_id=broadcast_id)
     if row is None or row.control_msg_id != message["message_id"]:
-        toast(ctx, callback_id, copy.toast_broadcast_missing())
+        toast(ctx, callback_id, texts.toast_broadcast_missing())
         return
     if not ctx.config.is_admin(clicker):
-        toast(ctx, callback_id, copy.admins_only())
+        toast(ctx, callback_id, texts.admins_only())
         return
     if clicker != row.initiator_user_id:
-        toast(ctx, callback_id, copy.toast_broadcast_not_initiator())
+        toast(ctx, callback_id, texts.toast_broadcast_not_initiator())
         return
     _decide(ctx, row, confirm=match[1] == "y", callback_id=callback_id, admin=callback["from"])
 
@@ -95,10 +95,10 @@ def _decide(
             return
         current = broadcast_get(bot_id=ctx.bot_id, broadcast_id=row.id)
         if current is None:
-            toast(ctx, callback_id, copy.toast_broadcast_missing())
+            toast(ctx, callback_id, texts.toast_broadcast_missing())
             return
         row = current
-    toast(ctx, callback_id, copy.toast_broadcast_missing())
+    toast(ctx, callback_id, texts.toast_broadcast_missing())
 
 
 def _audit(
@@ -134,9 +134,9 @@ def _confirm(
         ):
             return False
         text = (
-            copy.broadcast_nobody_to_send()
+            texts.broadcast_nobody_to_send()
             if not recipients
-            else copy.broadcast_too_many_to_send(limit)
+            else texts.broadcast_too_many_to_send(limit)
         )
         _audit(
             ctx,
@@ -156,13 +156,13 @@ def _confirm(
         now=ctx.now,
     )
     if outcome == BUSY:
-        toast(ctx, callback_id, copy.toast_broadcast_busy())
+        toast(ctx, callback_id, texts.toast_broadcast_busy())
         return True
     if outcome != WON:
         return False
     start_sending(bot_id=ctx.bot_id, broadcast_id=row.id)
     _audit(ctx, admin, AuditOutcome.STARTED, row=row, detail=f"{len(recipients)} recipients")
-    toast_best_effort(ctx, callback_id, copy.toast_broadcast_confirmed())
+    toast_best_effort(ctx, callback_id, texts.toast_broadcast_confirmed())
     return True
 
 
@@ -170,10 +170,10 @@ def _show_state(ctx: UpdateContext, row: Broadcast, *, callback_id: str) -> None
     if row.status == BroadcastStatus.SENDING:
         if not sender_lease_held(broadcast_id=row.id):
             start_sending(bot_id=ctx.bot_id, broadcast_id=row.id)
-        toast(ctx, callback_id, copy.toast_broadcast_sending())
+        toast(ctx, callback_id, texts.toast_broadcast_sending())
         return
     if row.status == BroadcastStatus.PREPARING:
-        toast(ctx, callback_id, copy.toast_broadcast_missing())
+        toast(ctx, callback_id, texts.toast_broadcast_missing())
         return
     # completed (the repair path: the statistics edit had failed), cancelled, expired, failed
     finish(ctx, row)

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramPermanentError
 from bots.models import Broadcast, BroadcastStatus
 from bots.pipeline.broadcast.compose import compose, parse_broadcast, signature_from
@@ -54,18 +54,18 @@ def handle_broadcast_command(ctx: UpdateContext, message: Mapping[str, Any]) -> 
     if not isinstance(sender, Mapping) or not is_positive_integer(sender.get("id")):
         return
     if not ctx.config.is_admin(sender["id"]):
-        _reply(ctx, copy.admins_only())
+        _reply(ctx, texts.admins_only())
         return
     # Classified broadcast: a text message (classify_update).
     draft = parse_broadcast(text) if isinstance(text, str) else None
     if draft is None:
-        _reply(ctx, copy.broadcast_usage())
+        _reply(ctx, texts.broadcast_usage())
         return
     try:
         me = ctx.client.get_me()
     except TelegramPermanentError as error:
         logger.warning("broadcast: getMe refused: %s", error)
-        _reply(ctx, copy.broadcast_bot_name_failed())
+        _reply(ctx, texts.broadcast_bot_name_failed())
         return
     if isinstance(me, Mapping) and is_positive_integer(me.get("id")):
         bot_upsert(
@@ -77,7 +77,7 @@ def handle_broadcast_command(ctx: UpdateContext, message: Mapping[str, Any]) -> 
     first_name = me.get("first_name") if isinstance(me, Mapping) else None
     announcement = compose(draft, signature=signature_from(first_name))
     if announcement.too_long:
-        _reply(ctx, copy.broadcast_too_long(announcement.visible_length))
+        _reply(ctx, texts.broadcast_too_long(announcement.visible_length))
         return
     lazy_cleanup(ctx)
     row = broadcast_get_for_update_id(bot_id=ctx.bot_id, source_update_id=ctx.update_id)
@@ -86,15 +86,15 @@ def handle_broadcast_command(ctx: UpdateContext, message: Mapping[str, Any]) -> 
             _prepare(ctx, row)
         return  # this update's broadcast went on without it
     if broadcast_draft_exists(bot_id=ctx.bot_id):
-        _reply(ctx, copy.broadcast_draft_exists())
+        _reply(ctx, texts.broadcast_draft_exists())
         return
     limit = ctx.config.broadcast_max_recipients
     eligible = len(broadcast_eligible_user_ids(bot_id=ctx.bot_id, limit=limit + 1))
     if eligible == 0:
-        _reply(ctx, copy.broadcast_no_recipients())
+        _reply(ctx, texts.broadcast_no_recipients())
         return
     if eligible > limit:
-        _reply(ctx, copy.broadcast_too_many(limit))
+        _reply(ctx, texts.broadcast_too_many(limit))
         return
     row = broadcast_create(
         bot_id=ctx.bot_id,
@@ -106,7 +106,7 @@ def handle_broadcast_command(ctx: UpdateContext, message: Mapping[str, Any]) -> 
     )
     if row is None:
         # Another /broadcast created its draft between our check and our insert.
-        _reply(ctx, copy.broadcast_draft_exists())
+        _reply(ctx, texts.broadcast_draft_exists())
         return
     _prepare(ctx, row, eligible=eligible)
 
@@ -125,7 +125,7 @@ def _prepare(ctx: UpdateContext, row: Broadcast, *, eligible: int | None = None)
         )
         if preview is None:
             broadcast_delete(bot_id=ctx.bot_id, broadcast_id=row.id)
-            _reply(ctx, copy.broadcast_preview_failed())
+            _reply(ctx, texts.broadcast_preview_failed())
             return
         try:
             stored = broadcast_attach_preview(
@@ -135,7 +135,7 @@ def _prepare(ctx: UpdateContext, row: Broadcast, *, eligible: int | None = None)
                 now=ctx.now,
             )
         except Exception:
-            _reply(ctx, copy.broadcast_preview_failed())
+            _reply(ctx, texts.broadcast_preview_failed())
             raise
         if not stored:
             return  # a wipe cancelled the draft meanwhile
@@ -144,14 +144,14 @@ def _prepare(ctx: UpdateContext, row: Broadcast, *, eligible: int | None = None)
         "broadcast control message",
         lambda: ctx.client.send_message(
             chat_id=ctx.support_chat_id,
-            text=copy.broadcast_control(eligible),
+            text=texts.broadcast_control(eligible),
             reply_markup=control_keyboard(row.id),
             reply_to_message_id=row.preview_msg_id,
         ),
     )
     if control is None:
         broadcast_delete(bot_id=ctx.bot_id, broadcast_id=row.id)
-        _reply(ctx, copy.broadcast_control_failed())
+        _reply(ctx, texts.broadcast_control_failed())
         return
     published = False
     try:
@@ -169,7 +169,7 @@ def _prepare(ctx: UpdateContext, row: Broadcast, *, eligible: int | None = None)
                 lambda: ctx.client.edit_message_text(
                     chat_id=ctx.support_chat_id,
                     message_id=control["message_id"],
-                    text=copy.broadcast_control_invalid(),
+                    text=texts.broadcast_control_invalid(),
                     reply_markup=NO_KEYBOARD,
                 ),
             )

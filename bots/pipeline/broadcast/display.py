@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bots import copy
+from bots import texts
 from bots.clients.telegram import TelegramError, TelegramPermanentError, is_message_not_modified
 from bots.models import Broadcast, BroadcastStatus
 from bots.pipeline.confirmations import NO_KEYBOARD
@@ -27,8 +27,8 @@ def control_keyboard(broadcast_id: int) -> dict[str, Any]:
     return {
         "inline_keyboard": [
             [
-                {"text": copy.broadcast_confirm_label(), "callback_data": f"b:y:{broadcast_id}"},
-                {"text": copy.cancel_label(), "callback_data": f"b:n:{broadcast_id}"},
+                {"text": texts.broadcast_confirm_label(), "callback_data": f"b:y:{broadcast_id}"},
+                {"text": texts.cancel_label(), "callback_data": f"b:n:{broadcast_id}"},
             ]
         ]
     }
@@ -40,7 +40,7 @@ def remaining(row: Broadcast) -> int:
 
 def _with_unknown(text: str, row: Broadcast) -> str:
     unknown = unknown_count(broadcast_id=row.id)
-    return f"{text}\n{copy.broadcast_unknown(unknown)}" if unknown else text
+    return f"{text}\n{texts.broadcast_unknown(unknown)}" if unknown else text
 
 
 def _failures_without_unknown(row: Broadcast) -> int:
@@ -48,7 +48,7 @@ def _failures_without_unknown(row: Broadcast) -> int:
 
 
 def progress_text(row: Broadcast) -> str:
-    return copy.broadcast_sending(
+    return texts.broadcast_sending(
         sent=row.success_count, failed=row.failure_count, remaining=remaining(row)
     )
 
@@ -56,17 +56,17 @@ def progress_text(row: Broadcast) -> str:
 def final_text(row: Broadcast) -> str:
     """The end as the control message shows it (expired, cancelled, interrupted, done)."""
     if row.status == BroadcastStatus.EXPIRED:
-        return copy.broadcast_expired()
+        return texts.broadcast_expired()
     if row.status == BroadcastStatus.CANCELLED:
-        return copy.broadcast_cancelled()
+        return texts.broadcast_cancelled()
     if row.status == BroadcastStatus.COMPLETED:
         return _with_unknown(
-            copy.broadcast_done(sent=row.success_count, failed=_failures_without_unknown(row)),
+            texts.broadcast_done(sent=row.success_count, failed=_failures_without_unknown(row)),
             row,
         )
     # failed (stale, wiped, stopped) — and anything unexpected, which must not claim success.
     return _with_unknown(
-        copy.broadcast_interrupted(
+        texts.broadcast_interrupted(
             sent=row.success_count,
             failed=_failures_without_unknown(row),
             remaining=remaining(row),
@@ -77,11 +77,11 @@ def final_text(row: Broadcast) -> str:
 
 def terminal_toast(row: Broadcast) -> str:
     toasts: dict[str, Callable[[], str]] = {
-        BroadcastStatus.EXPIRED: copy.toast_broadcast_expired,
-        BroadcastStatus.CANCELLED: copy.toast_broadcast_cancelled,
-        BroadcastStatus.COMPLETED: copy.toast_broadcast_completed,
+        BroadcastStatus.EXPIRED: texts.toast_broadcast_expired,
+        BroadcastStatus.CANCELLED: texts.toast_broadcast_cancelled,
+        BroadcastStatus.COMPLETED: texts.toast_broadcast_completed,
     }
-    return toasts.get(row.status, copy.toast_broadcast_interrupted)()
+    return toasts.get(row.status, texts.toast_broadcast_interrupted)()
 
 
 def edit_control(

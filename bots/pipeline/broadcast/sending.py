@@ -71,6 +71,7 @@ from bots.services.broadcasts import (
     broadcast_record_success,
     broadcast_unclaim_recipient,
 )
+from common import clock
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def run_send_job(
     job: SendJob,
     *,
     queue: str | None = None,
-    monotonic: Callable[[], float] = time.monotonic,
+    monotonic: Callable[[], float] = clock.monotonic,
 ) -> str:
     """One run of the loop (``bots.tasks.broadcast_send_task``); returns what it ended with.
 
@@ -194,7 +195,7 @@ class Sender:
         job: SendJob,
         row: Broadcast,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clock.monotonic,
     ) -> None:
         self.ctx = ctx
         self.job = job

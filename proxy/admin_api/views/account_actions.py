@@ -5,11 +5,7 @@ onboard one through OAuth."""
 from __future__ import annotations
 
 import json
-import random
-import time
-from concurrent.futures import ThreadPoolExecutor
 
-from django.db import connection
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -28,65 +24,28 @@ from proxy.admin_api.views.accounts import (
     upstream_account,
 )
 from proxy.admin_api.views.base import AdminAPIView
-from proxy.models import Account, AccountStatus
+from proxy.models import AccountStatus
 from proxy.models_catalog import DEFAULT_MODEL_ID
+from proxy.services.account_health import (
+    RefreshReport,
+    account_refresh_now,
+    accounts_health_check,
+)
 from proxy.services.account_tokens import AccountOnboardingError
 from proxy.services.oauth_onboarding import oauth_session_exchange, oauth_session_start
-from proxy.services.token_refresh import (
-    REQUEST_PERMIT_WAIT_SECONDS,
-    RefreshResult,
-    token_refresh_account,
-)
 from proxy.services.upkeep_accounts import current_fingerprint
 
-# One confirmation of a permanent refusal is not enough (token refresh's rule): two attempts.
-REFRESH_ATTEMPTS = 2
-STAGGER_JITTER = 0.30
 LONGEST_MODEL_ID = 200
 
-_OUTCOMES = {
-    RefreshResult.REFRESHED: ("alive", None),
-    RefreshResult.EXPIRED: ("dead", "the OAuth server refused the refresh token (expired)"),
-    RefreshResult.BANNED: ("dead", "the OAuth server refused the account (banned)"),
-    RefreshResult.RETRY_LATER: (
-        "dead",
-        "the token endpoint could not be reached; the worker tries again in about 10 minutes",
-    ),
-    RefreshResult.LEASE_BUSY: ("skipped", "a refresh of this account is already running"),
-    RefreshResult.NOT_ELIGIBLE: (
-        "skipped",
-        "no refresh token, or disabled or banned (not refreshed)",
-    ),
-    RefreshResult.TOKEN_CHANGED: ("skipped", "its tokens changed meanwhile"),
-    RefreshResult.NOT_DUE: ("skipped", "refreshed meanwhile"),
-}
 
-
-def refresh_one(account: Account) -> dict:
-    """Refresh ``account`` now (its lease, the token endpoint, two attempts at most)."""
-    started = time.monotonic()
-    previous = account.status
-    if account.status in (AccountStatus.DISABLED, AccountStatus.BANNED) or not (
-        account.refresh_token
-    ):
-        result, error = _OUTCOMES[RefreshResult.NOT_ELIGIBLE]
-    else:
-        # A web worker waits: two attempts, each waiting at most as long for a permit as a
-        # /v1 request does, each call bounded by the OAuth client's timeout.
-        outcome = token_refresh_account(
-            account_id=account.pk,
-            force=True,
-            max_attempts=REFRESH_ATTEMPTS,
-            permit_wait_seconds=REQUEST_PERMIT_WAIT_SECONDS,
-        )
-        result, error = _OUTCOMES[outcome]
+def _refresh_item(report: RefreshReport) -> dict:
     return {
-        "id": account.pk,
-        "email": account.email or "",
-        "previousStatus": previous,
-        "result": result,
-        "error": error,
-        "durationMs": round((time.monotonic() - started) * 1000),
+        "id": report.account_id,
+        "email": report.email,
+        "previousStatus": report.previous_status,
+        "result": report.result,
+        "error": report.error,
+        "durationMs": report.duration_ms,
     }
 
 
@@ -103,7 +62,7 @@ class AccountRefreshView(AdminAPIView):
         account = account_or_none(checked.validated_data["id"])
         if account is None:
             raise not_found("Account not found")
-        return ok(refresh_one(account))
+        return ok(_refresh_item(account_refresh_now(account=account)))
 
 
 class HealthCheckSerializer(serializers.Serializer):
@@ -131,28 +90,14 @@ class AccountHealthCheckView(AdminAPIView):
         checked = HealthCheckSerializer(data=body)
         checked.is_valid(raise_exception=True)
         values = checked.validated_data
-        stagger = values.get("stagger_ms", 3000) / 1000
-        concurrency = values.get("concurrency", 2)
-        accounts = Account.objects.order_by("added_at", "id")
-        if "ids" in values:
-            accounts = accounts.filter(pk__in=values["ids"])
-        accounts = list(accounts)
-
-        def check(index: int, account: Account) -> dict:
-            try:
-                delay = min(index, concurrency) * stagger
-                if delay:
-                    time.sleep(delay * (1 + STAGGER_JITTER * (2 * random.random() - 1)))  # noqa: S311
-                return refresh_one(account)
-            finally:
-                # Each worker thread has its own database connection: give it back.
-                connection.close()
-
-        with ThreadPoolExecutor(max_workers=concurrency) as executor:
-            results = list(executor.map(check, range(len(accounts)), accounts))
-        summary = {"total": len(results), "alive": 0, "dead": 0, "skipped": 0}
-        for result in results:
-            summary[result["result"]] += 1
+        report = accounts_health_check(
+            account_ids=values.get("ids"),
+            stagger_seconds=values.get("stagger_ms", 3000) / 1000,
+            concurrency=values.get("concurrency", 2),
+        )
+        summary = {"total": len(report.results)}
+        summary |= {result: report.count(result) for result in ("alive", "dead", "skipped")}
+        results = [_refresh_item(result) for result in report.results]
         return ok({"summary": summary, "results": results})
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy import identity
-from proxy.clients.codex.encodings import decodable_accept_encoding
+from proxy.clients.codex.content_encodings import decodable_accept_encoding
 
 OPENAI_BETA = "responses_websockets=2026-02-06"
 RESIDENCY = "us"

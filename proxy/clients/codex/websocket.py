@@ -25,13 +25,13 @@ later frames. A reused socket that dies before its first event is replaced by a 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
 from django.conf import settings
 
+from common import clock
 from proxy import json_parse
 from proxy.clients.codex.errors import (
     CodexContinuationUnavailable,
@@ -100,7 +100,7 @@ def response_create_frame(fields: dict[str, Any]) -> str:
     request-start stamp in ``client_metadata`` (created when absent, a non-object left alone)."""
     frame = {"type": "response.create", **fields}
     metadata = fields.get("client_metadata")
-    stamp = str(int(time.time() * 1000))
+    stamp = str(clock.now_ms())
     if metadata is None:
         frame["client_metadata"] = {START_MS_FIELD: stamp}
     elif isinstance(metadata, dict):

@@ -15,12 +15,12 @@ proxy, bodies decompressed, closed with the loop's other resources.
 from __future__ import annotations
 
 import aiohttp
-from django.conf import settings
 
 # ws_pool first: its loop closer (the pooled sockets, closed with a close frame) must run
 # before this module's (the session under them, which would cut them).
 from proxy.clients.codex import ws_pool  # noqa: F401
 from proxy.clients.codex.transport import ERROR_BODY_READ_CAP, TRANSPORT_ERRORS
+from proxy.clients.outgoing import upstream_aiohttp_session
 from proxy.loop_resources import PerLoop, on_loop_close
 
 
@@ -67,20 +67,8 @@ async def keep_refused_upgrade_body(
 
 
 async def _open_websocket_session() -> aiohttp.ClientSession:
-    timeout = aiohttp.ClientTimeout(
-        total=None,
-        connect=settings.CODEX_CONNECT_TIMEOUT_SECONDS,
-        sock_read=settings.CODEX_READ_TIMEOUT_SECONDS,
-    )
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        auto_decompress=True,
-        trust_env=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
-        middlewares=(keep_refused_upgrade_body,),
-    )
+    return upstream_aiohttp_session(connector=connector, middlewares=(keep_refused_upgrade_body,))
 
 
 websocket_session: PerLoop[aiohttp.ClientSession] = PerLoop(_open_websocket_session)

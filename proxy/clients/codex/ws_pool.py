@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from django.conf import settings
 
+from common import clock
 from proxy.loop_resources import PerLoop, on_loop_close
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class UpstreamSocket:
     account_id: str
     headers: dict[str, str]
     set_cookies: tuple[str, ...]
-    opened_at: float = field(default_factory=time.monotonic)
+    opened_at: float = field(default_factory=clock.monotonic)
     latest_response_id: str | None = None
     # Which credentials and device identity the socket was opened with (``identity_of``).
     identity: str = ""
@@ -95,7 +95,7 @@ class Lease:
     account_id: str
     pooled: bool
     socket: UpstreamSocket | None = None
-    reserved_at: float = field(default_factory=time.monotonic)
+    reserved_at: float = field(default_factory=clock.monotonic)
     decision: dict[str, str] = field(default_factory=lambda: pool_decision("new"))
     owner: str | None = None
 
@@ -137,7 +137,7 @@ class WebSocketPool:
         socket = self._idle.pop(key, None)
         if socket is not None and (
             socket.dead
-            or socket.expired(time.monotonic())
+            or socket.expired(clock.monotonic())
             # A refreshed token or an updated fingerprint: the opening's headers are stale.
             or (identity is not None and socket.identity != identity)
             # Another owner's socket under this key: never carried over.
@@ -207,7 +207,7 @@ class WebSocketPool:
         if socket is None:
             return
         socket.uses += 1
-        if owned and not socket.dead and not socket.expired(time.monotonic()):
+        if owned and not socket.dead and not socket.expired(clock.monotonic()):
             socket.owner = lease.owner
             self._idle[lease.key] = socket
         else:
@@ -314,7 +314,7 @@ class WebSocketPool:
     def sweep(self) -> None:
         """Close dead or expired idle sockets; forget reservations older than the max age
         and close their sockets (nobody will read them: their request never ended)."""
-        now = time.monotonic()
+        now = clock.monotonic()
         for key, socket in list(self._idle.items()):
             if socket.dead or socket.expired(now):
                 del self._idle[key]

@@ -9,12 +9,12 @@ back (the message says why; nothing was written). See docs/operations.md.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from common import clock
 from proxy.services.sqlite_import import (
     DEFAULT_TIME_LIMIT_SECONDS,
     ImportDataError,
@@ -37,7 +37,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, path: Path, time_limit: float, **options) -> None:
-        started = time.monotonic()
+        started = clock.monotonic()
 
         def progress(description: str, total: int):
             # On the terminal's stderr only (disable=None: off when stderr is not a terminal),
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         except ImportDataError as error:
             raise CommandError(f"import rolled back, nothing was written: {error}") from None
         self.stdout.write(
-            f"imported {path} (SQLite schema v3) in {time.monotonic() - started:.1f} s"
+            f"imported {path} (SQLite schema v3) in {clock.monotonic() - started:.1f} s"
         )
         for line in report.lines():
             self.stdout.write(line)

@@ -12,12 +12,12 @@ import waits and is then refused.
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
+from common import clock
 from proxy.services.sqlite_import.proxy_tables import import_proxy_tables
 from proxy.services.sqlite_import.source import open_source, source_failure
 from telemetry.services.legacy_ledger_import import import_ledger_tables
@@ -90,7 +90,7 @@ def sqlite_import(
     Raises ImportRefused (nothing done) or ImportDataError (everything rolled back), also
     when reading the source takes longer than ``time_limit_seconds``."""
     _refuse_unmigrated_target()
-    source = open_source(path, deadline=time.monotonic() + time_limit_seconds)
+    source = open_source(path, deadline=clock.monotonic() + time_limit_seconds)
     report = ImportReport()
     try:
         with transaction.atomic():

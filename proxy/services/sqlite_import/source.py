@@ -13,10 +13,10 @@ statement is cut off at the import's deadline.
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 from urllib.parse import quote
 
+from common import clock
 from telemetry.services.legacy_sqlite import ImportDataError, ImportRefused
 
 SOURCE_SCHEMA_VERSION = 3
@@ -29,7 +29,7 @@ _DEADLINE_CHECK_STEPS = 1000
 def open_source(path: Path, *, deadline: float) -> sqlite3.Connection:
     """The database at ``path``, read-only (``mode=ro``: SQLite itself refuses every write),
     whose statements stop with ``sqlite3.OperationalError`` ("interrupted") once
-    ``time.monotonic()`` passes ``deadline``.
+    ``clock.monotonic()`` passes ``deadline``.
 
     Raises ImportRefused when it is missing, not a SQLite database, holds views, triggers or
     virtual tables, or is not schema v3.
@@ -49,7 +49,7 @@ def open_source(path: Path, *, deadline: float) -> sqlite3.Connection:
         _refuse_schema_code(source, path)
         _check_version(source, path)
         source.text_factory = bytes
-        source.set_progress_handler(lambda: time.monotonic() > deadline, _DEADLINE_CHECK_STEPS)
+        source.set_progress_handler(lambda: clock.monotonic() > deadline, _DEADLINE_CHECK_STEPS)
     except BaseException:
         source.close()
         raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.models import AdminAuditEntry
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.broadcast.helpers import (
@@ -73,7 +73,7 @@ def test_a_run_after_the_end_adds_no_second_outcome(telegram, people, confirmed,
     assert run_loop(next_run) == "completed"  # shows the statistics, deletes the row
 
     shown = telegram.message(telegram.support_chat_id, confirmed.message.message_id).text
-    assert shown == copy.broadcast_done(sent=3, failed=0)
+    assert shown == texts.broadcast_done(sent=3, failed=0)
     assert [outcome for *_, outcome, _ in _rows()] == ["started", "done"]
 
 
@@ -113,7 +113,7 @@ def test_stopping_a_running_broadcast_in_the_console_is_its_outcome_with_the_cou
     assert run_loop(running.id) == "stopped"
     assert run_loop(running.id) == "gone"
 
-    assert control_text(telegram, running) == copy.broadcast_interrupted(
+    assert control_text(telegram, running) == texts.broadcast_interrupted(
         sent=1, failed=1, remaining=1
     )
     assert telegram.calls("sendMessage") == []

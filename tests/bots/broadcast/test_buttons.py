@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import BotUser, Broadcast, ProcessedUpdate
 from bots.services.broadcast_progress import sender_lease_take
 from tests.bots.broadcast.helpers import (
@@ -56,7 +56,7 @@ def test_a_member_who_is_not_an_admin_gets_admins_only(webhook, telegram, member
 
     toast = click(webhook, telegram, member, draft, draft.confirm)
 
-    assert toast == copy.admins_only()
+    assert toast == texts.admins_only()
     assert [call.method for call in telegram.calls()] == ["answerCallbackQuery"]
     assert row(draft.broadcast_id).status == "pending"
 
@@ -65,14 +65,14 @@ def test_another_admin_cannot_confirm_or_cancel(webhook, telegram, second_admin,
     telegram.forget_calls()
 
     assert click(webhook, telegram, second_admin, draft, draft.confirm) == (
-        copy.toast_broadcast_not_initiator()
+        texts.toast_broadcast_not_initiator()
     )
     assert click(webhook, telegram, second_admin, draft, draft.cancel) == (
         "只有发起广播的管理员可以确认或取消。"
     )
     assert [call.method for call in telegram.calls()] == ["answerCallbackQuery"] * 2
     assert row(draft.broadcast_id).status == "pending"
-    assert _control(telegram, draft).text == copy.broadcast_control(3)
+    assert _control(telegram, draft).text == texts.broadcast_control(3)
 
 
 @pytest.mark.parametrize(
@@ -108,10 +108,10 @@ def test_buttons_under_another_message_or_of_a_gone_broadcast_are_already_handle
     )
     webhook.deliver_ok(update)
     assert telegram.callback_answer(update["callback_query"]["id"]) == (
-        copy.toast_broadcast_missing()
+        texts.toast_broadcast_missing()
     )
 
-    assert click(webhook, telegram, admin, draft, "b:y:999999") == copy.toast_broadcast_missing()
+    assert click(webhook, telegram, admin, draft, "b:y:999999") == texts.toast_broadcast_missing()
     assert row(draft.broadcast_id).status == "pending"
 
 
@@ -121,13 +121,13 @@ def test_buttons_under_another_message_or_of_a_gone_broadcast_are_already_handle
 def test_the_initiator_cancels_before_confirming(webhook, telegram, admin, people, draft):
     toast = click(webhook, telegram, admin, draft, draft.cancel)
 
-    assert toast == copy.toast_broadcast_cancelled()
+    assert toast == texts.toast_broadcast_cancelled()
     control = _control(telegram, draft)
     assert (control.text, control.reply_markup) == ("🚫 广播已取消（未发送）。", NO_BUTTONS)
     assert Broadcast.objects.count() == 0
     assert _users_got_nothing(telegram, people)
     # A second click on the (now button-less) message finds nothing.
-    assert click(webhook, telegram, admin, draft, draft.confirm) == copy.toast_broadcast_missing()
+    assert click(webhook, telegram, admin, draft, draft.confirm) == texts.toast_broadcast_missing()
 
 
 def test_the_preview_is_confirmable_for_five_minutes(
@@ -137,7 +137,7 @@ def test_the_preview_is_confirmable_for_five_minutes(
 
     with django_capture_on_commit_callbacks() as queued:
         assert click(webhook, telegram, admin, draft, draft.confirm) == (
-            copy.toast_broadcast_confirmed()
+            texts.toast_broadcast_confirmed()
         )
 
     assert len(queued) == 1
@@ -153,10 +153,10 @@ def test_after_five_minutes_the_preview_has_expired(
     with django_capture_on_commit_callbacks() as queued:
         toast = click(webhook, telegram, admin, draft, getattr(draft, button))
 
-    assert toast == copy.toast_broadcast_expired()
+    assert toast == texts.toast_broadcast_expired()
     assert toast == "预览已过期，请重新发起广播。"
     control = _control(telegram, draft)
-    assert (control.text, control.reply_markup) == (copy.broadcast_expired(), NO_BUTTONS)
+    assert (control.text, control.reply_markup) == (texts.broadcast_expired(), NO_BUTTONS)
     assert Broadcast.objects.count() == 0
     assert queued == []
     assert _users_got_nothing(telegram, people)
@@ -167,7 +167,7 @@ def test_a_new_broadcast_cleans_up_an_expired_draft_first(webhook, telegram, adm
 
     second = start_draft(webhook, telegram, admin, "/broadcast Second\nbody")
 
-    assert _control(telegram, draft).text == copy.broadcast_expired()
+    assert _control(telegram, draft).text == texts.broadcast_expired()
     assert list(Broadcast.objects.values_list("id", "status")) == [(second.broadcast_id, "pending")]
 
 
@@ -187,7 +187,7 @@ def test_a_cancel_whose_edit_failed_is_finished_by_the_redelivery(
 
     inbox.later(seconds=60)
 
-    assert _control(telegram, draft).text == copy.broadcast_cancelled()
+    assert _control(telegram, draft).text == texts.broadcast_cancelled()
     assert Broadcast.objects.count() == 0
 
 
@@ -203,7 +203,7 @@ def test_the_confirm_freezes_the_recipients_and_queues_the_send_loop(
     with django_capture_on_commit_callbacks() as queued:
         toast = click(webhook, telegram, admin, draft, draft.confirm)
 
-    assert toast == copy.toast_broadcast_confirmed()
+    assert toast == texts.toast_broadcast_confirmed()
     assert len(queued) == 1  # the send loop's first run, queued once the UPDATE is committed
     broadcast = row(draft.broadcast_id)
     assert (
@@ -224,7 +224,7 @@ def test_a_confirm_with_nobody_left_to_send_to_cancels(webhook, telegram, admin,
 
     toast = click(webhook, telegram, admin, draft, draft.confirm)
 
-    assert toast == copy.broadcast_nobody_to_send()
+    assert toast == texts.broadcast_nobody_to_send()
     assert _control(telegram, draft).text == "没有可发送的用户，广播已取消（未发送）。"
     assert Broadcast.objects.count() == 0
 
@@ -236,7 +236,7 @@ def test_a_confirm_with_more_users_than_the_cap_cancels(
 
     toast = click(webhook, telegram, admin, draft, draft.confirm)
 
-    assert toast == copy.broadcast_too_many_to_send(2)
+    assert toast == texts.broadcast_too_many_to_send(2)
     assert _control(telegram, draft).text == "可发送的用户超过 2 人，广播已取消（未发送）。"
     assert Broadcast.objects.count() == 0
 
@@ -250,13 +250,13 @@ def test_a_confirm_while_another_broadcast_sends_is_busy_and_the_draft_stays(
     with django_capture_on_commit_callbacks() as queued:
         toast = click(webhook, telegram, admin, draft, draft.confirm)
 
-    assert toast == copy.toast_broadcast_busy()
+    assert toast == texts.toast_broadcast_busy()
     assert dict(Broadcast.objects.values_list("id", "status")) == {
         running.id: "sending",
         draft.broadcast_id: "pending",
     }
     assert queued == []
-    assert _control(telegram, draft).text == copy.broadcast_control(3)  # buttons still there
+    assert _control(telegram, draft).text == texts.broadcast_control(3)  # buttons still there
 
 
 def test_a_click_while_sending_says_wait_and_starts_nothing_more(
@@ -268,7 +268,7 @@ def test_a_click_while_sending_says_wait_and_starts_nothing_more(
 
     with django_capture_on_commit_callbacks() as queued_again:
         assert click(webhook, telegram, admin, draft, draft.confirm) == (
-            copy.toast_broadcast_sending()
+            texts.toast_broadcast_sending()
         )
         assert click(webhook, telegram, admin, draft, draft.cancel) == "正在发送，请稍候。"
 
@@ -338,9 +338,9 @@ def test_a_stale_send_is_failed_shown_and_deleted_by_the_next_click(
 
     toast = click(webhook, telegram, admin, elsewhere, elsewhere.confirm)
 
-    assert toast == copy.toast_broadcast_missing()
+    assert toast == texts.toast_broadcast_missing()
     text = control_text(telegram, stale)
-    assert text == copy.broadcast_interrupted(sent=1, failed=1, remaining=1)
+    assert text == texts.broadcast_interrupted(sent=1, failed=1, remaining=1)
     assert text == "⚠️ 广播已中断：已发送 1，失败 1，未发送 1；不会自动补发。"
     assert Broadcast.objects.count() == 0
 
@@ -351,7 +351,7 @@ def test_a_stale_send_is_cleaned_up_before_a_new_broadcast(webhook, telegram, ad
     draft = start_draft(webhook, telegram, admin)
 
     text = control_text(telegram, stale)
-    assert text == copy.broadcast_interrupted(sent=1, failed=1, remaining=1)
+    assert text == texts.broadcast_interrupted(sent=1, failed=1, remaining=1)
     assert list(Broadcast.objects.values_list("id", flat=True)) == [draft.broadcast_id]
 
 
@@ -391,7 +391,7 @@ def test_a_completed_broadcast_whose_statistics_were_not_shown_is_repaired_by_a_
 
     toast = click(webhook, telegram, admin, control, control.confirm)
 
-    assert toast == copy.toast_broadcast_completed()
+    assert toast == texts.toast_broadcast_completed()
     assert control_text(telegram, done) == (
         "✅ 广播完成：成功 2，失败 1\n（成功 = Telegram 已接收，不代表已读；失败的不会重发）"
     )

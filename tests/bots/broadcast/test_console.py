@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.models import Broadcast
 from bots.services.broadcast_progress import in_flight_clear, in_flight_mark
 from proxy.services.admin_users import admin_user_create_default
@@ -110,7 +110,7 @@ def test_stopping_a_draft_cancels_it_and_its_control_message_says_so(
     assert _stop(operator, draft.broadcast_id) == [f"Cancelled: {draft.broadcast_id}."]
 
     control = telegram.message(telegram.support_chat_id, draft.message.message_id)
-    assert (control.text, control.reply_markup) == (copy.broadcast_cancelled(), None)
+    assert (control.text, control.reply_markup) == (texts.broadcast_cancelled(), None)
     assert Broadcast.objects.count() == 0
 
 
@@ -130,7 +130,7 @@ def test_stopping_a_draft_without_a_configured_bot_changes_only_the_row(
     )
     assert row(draft.broadcast_id).status == "cancelled"
     assert telegram.message(telegram.support_chat_id, draft.message.message_id).text == (
-        copy.broadcast_control(3)
+        texts.broadcast_control(3)
     )
 
 
@@ -155,7 +155,7 @@ def test_stopping_a_running_send_fails_it_and_its_next_run_shows_what_was_sent(
 
     assert telegram.calls("sendMessage") == []
     text = control_text(telegram, running)
-    assert text == copy.broadcast_interrupted(sent=1, failed=0, remaining=2)
+    assert text == texts.broadcast_interrupted(sent=1, failed=0, remaining=2)
 
 
 def test_a_broadcast_that_ended_meanwhile_is_not_stopped(operator, telegram, admin, people, clock):

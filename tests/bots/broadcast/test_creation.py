@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import Bot, BotUser, Broadcast, ProcessedUpdate, Topic
 from tests.bots.broadcast.helpers import (
     ANNOUNCEMENT_HTML,
@@ -49,7 +49,7 @@ def test_the_command_posts_the_preview_and_its_control_message(
     preview, control = general_messages(telegram)
     assert control_call.params == {
         "chat_id": telegram.support_chat_id,
-        "text": copy.broadcast_control(3),
+        "text": texts.broadcast_control(3),
         "reply_markup": {
             "inline_keyboard": [
                 [
@@ -150,7 +150,7 @@ def test_an_empty_title_or_body_gets_the_usage_and_nothing_else(
     _general(webhook, telegram, admin, text)
 
     [call] = telegram.calls()
-    assert call.params == {"chat_id": telegram.support_chat_id, "text": copy.broadcast_usage()}
+    assert call.params == {"chat_id": telegram.support_chat_id, "text": texts.broadcast_usage()}
     assert Broadcast.objects.count() == 0
 
 
@@ -162,7 +162,7 @@ def test_a_member_who_is_not_an_admin_is_told_so_and_nothing_else_happens(
     _general(webhook, telegram, member, TITLE_AND_BODY)
 
     [call] = telegram.calls()
-    assert call.params == {"chat_id": telegram.support_chat_id, "text": copy.admins_only()}
+    assert call.params == {"chat_id": telegram.support_chat_id, "text": texts.admins_only()}
     assert Broadcast.objects.count() == 0
 
 
@@ -179,7 +179,7 @@ def test_the_visible_text_may_hold_4096_utf16_units_and_not_one_more(
 ):
     _general(webhook, telegram, admin, "/broadcast T\n" + _body_of_visible_length(4097))
 
-    assert general_texts(telegram) == [copy.broadcast_too_long(4097)]
+    assert general_texts(telegram) == [texts.broadcast_too_long(4097)]
     assert general_texts(telegram) == [
         "公告太长：可见文字共 4097 个字符（按 UTF-16 计），超过 Telegram 的 4096 上限，"
         "未创建广播。请缩短后重试。"
@@ -215,7 +215,7 @@ def test_getme_refused_is_reported_and_nothing_is_created(webhook, telegram, adm
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert general_texts(telegram) == [copy.broadcast_bot_name_failed()]
+    assert general_texts(telegram) == [texts.broadcast_bot_name_failed()]
     assert Broadcast.objects.count() == 0
 
 
@@ -236,7 +236,7 @@ def test_eligibility_counts_bound_unbanned_users_whatever_their_state(
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert control_of(telegram).message.text == copy.broadcast_control(4)
+    assert control_of(telegram).message.text == texts.broadcast_control(4)
 
 
 def test_nobody_eligible_creates_nothing(webhook, telegram, admin, clock):
@@ -244,7 +244,7 @@ def test_nobody_eligible_creates_nothing(webhook, telegram, admin, clock):
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert general_texts(telegram) == [copy.broadcast_no_recipients()]
+    assert general_texts(telegram) == [texts.broadcast_no_recipients()]
     assert Broadcast.objects.count() == 0
 
 
@@ -255,14 +255,14 @@ def test_more_eligible_users_than_the_cap_creates_nothing(
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert general_texts(telegram) == [copy.broadcast_too_many(2)]
+    assert general_texts(telegram) == [texts.broadcast_too_many(2)]
     assert general_texts(telegram) == ["符合条件的用户超过 2 人，未创建广播。"]
     assert Broadcast.objects.count() == 0
 
     bot_settings.BROADCAST_MAX_RECIPIENTS = "3"  # exactly the cap is fine
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert control_of(telegram).message.text == copy.broadcast_control(3)
+    assert control_of(telegram).message.text == texts.broadcast_control(3)
 
 
 def test_the_default_cap_is_500(webhook, telegram, admin, clock):
@@ -270,7 +270,7 @@ def test_the_default_cap_is_500(webhook, telegram, admin, clock):
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert general_texts(telegram) == [copy.broadcast_too_many(500)]
+    assert general_texts(telegram) == [texts.broadcast_too_many(500)]
 
 
 def test_a_second_draft_is_refused_while_one_awaits_confirmation(webhook, telegram, admin, people):
@@ -280,7 +280,7 @@ def test_a_second_draft_is_refused_while_one_awaits_confirmation(webhook, telegr
     _general(webhook, telegram, admin, "/broadcast Another\nbody")
 
     assert [call.method for call in telegram.calls()] == ["getMe", "sendMessage"]
-    assert general_texts(telegram)[-1] == copy.broadcast_draft_exists()
+    assert general_texts(telegram)[-1] == texts.broadcast_draft_exists()
     assert list(Broadcast.objects.values_list("id", "status")) == [(first.broadcast_id, "pending")]
 
 
@@ -347,7 +347,7 @@ def test_a_refused_preview_deletes_the_draft_and_says_so(webhook, telegram, admi
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert general_texts(telegram) == [copy.broadcast_preview_failed()]
+    assert general_texts(telegram) == [texts.broadcast_preview_failed()]
     assert Broadcast.objects.count() == 0
 
 
@@ -356,7 +356,7 @@ def test_a_refused_control_message_deletes_the_draft_and_says_so(webhook, telegr
 
     _general(webhook, telegram, admin, TITLE_AND_BODY)
 
-    assert general_texts(telegram) == [ANNOUNCEMENT_TEXT, copy.broadcast_control_failed()]
+    assert general_texts(telegram) == [ANNOUNCEMENT_TEXT, texts.broadcast_control_failed()]
     assert Broadcast.objects.count() == 0
 
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.pipeline.broadcast import sending
 from tests.bots.broadcast.helpers import (
     click,
@@ -36,7 +36,7 @@ def _confirmed(webhook, telegram, admin, capture) -> int:
     control = start_draft(webhook, telegram, admin)
     with capture():
         assert click(webhook, telegram, admin, control, control.confirm) == (
-            copy.toast_broadcast_confirmed()
+            texts.toast_broadcast_confirmed()
         )
     telegram.forget_calls()
     return control.broadcast_id

@@ -4,7 +4,7 @@ killed workers is test_worker_crash.py."""
 
 from __future__ import annotations
 
-from bots import copy
+from bots import texts
 from bots.pipeline.broadcast import jobs, sending
 from bots.services.broadcast_progress import sender_lease_held, sender_lease_take
 from bots.tasks import broadcasts_resume_task
@@ -76,5 +76,5 @@ def test_a_run_that_used_up_its_chunk_hands_on_to_the_next_run_with_its_lease(
 
     assert [len(received(telegram, person)) for person in people] == [1, 1, 1]
     text = telegram.message(telegram.support_chat_id, control.message.message_id).text
-    assert text == copy.broadcast_done(sent=3, failed=0)
+    assert text == texts.broadcast_done(sent=3, failed=0)
     assert not sender_lease_held(broadcast_id=control.broadcast_id)

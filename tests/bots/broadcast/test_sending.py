@@ -13,7 +13,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import connections
 
-from bots import copy, redis_keys
+from bots import redis_keys, texts
 from bots.clients.telegram import DEFAULT_TIMEOUT, TelegramClient
 from bots.models import BotUser, Broadcast, Topic
 from bots.outbound.limiter import OutboundLimiter
@@ -49,7 +49,7 @@ def confirmed(webhook, telegram, admin, people, django_capture_on_commit_callbac
     control = start_draft(webhook, telegram, admin)
     with django_capture_on_commit_callbacks():
         assert click(webhook, telegram, admin, control, control.confirm) == (
-            copy.toast_broadcast_confirmed()
+            texts.toast_broadcast_confirmed()
         )
     telegram.forget_calls()
     return control
@@ -92,7 +92,7 @@ def test_blocked_users_count_as_failures_and_keep_their_state(telegram, people, 
 
     assert [len(received(telegram, person)) for person in people] == [1, 0, 1]
     assert [call.status for call in telegram.calls("sendMessage")] == [200, 403, 200]
-    assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=2, failed=1)
+    assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=2, failed=1)
     assert table_state() == before  # the user's rows are not touched
 
 
@@ -106,7 +106,7 @@ def test_users_no_longer_eligible_at_sending_time_get_nothing_and_count_as_failu
     assert run_loop(confirmed.broadcast_id) == "completed"
 
     assert [call.params["chat_id"] for call in telegram.calls("sendMessage")] == [people[1].id]
-    assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=1, failed=2)
+    assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=1, failed=2)
 
 
 def test_other_failures_are_never_retried(telegram, people, confirmed):
@@ -118,7 +118,7 @@ def test_other_failures_are_never_retried(telegram, people, confirmed):
     assert [call.params["chat_id"] for call in telegram.calls("sendMessage")] == [
         person.id for person in people
     ]
-    assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=1, failed=2)
+    assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=1, failed=2)
 
 
 def test_a_429_holds_the_loop_for_its_retry_after_and_the_recipient_still_gets_it(
@@ -138,7 +138,7 @@ def test_a_429_holds_the_loop_for_its_retry_after_and_the_recipient_still_gets_i
     refused_at = sends[0].at
     assert [call for call in telegram.calls() if refused_at < call.at < refused_at + 1] == []
     assert [len(received(telegram, person)) for person in people] == [1, 1, 1]
-    assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=3, failed=0)
+    assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=3, failed=0)
 
 
 def test_a_recipient_refused_with_429_six_times_counts_as_a_failure(telegram, people, confirmed):
@@ -148,7 +148,7 @@ def test_a_recipient_refused_with_429_six_times_counts_as_a_failure(telegram, pe
 
     chats = [call.params["chat_id"] for call in telegram.calls("sendMessage")]
     assert chats == [people[0].id] * 6 + [people[1].id, people[2].id]
-    assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=2, failed=1)
+    assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=2, failed=1)
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_an_unreadable_recipient_list_sends_nothing_and_counts_everybody_as_fail
 
     assert telegram.calls("sendMessage") == []
     text = control_text(telegram, broken)
-    assert text == copy.broadcast_done(sent=0, failed=3)
+    assert text == texts.broadcast_done(sent=0, failed=3)
 
 
 def test_a_run_after_a_crash_resumes_after_the_last_claim_and_names_the_unknown_send(
@@ -223,7 +223,7 @@ def test_a_marker_of_a_send_whose_success_was_recorded_is_not_unknown(
     assert run_loop(crashed.id) == "completed"
 
     text = control_text(telegram, crashed)
-    assert text == copy.broadcast_done(sent=3, failed=0)
+    assert text == texts.broadcast_done(sent=3, failed=0)
     assert unknown_count(broadcast_id=crashed.id) == 0
 
 
@@ -250,7 +250,7 @@ def test_a_run_on_a_stopped_broadcast_shows_what_was_sent_and_deletes_it(
     assert run_loop(stopped.id) == "stopped"
 
     text = control_text(telegram, stopped)
-    assert text == copy.broadcast_interrupted(sent=2, failed=0, remaining=1)
+    assert text == texts.broadcast_interrupted(sent=2, failed=0, remaining=1)
     assert Broadcast.objects.count() == 0
     assert telegram.calls("sendMessage") == []
 
@@ -269,7 +269,7 @@ def test_a_final_edit_that_fails_for_now_is_retried_by_the_next_run(
 
     assert run_loop(next_run) == "completed"
 
-    assert _control_text(telegram, confirmed) == copy.broadcast_done(sent=3, failed=0)
+    assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=3, failed=0)
     assert len(telegram.calls("sendMessage")) == 3  # nobody got it twice
     assert row(confirmed.broadcast_id) is None
 
@@ -306,7 +306,7 @@ def test_a_send_running_for_longer_than_the_stale_limit_is_not_declared_stale(
         try:
             toast = click(webhook, telegram, admin, control, control.confirm)
 
-            assert toast == copy.toast_broadcast_sending() == "正在发送，请稍候。"
+            assert toast == texts.toast_broadcast_sending() == "正在发送，请稍候。"
             assert row(live.id).status == "sending"
         finally:
             second_send.release()
@@ -316,7 +316,7 @@ def test_a_send_running_for_longer_than_the_stale_limit_is_not_declared_stale(
 
     assert outcome["run"] == "completed"
     assert [received(telegram, person) for person in people] == [["<b>📣 earlier</b>"]] * 3
-    assert control_text(telegram, live) == copy.broadcast_done(sent=3, failed=0)
+    assert control_text(telegram, live) == texts.broadcast_done(sent=3, failed=0)
     assert row(live.id) is None
 
 

@@ -14,7 +14,7 @@ from django.db import connections
 from django.test import Client
 from django.urls import reverse
 
-from bots import copy
+from bots import texts
 from bots.models import Broadcast
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.broadcast.helpers import (
@@ -114,8 +114,8 @@ def test_two_concurrent_confirms_start_exactly_one_send_loop(
     toasts = sorted(
         telegram.callback_answer(update["callback_query"]["id"]) for update in (first, second)
     )
-    assert toasts == sorted([copy.toast_broadcast_confirmed(), copy.toast_broadcast_sending()])
-    done = copy.broadcast_done(sent=5, failed=0)
+    assert toasts == sorted([texts.toast_broadcast_confirmed(), texts.toast_broadcast_sending()])
+    done = texts.broadcast_done(sent=5, failed=0)
     _wait_until(lambda: _ended_showing(telegram, control, done))
     assert [received(telegram, person) for person in people] == [[ANNOUNCEMENT_HTML]] * 5
     assert len(telegram.calls("sendMessage")) == 2 + 5  # preview, control, one per user
@@ -138,10 +138,10 @@ def test_wipealldata_stops_a_running_send_before_its_next_recipient(
             admin, message_id=prompt.message_id, data=confirm_wipe, chat_id=telegram.support_chat_id
         )
     )
-    assert general_texts(telegram)[-1] == copy.wipe_done()
+    assert general_texts(telegram)[-1] == texts.wipe_done()
     held.release()
 
-    stopped = copy.broadcast_interrupted(sent=1, failed=0, remaining=4)
+    stopped = texts.broadcast_interrupted(sent=1, failed=0, remaining=4)
     _wait_until(lambda: _ended_showing(telegram, control, stopped))
     # The send in flight when the wipe came could not be recalled; nobody after it got one.
     assert [len(received(telegram, person)) for person in people] == [1, 0, 0, 0, 0]
@@ -184,6 +184,6 @@ def test_the_console_lists_a_running_send_and_stops_it_before_its_next_recipient
         f"Stopping: {control.broadcast_id} — the send stops before its next recipient and its "
         "message in General shows what was sent."
     ]
-    stopped = copy.broadcast_interrupted(sent=1, failed=0, remaining=4)
+    stopped = texts.broadcast_interrupted(sent=1, failed=0, remaining=4)
     _wait_until(lambda: _ended_showing(telegram, control, stopped))
     assert [len(received(telegram, person)) for person in people] == [1, 0, 0, 0, 0]

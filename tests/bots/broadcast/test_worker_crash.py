@@ -15,7 +15,7 @@ import psutil
 import pytest
 from celery.app import routes
 
-from bots import copy
+from bots import texts
 from bots.models import Broadcast
 from config.celery import app as celery_app
 from tests.bots.broadcast.helpers import eligible_users, start_draft
@@ -132,7 +132,7 @@ def test_a_2000_user_broadcast_survives_two_worker_kills_within_telegrams_limits
     before_the_confirm = len(telegram.calls())
     webhook.deliver_ok(confirm)
     assert telegram.callback_answer(confirm["callback_query"]["id"]) == (
-        copy.toast_broadcast_confirmed()
+        texts.toast_broadcast_confirmed()
     )
 
     # Crash 1: the pool process running the task dies; Celery redelivers the task.

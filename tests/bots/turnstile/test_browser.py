@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import Topic
 from tests import browser as browser_tools
 from tests.bots.conftest import Webhook
@@ -58,7 +58,7 @@ def test_opened_from_telegram_the_page_verifies_the_user(
     _wait_for_state(browser, "verified")
     browser.screenshot("turnstile-verified")
 
-    assert _status(browser) == copy.verify_page_verified()
+    assert _status(browser) == texts.verify_page_verified()
     assert browser.script("return window.__fakeTelegramWebApp") == {
         "ready": 1,
         "expand": 1,
@@ -76,7 +76,7 @@ def test_opened_from_telegram_the_page_verifies_the_user(
     row = user_row(telegram, user)
     assert row.is_verified is True and row.verify_request_hash is None
     challenge = telegram.message(user.id, challenged.message.message_id)
-    assert (challenge.text, challenge.reply_markup) == (copy.verified_message(), None)
+    assert (challenge.text, challenge.reply_markup) == (texts.verified_message(), None)
     assert _csp_violations(browser) == []
 
     # Back in the chat, the user's next message reaches support.
@@ -95,7 +95,7 @@ def test_opened_outside_telegram_it_only_says_to_use_the_bot(
     _wait_for_state(browser, "outside")
     browser.screenshot("turnstile-outside-telegram")
 
-    assert _status(browser) == copy.verify_page_outside_telegram()
+    assert _status(browser) == texts.verify_page_outside_telegram()
     assert telegram_webapp.script_requests() == 1
     assert turnstile.requests_to("/turnstile/v0/api.js") == []  # no widget at all
     assert turnstile.siteverify_requests() == []
@@ -117,7 +117,7 @@ def test_a_rejected_token_offers_a_retry_that_waits_out_the_throttle(
     browser.open(launch_url(link.url, init_data_for(telegram, user, clock.now)))
     _wait_for_state(browser, "rejected")
     browser.screenshot("turnstile-token-rejected")
-    assert _status(browser) == copy.verify_error_token_rejected()
+    assert _status(browser) == texts.verify_error_token_rejected()
     assert browser.script("return document.getElementById('retry').hidden") is False
     # The spent token's widget was reset at once: a new challenge, solved, waiting for the retry.
     browser.wait_until(lambda: len(turnstile.widgets) == 2, what="the widget reset")
@@ -129,8 +129,8 @@ def test_a_rejected_token_offers_a_retry_that_waits_out_the_throttle(
     _wait_for_state(browser, "waiting")
     browser.screenshot("turnstile-waiting")
     assert _status(browser) in (
-        copy.verify_page_waiting().replace("{seconds}", "2"),
-        copy.verify_page_waiting().replace("{seconds}", "1"),
+        texts.verify_page_waiting().replace("{seconds}", "2"),
+        texts.verify_page_waiting().replace("{seconds}", "1"),
     )
     clock.advance(seconds=2)
     _wait_for_state(browser, "verified")
@@ -184,7 +184,7 @@ def test_siteverify_down_twice_the_page_stops_and_says_so(
     _wait_for_state(browser, "refused")
     browser.screenshot("turnstile-unavailable")
 
-    assert _status(browser) == copy.verify_error_unavailable()
+    assert _status(browser) == texts.verify_error_unavailable()
     assert len(turnstile.siteverify_requests()) == 4  # one resubmit, not more
     assert user_row(telegram, user).is_verified is False
 
@@ -213,7 +213,7 @@ def test_when_the_submit_cannot_reach_the_server_the_page_tries_three_times_then
     _wait_for_state(browser, "network-error")
     browser.screenshot("turnstile-network-error")
 
-    assert _status(browser) == copy.verify_page_network_error()
+    assert _status(browser) == texts.verify_page_network_error()
     assert turnstile.siteverify_requests() == []
     assert user_row(telegram, user).is_verified is False
     assert browser.script("return window.__submits") == 3  # the first and two retries

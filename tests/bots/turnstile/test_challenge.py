@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from bots import copy
+from bots import texts
 from tests.bots.conftest import WEBHOOK_SECRET
 from tests.bots.helpers import click, dm_texts, make_user, set_switches, user_row
 from tests.bots.turnstile.helpers import challenge_link, latest_link, pending_columns
@@ -26,11 +26,11 @@ def test_a_new_user_gets_welcome_and_the_mini_app_button(
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
 
     welcome, challenge = telegram.bot_messages(user.id)
-    assert welcome.text == copy.welcome_default()
-    assert challenge.text == copy.challenge_turnstile()
+    assert welcome.text == texts.welcome_default()
+    assert challenge.text == texts.challenge_turnstile()
     [[button]] = challenge.reply_markup["inline_keyboard"]
     assert set(button) == {"text", "web_app"}
-    assert button["text"] == copy.challenge_turnstile_button()
+    assert button["text"] == texts.challenge_turnstile_button()
     link = challenge_link(challenge)
     assert link.url == f"https://support.example.com/telegram/verify?r={link.request_id}"
     assert re.fullmatch(r"[0-9a-f]{64}", link.request_id)
@@ -99,7 +99,7 @@ def test_the_overflow_notice_carries_the_turnstile_challenge(
     webhook.deliver_ok(telegram.private_message(user, text="b"))
 
     [overflow] = telegram.bot_messages(user.id)
-    assert overflow.text == f"{copy.rate_limited_prefix(1)}\n\n{copy.challenge_turnstile()}"
+    assert overflow.text == f"{texts.rate_limited_prefix(1)}\n\n{texts.challenge_turnstile()}"
     assert challenge_link(overflow).url.startswith("https://support.example.com/telegram/verify?r=")
     assert user_row(telegram, user).verify_msg_id == overflow.message_id
 
@@ -132,7 +132,7 @@ def test_never_downgraded_the_user_is_told_verification_is_unavailable(
 
     webhook.deliver_ok(telegram.private_message(user, text="hi"))
 
-    assert dm_texts(telegram, user) == [copy.welcome_default(), copy.verification_unavailable()]
+    assert dm_texts(telegram, user) == [texts.welcome_default(), texts.verification_unavailable()]
     assert pending_columns(user_row(telegram, user)) == (None,) * 6
     assert "turnstile challenge for user 8101 not issued" in caplog.text
 
@@ -150,7 +150,7 @@ def test_the_unavailable_notice_is_throttled_like_a_challenge(
     clock.advance(seconds=31)
     webhook.deliver_ok(telegram.private_message(user, text="once more"))
 
-    assert dm_texts(telegram, user)[-1] == copy.verification_unavailable()
+    assert dm_texts(telegram, user)[-1] == texts.verification_unavailable()
     assert len(telegram.bot_messages(user.id)) == 3
 
 
@@ -174,5 +174,5 @@ def test_an_old_math_button_after_the_switch_to_turnstile_is_expired(
 
     toast = click(webhook, telegram, user, math_challenge.message_id, "v:0")
 
-    assert toast == copy.toast_challenge_expired()
+    assert toast == texts.toast_challenge_expired()
     assert user_row(telegram, user).is_verified is False

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from bots import copy
+from bots import texts
 from tests.bots.helpers import table_state
 from tests.bots.turnstile.helpers import SUBMIT_PATH
 
@@ -81,7 +81,7 @@ def test_the_script_gets_the_site_key_request_id_and_widget_parameters(
         "https://challenges.cloudflare.com/turnstile/v0/api.js"
         "?render=explicit&onload=hodorTurnstileReady"
     )
-    assert page["texts"]["outside"] == copy.verify_page_outside_telegram()
+    assert page["texts"]["outside"] == texts.verify_page_outside_telegram()
 
 
 def test_the_page_speaks_the_bot_language(client, page_settings, db):
@@ -133,7 +133,7 @@ def test_a_malformed_request_id_is_a_plain_400(query, client, page_settings, db)
 
     assert response.status_code == 400
     assert response["Content-Type"] == "text/plain; charset=utf-8"
-    assert response.content.decode() == copy.verify_page_bad_link()
+    assert response.content.decode() == texts.verify_page_bad_link()
     assert response["Cache-Control"] == "no-store"
 
 

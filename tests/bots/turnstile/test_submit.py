@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from bots import copy
+from bots import texts
 from bots.models import Bot, BotUser, RelayedMessage, Topic
 from bots.services.users import user_ban
 from tests.bots.helpers import make_user, set_switches, table_state, user_row
@@ -55,7 +55,7 @@ def test_a_valid_submit_verifies_the_user_and_tells_them(
     assert sent["secret"] == turnstile.secret_key
     assert uuid.UUID(sent["idempotency_key"])
     challenge = telegram.message(user.id, pending.message.message_id)
-    assert (challenge.text, challenge.reply_markup) == (copy.verified_message(), None)
+    assert (challenge.text, challenge.reply_markup) == (texts.verified_message(), None)
     assert RelayedMessage.objects.count() == 0  # the dropped message is never replayed
 
 
@@ -95,7 +95,7 @@ def test_a_reverifying_user_gets_their_card_back_to_verified(
     assert card.text.endswith("验证状态：❌ 未验证")
     link = latest_link(telegram, ruth)
     overflow = telegram.bot_messages(ruth.id)[-1].text
-    assert overflow == f"{copy.rate_limited_prefix(1)}\n\n{copy.challenge_turnstile()}"
+    assert overflow == f"{texts.rate_limited_prefix(1)}\n\n{texts.challenge_turnstile()}"
 
     response = submit(
         client,
@@ -119,7 +119,7 @@ def test_another_origin_is_forbidden_before_anything_else(origin, send, turnstil
 
     response = send(origin=origin, body=b"not even json")
 
-    _assert_refused(response, 403, "forbidden", copy.verify_error_origin())
+    _assert_refused(response, 403, "forbidden", texts.verify_error_origin())
     assert table_state() == before
     assert turnstile.siteverify_requests() == []
 
@@ -130,7 +130,7 @@ def test_another_origin_is_forbidden_before_anything_else(origin, send, turnstil
 def test_a_body_that_is_not_json_is_refused(content_type, send, turnstile):
     response = send(content_type=content_type)
 
-    _assert_refused(response, 400, "invalid_request", copy.verify_error_invalid_request())
+    _assert_refused(response, 400, "invalid_request", texts.verify_error_invalid_request())
     assert turnstile.siteverify_requests() == []
 
 
@@ -143,7 +143,7 @@ def test_a_body_over_16_kib_is_too_large(send, pending, turnstile):
 
     response = send(body=padded)
 
-    _assert_refused(response, 413, "payload_too_large", copy.verify_error_too_large())
+    _assert_refused(response, 413, "payload_too_large", texts.verify_error_too_large())
     assert turnstile.siteverify_requests() == []
 
 
@@ -206,7 +206,7 @@ def test_each_field_is_validated(field, value, send, pending, telegram, user, cl
 
     response = send(body=body)
 
-    _assert_refused(response, 400, "invalid_request", copy.verify_error_invalid_request())
+    _assert_refused(response, 400, "invalid_request", texts.verify_error_invalid_request())
     assert table_state() == before
     assert turnstile.siteverify_requests() == []
 
@@ -215,7 +215,7 @@ def test_each_field_is_validated(field, value, send, pending, telegram, user, cl
 def test_a_body_that_is_not_a_json_object_is_refused(raw, send):
     response = send(body=raw)
 
-    _assert_refused(response, 400, "invalid_request", copy.verify_error_invalid_request())
+    _assert_refused(response, 400, "invalid_request", texts.verify_error_invalid_request())
 
 
 def test_client_supplied_ids_are_ignored(send, pending, telegram, user, clock, turnstile):
@@ -231,7 +231,7 @@ def test_client_supplied_ids_are_ignored(send, pending, telegram, user, clock, t
 def test_without_a_bot_row_it_is_unavailable(send, turnstile):
     Bot.objects.all().delete()
 
-    _assert_refused(send(), 503, "unavailable", copy.verify_error_unavailable())
+    _assert_refused(send(), 503, "unavailable", texts.verify_error_unavailable())
     assert turnstile.siteverify_requests() == []
 
 
@@ -241,7 +241,7 @@ def test_without_the_token_or_the_secret_it_is_unavailable(
 ):
     setattr(turnstile_settings, name, None)
 
-    _assert_refused(send(), 503, "unavailable", copy.verify_error_unavailable())
+    _assert_refused(send(), 503, "unavailable", texts.verify_error_unavailable())
     assert user_row(telegram, user).is_verified is False
     assert turnstile.siteverify_requests() == []
 
@@ -250,7 +250,7 @@ def test_without_the_token_or_the_secret_it_is_unavailable(
 def test_outside_turnstile_mode_it_is_a_conflict(switches, send, turnstile, telegram, user):
     set_switches(**switches)
 
-    _assert_refused(send(), 409, "conflict", copy.verify_error_mode_changed())
+    _assert_refused(send(), 409, "conflict", texts.verify_error_mode_changed())
     assert user_row(telegram, user).is_verified is False
     assert turnstile.siteverify_requests() == []
 
@@ -263,14 +263,14 @@ def test_a_tampered_init_data_is_unauthorized(send, telegram, user, clock, turns
     tampered = genuine.replace("%22id%22%3A8101", "%22id%22%3A8109")
     assert tampered != genuine
 
-    _assert_refused(send(init_data=tampered), 401, "unauthorized", copy.verify_error_identity())
+    _assert_refused(send(init_data=tampered), 401, "unauthorized", texts.verify_error_identity())
     assert turnstile.siteverify_requests() == []
 
 
 def test_init_data_of_another_bot_is_unauthorized(send, user, clock):
     other_bot = sign_init_data("999:another-bots-token", user, auth_date=int(clock.now.timestamp()))
 
-    _assert_refused(send(init_data=other_bot), 401, "unauthorized", copy.verify_error_identity())
+    _assert_refused(send(init_data=other_bot), 401, "unauthorized", texts.verify_error_identity())
 
 
 @pytest.mark.parametrize(("age", "status"), [(300, 200), (301, 401), (-30, 200), (-31, 401)])
@@ -296,14 +296,14 @@ def test_init_data_without_a_user_is_unauthorized(send, telegram, clock):
 def test_a_user_without_a_row_is_not_found_and_not_created(send, telegram, user):
     BotUser.objects.filter(user_id=user.id).delete()
 
-    _assert_refused(send(), 404, "not_found", copy.verify_error_no_user())
+    _assert_refused(send(), 404, "not_found", texts.verify_error_no_user())
     assert BotUser.objects.filter(user_id=user.id).exists() is False
 
 
 def test_a_banned_user_is_forbidden(send, telegram, user, turnstile):
     user_ban(bot_id=telegram.bot.id, user_id=user.id)
 
-    _assert_refused(send(), 403, "forbidden", copy.verify_error_banned())
+    _assert_refused(send(), 403, "forbidden", texts.verify_error_banned())
     assert user_row(telegram, user).is_verified is False
     assert turnstile.siteverify_requests() == []
 
@@ -313,13 +313,13 @@ def test_a_ban_then_unban_voids_the_old_request(send, webhook, telegram, user, a
     user_ban(bot_id=telegram.bot.id, user_id=user.id)
     BotUser.objects.filter(pk=row.pk).update(is_banned=False)  # /unban restores nothing
 
-    _assert_refused(send(), 409, "conflict", copy.verify_error_link_superseded())
+    _assert_refused(send(), 409, "conflict", texts.verify_error_link_superseded())
 
 
 def test_an_already_verified_user_is_a_conflict(send, telegram, user, turnstile):
     assert send().status_code == 200
 
-    _assert_refused(send(), 409, "conflict", copy.verify_error_already_verified())
+    _assert_refused(send(), 409, "conflict", texts.verify_error_already_verified())
     assert len(turnstile.siteverify_requests()) == 1
 
 
@@ -339,7 +339,7 @@ def test_another_users_request_is_forbidden(
         token=turnstile.issue_token(cdata=pending.request_id, hostname=HOSTNAME),
     )
 
-    _assert_refused(response, 403, "forbidden", copy.verify_error_other_account())
+    _assert_refused(response, 403, "forbidden", texts.verify_error_other_account())
     assert table_state() == before
     assert vera_link.request_id != pending.request_id
 
@@ -352,7 +352,7 @@ def test_a_superseded_request_is_a_conflict(
     newer = latest_link(telegram, user)
     assert newer.request_id != pending.request_id
 
-    _assert_refused(send(), 409, "conflict", copy.verify_error_link_superseded())
+    _assert_refused(send(), 409, "conflict", texts.verify_error_link_superseded())
     assert turnstile.siteverify_requests() == []
     token = turnstile.issue_token(cdata=newer.request_id, hostname=HOSTNAME)
     assert send(request_id=newer.request_id, token=token).status_code == 200
@@ -363,7 +363,7 @@ def test_a_request_of_an_older_generation_is_a_conflict(send, telegram, user):
     # missed (a race) still carries the old generation and must not complete.
     set_switches(verify_generation="5")
 
-    _assert_refused(send(), 409, "conflict", copy.verify_error_link_superseded())
+    _assert_refused(send(), 409, "conflict", texts.verify_error_link_superseded())
     assert user_row(telegram, user).is_verified is False
 
 
@@ -375,5 +375,5 @@ def test_a_request_expires_600_seconds_after_issue(seconds, status, send, clock,
 
     assert response.status_code == status
     if status == 410:
-        assert response.json() == error_body("expired", copy.verify_error_link_expired())
+        assert response.json() == error_body("expired", texts.verify_error_link_expired())
     assert user_row(telegram, user).is_verified is (status == 200)

@@ -11,7 +11,7 @@ import pytest
 from django.db import connections
 from django.test import Client
 
-from bots import copy
+from bots import texts
 from bots.services.settings import verification_setting_change
 from bots.services.users import user_ban
 from tests.bots.conftest import PUBLIC_BASE_URL
@@ -40,7 +40,7 @@ def test_the_submit_window_is_15_seconds_with_retry_after(send, turnstile, teleg
         assert response.status_code == 429
         waits.append(response["Retry-After"])
         assert response.json() == error_body(
-            "too_many_requests", copy.verify_error_too_many_requests(int(response["Retry-After"]))
+            "too_many_requests", texts.verify_error_too_many_requests(int(response["Retry-After"]))
         )
     assert waits == ["15", "5", "1"]
     assert len(turnstile.siteverify_requests()) == 1  # no upstream call while throttled
@@ -81,7 +81,7 @@ def test_siteverify_still_failing_after_the_retry_is_unavailable_and_keeps_the_w
 
     assert (response.status_code, response.json()) == (
         503,
-        error_body("unavailable", copy.verify_error_unavailable()),
+        error_body("unavailable", texts.verify_error_unavailable()),
     )
     assert len(turnstile.siteverify_requests()) == 2
     row = user_row(telegram, user)
@@ -108,7 +108,7 @@ def test_a_rejected_token_is_422(send, turnstile, telegram, user):
 
     assert (response.status_code, response.json()) == (
         422,
-        error_body("token_rejected", copy.verify_error_token_rejected()),
+        error_body("token_rejected", texts.verify_error_token_rejected()),
     )
     assert user_row(telegram, user).is_verified is False
 
@@ -134,7 +134,7 @@ def test_a_token_of_another_context_is_rejected(context, send, turnstile, pendin
 
     response = send(token=token)
 
-    assert response.json() == error_body("token_rejected", copy.verify_error_token_rejected())
+    assert response.json() == error_body("token_rejected", texts.verify_error_token_rejected())
     assert user_row(telegram, user).is_verified is False
 
 
@@ -218,7 +218,7 @@ def test_init_data_gone_stale_during_siteverify_is_unauthorized(
         turnstile, pending, telegram, user, clock, during=lambda: clock.advance(seconds=301)
     )
 
-    assert response.json() == error_body("unauthorized", copy.verify_error_identity())
+    assert response.json() == error_body("unauthorized", texts.verify_error_identity())
     assert user_row(telegram, user).is_verified is False
 
 
@@ -230,7 +230,7 @@ def test_a_request_expiring_during_siteverify_is_gone(pending, turnstile, telegr
         turnstile, pending, telegram, user, clock, during=lambda: clock.advance(seconds=15)
     )
 
-    assert response.json() == error_body("expired", copy.verify_error_link_expired())
+    assert response.json() == error_body("expired", texts.verify_error_link_expired())
     assert user_row(telegram, user).is_verified is False
 
 
@@ -247,7 +247,7 @@ def test_a_ban_or_switch_during_siteverify_loses_the_final_update(
 
     response, _ = _in_flight(turnstile, pending, telegram, user, clock, during=meanwhile)
 
-    assert response.json() == error_body("conflict", copy.verify_error_link_superseded())
+    assert response.json() == error_body("conflict", texts.verify_error_link_superseded())
     assert user_row(telegram, user).is_verified is False
 
 

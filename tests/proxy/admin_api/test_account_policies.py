@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 
 from proxy.admin_api.display import china_iso, china_time
+from proxy.domain.key_policy import next_day_start
 from proxy.models import AccountPolicy
-from proxy.policies.rules import next_day_start
 from telemetry.services.ledger import usage_record_create
 from tests.proxy.admin_api.conftest import data_of, error_of
 from tests.proxy.factories import make_account

@@ -10,8 +10,8 @@ import pytest
 
 from proxy.admin_api.display import china_iso
 from proxy.admin_api.runway import quota_runway
+from proxy.domain.key_policy import next_day_start
 from proxy.models import Account, AccountPolicy
-from proxy.policies.rules import next_day_start
 from proxy.services.account_policies import account_policy_set
 from telemetry.services.ledger import usage_record_create
 from tests.proxy.admin_api.conftest import data_of

@@ -13,9 +13,9 @@ from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from proxy.accounts import AccountView
-from proxy.dispatch import scheduler
-from proxy.dispatch.scheduler import SchedulerSettings
+from proxy.domain.slots import SchedulerSettings
 from proxy.models import AccountUsage, RuntimeSettings
+from proxy.scheduling import scheduler
 from telemetry.services.ledger import ops_error_log_create, usage_record_create
 from tests.proxy.admin_api.conftest import data_of, error_of
 from tests.proxy.factories import make_account
