@@ -12,7 +12,6 @@ bad one never blocks start-up or a manage.py command; the bot's selfcheck report
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import environ
 
@@ -406,7 +405,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-REST_FRAMEWORK: dict[str, Any] = {
+REST_FRAMEWORK: dict = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
@@ -467,7 +466,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --------------------------------------------------------------------------- logging
 
-LOGGING: dict[str, Any] = {
+LOGGING: dict = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {

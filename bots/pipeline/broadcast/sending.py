@@ -457,9 +457,7 @@ class Sender:
         token = self.job.lease_token
         assert token is not None  # run_send takes the lease before the Sender exists
         if not sender_lease_hold(
-            broadcast_id=self.row.id,
-            token=token,
-            ttl_seconds=SENDER_LEASE_SECONDS,
+            broadcast_id=self.row.id, token=token, ttl_seconds=SENDER_LEASE_SECONDS
         ):
             raise LeaseLost(f"broadcast {self.row.id}: sender lease lost")
         self.lease_kept_at = self.monotonic()
