@@ -46,6 +46,7 @@ class AccountAddForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         try:
             self.resolved = account_tokens_resolve(
                 access_token=cleaned.get("access_token") or None,
@@ -93,6 +94,7 @@ class AccountForm(DailyBurnCapFormMixin, forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         self.resolved = None
         access, refresh = cleaned.get("new_access_token"), cleaned.get("new_refresh_token")
         if access or refresh:

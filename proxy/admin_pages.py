@@ -37,6 +37,7 @@ class AccountImportForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         upload = cleaned.get("file")
         if upload is not None:
             if upload.size > MOST_IMPORT_BYTES:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from common import clock
+from common.clock import monotonic
 from proxy import accounts as pool_accounts
 from proxy import redis_keys
 from proxy.background import run_coroutine
@@ -198,7 +199,12 @@ async def _apply_failure(account: UpstreamAccount, failure, *, disabled: bool, n
 
 
 async def connection_test_events(
-    account: UpstreamAccount, *, model: str, disabled: bool, fingerprint: dict, clock
+    account: UpstreamAccount,
+    *,
+    model: str,
+    disabled: bool,
+    fingerprint: dict,
+    clock: Callable[[], datetime],
 ) -> AsyncIterator[dict]:
     """The events of a connection test (spec §6.3): ``test_start``, ``request``, ``content``…,
     then ``test_complete`` or ``error``. The outcome adjusts the account's status."""
@@ -224,10 +230,10 @@ async def connection_test_events(
     # The whole test, first byte to last, ends by its deadline: a hung or dripping upstream
     # must not hold the web worker's stream open indefinitely.
     limit = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
-    deadline = clock.monotonic() + limit
+    deadline = monotonic() + limit
 
     def remaining() -> float:
-        return max(0.0, deadline - clock.monotonic())
+        return max(0.0, deadline - monotonic())
 
     timed_out = {"type": "error", "error": f"no complete answer within {limit} s; test stopped"}
     try:

@@ -5,6 +5,7 @@ query time."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -162,7 +163,7 @@ class UsageSummaryView(AdminAPIView):
             "reasoningTokens": totals["reasoning"],
             "totalTokens": totals["total"],
         }
-        data = {name: number(value) for name, value in values.items()}
+        data: dict[str, Any] = {name: number(value) for name, value in values.items()}
         data.update({f"{name}Value": value for name, value in values.items()})
         data["averageLatencyMs"] = milliseconds(totals["latency"])
         data["averageLatencyMsValue"] = (
