@@ -197,7 +197,7 @@ async def _apply_failure(account: UpstreamAccount, failure, *, disabled: bool, n
 
 
 async def connection_test_events(
-    account: UpstreamAccount, *, model: str, disabled: bool, fingerprint: dict, clock
+    account: UpstreamAccount, *, model: str, disabled: bool, fingerprint: dict, now
 ) -> AsyncIterator[dict]:
     """The events of a connection test (spec §6.3): ``test_start``, ``request``, ``content``…,
     then ``test_complete`` or ``error``. The outcome adjusts the account's status."""
@@ -240,7 +240,7 @@ async def connection_test_events(
         return
     except codex.CodexHTTPError as error:
         failure = failure_from_error(error)
-        await _apply_failure(account, failure, disabled=disabled, now=clock())
+        await _apply_failure(account, failure, disabled=disabled, now=now())
         yield {
             "type": "error",
             "error": f"upstream answered {error.status}: {failure.short_text()}",
@@ -261,12 +261,12 @@ async def connection_test_events(
                     if text and read <= TEST_READ_CAP:
                         yield {"type": "content", "text": text}
                 elif frame.event in ("response.completed", "response.incomplete"):
-                    await _mark_success(account.id, now=clock())
+                    await _mark_success(account.id, now=now())
                     yield {"type": "test_complete", "success": True}
                     return
                 elif frame.event in ("response.failed", "error"):
                     failure = classify_failed_event(_json(frame))
-                    await _apply_failure(account, failure, disabled=disabled, now=clock())
+                    await _apply_failure(account, failure, disabled=disabled, now=now())
                     yield {"type": "error", "error": failure.short_text() or "response failed"}
                     return
     except TimeoutError:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from common.clock import monotonic
 from proxy.clients import oauth
 from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
 from proxy.services.token_refresh import (
@@ -49,10 +50,10 @@ def token_refresh_for_request(
     the background refresher, whose rules confirm permanent failures, takes over).
     """
     owner = _new_owner()
-    deadline = clock.monotonic() + REQUEST_LEASE_WAIT_SECONDS
+    deadline = monotonic() + REQUEST_LEASE_WAIT_SECONDS
     pause = 0.05
     while not refresh_lease_acquire(account_id=account_id, owner=owner, ttl_ms=LEASE_TTL_MS):
-        if clock.monotonic() >= deadline:
+        if monotonic() >= deadline:
             return None
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
