@@ -21,7 +21,6 @@ LONG_TEXT_CATALOGUES = {
 # Modules the rule caught when it was extended to every app (issue 37) that are not split yet:
 # each may not grow past its length then. Take a module off this list when it is split.
 NOT_YET_SPLIT = {
-    "bots/models.py": 549,
     "bots/pipeline/broadcast/sending.py": 511,
     "config/settings.py": 523,
 }
