@@ -19,7 +19,11 @@ from config.embedded import (
     redis_url,
 )
 
+from tests import table_cleanup
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Transactional tests truncate only the tables they wrote (tests/table_cleanup.py).
+table_cleanup.install()
 # Tests of other folders import the port helper under this name.
 _free_port = free_port
 
