@@ -18,7 +18,6 @@ from config.embedded import (
     redis_server_executable,
     redis_url,
 )
-
 from tests import table_cleanup
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
