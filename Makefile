@@ -1,4 +1,6 @@
 # The two commands: `make run` (the whole system) and `make test` (lint + the whole suite).
+# `make test-fast` is the quick loop: lint + the suite less its slow, process-starting and
+# browser tests (pyproject.toml markers).
 # Both create/update the virtualenv in .venv from pyproject.toml first.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -6,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
+.PHONY: run test test-fast audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
 
 # A new venv of Python 3.11 comes with setuptools 65.5 (CVE-2024-6345, CVE-2025-47273): upgraded
 # with pip.
@@ -19,8 +21,16 @@ $(INSTALLED): pyproject.toml
 run: $(INSTALLED)
 	$(PY) -m config.run all
 
+# The suite runs in PYTEST_WORKERS xdist processes (each its own test database and Redis key
+# prefix: tests/run_isolation.py); loadgroup keeps the tests of one xdist_group on one worker.
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: lint audit
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL)
+
+test-fast: lint
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not subprocess and not browser"
 
 # pip-audit over the environment where its vulnerability database is reachable; elsewhere it
 # says loudly that it could not run (REQUIRE_DEPENDENCY_AUDIT=1 makes that a failure).

@@ -164,6 +164,7 @@ def test_a_passwordless_embedded_redis_of_an_older_release_is_restarted_with_a_p
         embedded.stop_redis(tmp_path)
 
 
+@pytest.mark.subprocess
 def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
     from django.conf import settings
 
@@ -193,6 +194,7 @@ def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
     assert not (tmp_path / "redis").exists()
 
 
+@pytest.mark.subprocess
 def test_importing_the_settings_starts_nothing_and_writes_nothing(tmp_path):
     """Only the entry points (``config.bootstrap.prepare``) make var/ and start the stores;
     settings imported without them say so and leave the disk as it was."""
@@ -221,6 +223,7 @@ def test_importing_the_settings_starts_nothing_and_writes_nothing(tmp_path):
     assert not var_dir.exists()
 
 
+@pytest.mark.subprocess
 def test_stop_embedded_reads_a_blank_url_as_unset_like_the_settings(tmp_path):
     """``REDIS_URL="  "`` makes the settings start the embedded Redis, so stop-embedded must
     stop it too."""

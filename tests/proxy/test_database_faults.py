@@ -143,6 +143,7 @@ def _post(url: str, key: str, request_id: str) -> requests.Response:
     )
 
 
+@pytest.mark.subprocess
 def test_a_key_that_cannot_be_checked_is_a_503_and_the_process_recovers(
     relayed_process, upstream, client_key
 ):
@@ -197,6 +198,7 @@ def test_a_key_that_cannot_be_checked_is_a_503_and_the_process_recovers(
     assert not UsageRecord.objects.filter(request_id="during-outage").exists()
 
 
+@pytest.mark.subprocess
 def test_a_database_that_stops_answering_is_a_503_not_a_hung_request(
     relayed_process, upstream, client_key
 ):

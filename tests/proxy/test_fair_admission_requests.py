@@ -66,6 +66,7 @@ def one_slot_pool(proxy, upstream):
         client.delete(key)
 
 
+@pytest.mark.subprocess
 def test_fair_admission_across_two_keys_under_contention(proxy, upstream, one_slot_pool):
     heavy = client_api_key_create(name="heavy", now=timezone.now())
     light = client_api_key_create(name="light", now=timezone.now())

@@ -29,6 +29,8 @@ from tests.conftest import PROJECT_ROOT, project_environment
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
 
+pytestmark = pytest.mark.subprocess
+
 DRAIN_TIMEOUT_SECONDS = 16  # streams may run 11 s after the signal, then 5 s for the rest
 SHORT_STREAMS = 35  # ~6 s each: they finish during the drain
 LONG_STREAMS = 15  # ~100 s each: cut at the deadline

@@ -367,6 +367,7 @@ def test_a_failed_call_never_deletes_another_requests_claim(
     assert json.loads(redis_client.get(_claim_name(client_key)))["state"] == "done"
 
 
+@pytest.mark.subprocess
 def test_a_graceful_stop_ends_a_call_whose_client_left_and_gives_its_claim_back(
     upstream, transactional_db, client_key, redis_client
 ):

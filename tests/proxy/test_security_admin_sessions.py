@@ -307,6 +307,7 @@ def test_over_tls_the_django_admin_cookies_are_secure_without_the_setting(admin,
     assert answer.cookies[COOKIE]["secure"] == ""
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_refuses_a_pickled_task_planted_in_the_broker(celery_worker, tmp_path):
     """Whoever can write to the broker sends a pickle-serialized task: the worker refuses to
