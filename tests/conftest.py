@@ -346,10 +346,30 @@ def https_live_server(django_db_setup, django_db_blocker, tmp_path_factory):
     server.stop()
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+# The screenshots go to the summary through the test reports, which xdist sends from the
+# worker that saved them to the process that prints the summary.
+_SCREENSHOT_PROPERTY = "browser screenshot"
+_summarised_screenshots: dict[str, None] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
     from tests.browser import SAVED_SCREENSHOTS
 
-    if SAVED_SCREENSHOTS:
+    outcome = yield
+    report = outcome.get_result()
+    while SAVED_SCREENSHOTS:
+        report.user_properties.append((_SCREENSHOT_PROPERTY, str(SAVED_SCREENSHOTS.pop(0))))
+
+
+def pytest_runtest_logreport(report) -> None:
+    for name, value in report.user_properties:
+        if name == _SCREENSHOT_PROPERTY:
+            _summarised_screenshots[value] = None
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _summarised_screenshots:
         terminalreporter.section("browser screenshots")
-        for path in SAVED_SCREENSHOTS:
-            terminalreporter.write_line(str(path))
+        for path in _summarised_screenshots:
+            terminalreporter.write_line(path)
