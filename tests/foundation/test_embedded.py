@@ -33,6 +33,7 @@ def var_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_embedded_postgres_is_a_real_server_reused_across_starts(var_dir):
     first = embedded.ensure_postgres(var_dir)
     with psycopg.connect(
@@ -88,6 +89,7 @@ def test_embedded_redis_is_a_real_server_reused_and_persistent(var_dir):
     assert redis.Redis.from_url(url).get("cprtest:persisted") == b"yes"  # the AOF kept it
 
 
+@pytest.mark.slow
 def test_embedded_redis_refuses_clients_without_its_password(var_dir):
     url = embedded.ensure_redis(var_dir)
     port = embedded.embedded_redis_port(var_dir)
@@ -119,6 +121,7 @@ def test_embedded_redis_files_are_owner_only(var_dir):
     assert all(mode(path) & 0o077 == 0 for path in aof_files)
 
 
+@pytest.mark.slow
 def test_a_passwordless_embedded_redis_of_an_older_release_is_restarted_with_a_password(
     tmp_path,
 ):

@@ -135,6 +135,7 @@ def test_logging_out_deletes_the_session(admin, settings, redis_client):
     assert replay.get("/admin/").status_code == 302
 
 
+@pytest.mark.slow
 def test_a_password_change_ends_every_session_and_removes_the_generated_file(
     admin, settings, redis_client, tmp_path
 ):
