@@ -211,6 +211,7 @@ def test_parallel_small_requests_of_a_new_key_stay_within_one_requests_cost_of_t
     assert _in_flight(redis.Redis.from_url(settings.REDIS_URL), client_key) == []
 
 
+@pytest.mark.subprocess
 def test_thirty_parallel_requests_of_a_new_key_on_the_real_web_process(
     web_process,  # noqa: F811 - the fixture imported above
     upstream,
