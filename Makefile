@@ -21,16 +21,20 @@ $(INSTALLED): pyproject.toml
 run: $(INSTALLED)
 	$(PY) -m config.run all
 
-# The suite runs in PYTEST_WORKERS xdist processes (each its own test database and Redis key
-# prefix: tests/run_isolation.py); loadgroup keeps the tests of one xdist_group on one worker.
-PYTEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+# The suite runs in xdist worker processes (each its own test database and Redis key prefix:
+# tests/run_isolation.py); loadgroup keeps the tests of one xdist_group on one worker. Most
+# tests wait (on servers, processes, windows), so more workers than cores pay, up to the
+# embedded PostgreSQL's 100 connections: the process-starting tests take ~35 each (pools of
+# web, Celery and uvicorn processes), so the whole suite runs on 2, the fast part on 4.
+PYTEST_WORKERS ?= 2
+PYTEST_FAST_WORKERS ?= 4
 
 test: lint audit
-	$(PY) -m pytest $(PYTEST_PARALLEL)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 test-fast: lint
-	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not subprocess and not browser"
+	$(PY) -m pytest -n $(PYTEST_FAST_WORKERS) --dist loadgroup \
+		-m "not slow and not subprocess and not browser"
 
 # pip-audit over the environment where its vulnerability database is reachable; elsewhere it
 # says loudly that it could not run (REQUIRE_DEPENDENCY_AUDIT=1 makes that a failure).
