@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -344,6 +345,18 @@ def https_live_server(django_db_setup, django_db_blocker, tmp_path_factory):
     server = LiveASGIServer(certificate_dir=tmp_path_factory.mktemp("tls"))
     yield server
     server.stop()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """xdist tells tests apart by node id, and schemathesis gives every operation of its fuzz
+    (tests/proxy/admin_api/test_fuzz.py) the test function's one id: all but one would not
+    run. Each such test gets its own name (with the operation) as its id."""
+    counts = Counter(item.nodeid for item in items)
+    for item in items:
+        if counts[item.nodeid] > 1:
+            # pytest 9 keeps the id as a NodeId (``_id``); its parent's id with the item's name
+            # is the id pytest itself would have given it.
+            item._id = item.parent.id.child(item.name)
 
 
 # The screenshots go to the summary through the test reports, which xdist sends from the
