@@ -1,4 +1,6 @@
 # The two commands: `make run` (the whole system) and `make test` (lint + the whole suite).
+# `make test-fast` is the quick loop: lint + the suite less its slow, process-starting and
+# browser tests (pyproject.toml markers).
 # Both create/update the virtualenv in .venv from pyproject.toml first.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -6,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test typecheck audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
+.PHONY: run test test-fast typecheck audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
 
 # A new venv of Python 3.11 comes with setuptools 65.5 (CVE-2024-6345, CVE-2025-47273): upgraded
 # with pip.
@@ -19,8 +21,20 @@ $(INSTALLED): pyproject.toml
 run: $(INSTALLED)
 	$(PY) -m config.run all
 
+# The suite runs in xdist worker processes (each its own test database and Redis key prefix:
+# tests/run_isolation.py); loadgroup keeps the tests of one xdist_group on one worker. Most
+# tests wait (on servers, processes, windows), so more workers than cores pay, up to the
+# embedded PostgreSQL's 100 connections: the process-starting tests take ~35 each (pools of
+# web, Celery and uvicorn processes), so the whole suite runs on 2, the fast part on 4.
+PYTEST_WORKERS ?= 2
+PYTEST_FAST_WORKERS ?= 4
+
 test: lint audit
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+test-fast: lint
+	$(PY) -m pytest -n $(PYTEST_FAST_WORKERS) --dist loadgroup \
+		-m "not slow and not subprocess and not browser"
 
 # pip-audit over the environment where its vulnerability database is reachable; elsewhere it
 # says loudly that it could not run (REQUIRE_DEPENDENCY_AUDIT=1 makes that a failure).

@@ -1,4 +1,4 @@
-"""The bot's configuration, parsed leniently from the raw strings of ``config/settings.py``.
+"""The bot's configuration, parsed leniently from the raw strings of ``config/settings_bot.py``.
 
 Spec §1.3: at runtime a missing or malformed value never stops anything — invalid optional values
 fall back to their defaults, an invalid SUPPORT_CHAT_ID makes every update ``ignore`` (fail

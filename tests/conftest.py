@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,11 @@ from config.embedded import (
     redis_server_executable,
     redis_url,
 )
+from tests import table_cleanup
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Transactional tests truncate only the tables they wrote (tests/table_cleanup.py).
+table_cleanup.install()
 # Tests of other folders import the port helper under this name.
 _free_port = free_port
 
@@ -343,10 +347,42 @@ def https_live_server(django_db_setup, django_db_blocker, tmp_path_factory):
     server.stop()
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_collection_modifyitems(items) -> None:
+    """xdist tells tests apart by node id, and schemathesis gives every operation of its fuzz
+    (tests/proxy/admin_api/test_fuzz.py) the test function's one id: all but one would not
+    run. Each such test gets its own name (with the operation) as its id."""
+    counts = Counter(item.nodeid for item in items)
+    for item in items:
+        if counts[item.nodeid] > 1:
+            # pytest 9 keeps the id as a NodeId (``_id``); its parent's id with the item's name
+            # is the id pytest itself would have given it.
+            item._id = item.parent.id.child(item.name)
+
+
+# The screenshots go to the summary through the test reports, which xdist sends from the
+# worker that saved them to the process that prints the summary.
+_SCREENSHOT_PROPERTY = "browser screenshot"
+_summarised_screenshots: dict[str, None] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
     from tests.browser import SAVED_SCREENSHOTS
 
-    if SAVED_SCREENSHOTS:
+    outcome = yield
+    report = outcome.get_result()
+    while SAVED_SCREENSHOTS:
+        report.user_properties.append((_SCREENSHOT_PROPERTY, str(SAVED_SCREENSHOTS.pop(0))))
+
+
+def pytest_runtest_logreport(report) -> None:
+    for name, value in report.user_properties:
+        if name == _SCREENSHOT_PROPERTY:
+            _summarised_screenshots[value] = None
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _summarised_screenshots:
         terminalreporter.section("browser screenshots")
-        for path in SAVED_SCREENSHOTS:
-            terminalreporter.write_line(str(path))
+        for path in _summarised_screenshots:
+            terminalreporter.write_line(path)

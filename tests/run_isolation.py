@@ -7,6 +7,11 @@
 * ``config.bootstrap.prepare()`` runs before Django is set up (the embedded stores).
 * The test database is named after the run (``test_cpr_<run id>``), created fresh by
   pytest-django and dropped at the end.
+
+Under pytest-xdist the controller imports this first: it starts the embedded stores, and the
+workers it spawns inherit their published addresses (nothing starts twice) and its
+TEST_DATABASE_NAME, which pytest-django suffixes per worker (``_gw0``, ``_gw1``...); each
+worker draws its own run id, so its own Redis prefix and data folder.
 """
 
 from __future__ import annotations

@@ -197,6 +197,29 @@ def follow_up(outcome: Outcome, *, bot_id: int) -> None:
         queue_drain(bot_id=bot_id)
 
 
+class DueAgain:
+    """When the rows a drain gave back are due again, so that its one nudge comes then.
+
+    Each row counts with its latest giving-back only: a drain that runs for tens of seconds
+    may give a row back early (due in 1 s), take it again and give it back later (due in
+    10 s); a nudge for the first due time would come before any row is due, find nothing and
+    leave the rows to the beat sweep.
+    """
+
+    def __init__(self) -> None:
+        self._at: dict[int, float] = {}  # update id -> monotonic time it is due again
+
+    def given_back(self, update_id: int, *, due_in: float, at: float) -> None:
+        self._at[update_id] = at + due_in
+
+    def settled(self, update_id: int) -> None:
+        self._at.pop(update_id, None)
+
+    def countdown(self, *, at: float) -> float | None:
+        """Seconds from ``at`` until the soonest row is due again; None: nothing given back."""
+        return max(0.0, min(self._at.values()) - at) if self._at else None
+
+
 @dataclass
 class DrainReport:
     worked: int = 0  # attempts made
@@ -222,7 +245,7 @@ def drain_inbox(
         logger.error("inbox of bot %s: the worker has no bot configuration for it", bot_id)
         return report
     started = monotonic()
-    next_due: float | None = None  # the soonest a row given back here is due again
+    due_again = DueAgain()
     while True:
         if monotonic() - started >= drain_seconds:
             report.stopped_early = True
@@ -233,11 +256,14 @@ def drain_inbox(
             break
         outcome = work_on(leased, config=config, budget_seconds=budget_seconds, now=clock())
         report.worked += 1
-        if outcome.ending in (Ending.FINISHED, Ending.POISON):
-            report.finished += 1
-        elif outcome.ending in (Ending.WAITING, Ending.FAILED):
-            next_due = outcome.due_in if next_due is None else min(next_due, outcome.due_in)
-    if next_due is not None:
+        if outcome.ending in (Ending.WAITING, Ending.FAILED):
+            due_again.given_back(leased.update_id, due_in=outcome.due_in, at=monotonic())
+        else:
+            due_again.settled(leased.update_id)
+            if outcome.ending in (Ending.FINISHED, Ending.POISON):
+                report.finished += 1
+    countdown = due_again.countdown(at=monotonic())
+    if countdown is not None:
         # One nudge for all the rows given back here (a burst gives many back at once).
-        queue_drain(bot_id=bot_id, countdown=next_due, queue=queue)
+        queue_drain(bot_id=bot_id, countdown=countdown, queue=queue)
     return report

@@ -21,7 +21,6 @@ from typing import Any
 from django.conf import settings
 
 from common import clock
-from common.clock import monotonic
 from proxy import accounts as pool_accounts
 from proxy import redis_keys
 from proxy.background import run_coroutine
@@ -204,7 +203,7 @@ async def connection_test_events(
     model: str,
     disabled: bool,
     fingerprint: dict,
-    clock: Callable[[], datetime],
+    now: Callable[[], datetime],
 ) -> AsyncIterator[dict]:
     """The events of a connection test (spec §6.3): ``test_start``, ``request``, ``content``…,
     then ``test_complete`` or ``error``. The outcome adjusts the account's status."""
@@ -230,10 +229,10 @@ async def connection_test_events(
     # The whole test, first byte to last, ends by its deadline: a hung or dripping upstream
     # must not hold the web worker's stream open indefinitely.
     limit = settings.ADMIN_UPSTREAM_DEADLINE_SECONDS
-    deadline = monotonic() + limit
+    deadline = clock.monotonic() + limit
 
     def remaining() -> float:
-        return max(0.0, deadline - monotonic())
+        return max(0.0, deadline - clock.monotonic())
 
     timed_out = {"type": "error", "error": f"no complete answer within {limit} s; test stopped"}
     try:
@@ -247,7 +246,7 @@ async def connection_test_events(
         return
     except codex.CodexHTTPError as error:
         failure = failure_from_error(error)
-        await _apply_failure(account, failure, disabled=disabled, now=clock())
+        await _apply_failure(account, failure, disabled=disabled, now=now())
         yield {
             "type": "error",
             "error": f"upstream answered {error.status}: {failure.short_text()}",
@@ -268,12 +267,12 @@ async def connection_test_events(
                     if text and read <= TEST_READ_CAP:
                         yield {"type": "content", "text": text}
                 elif frame.event in ("response.completed", "response.incomplete"):
-                    await _mark_success(account.id, now=clock())
+                    await _mark_success(account.id, now=now())
                     yield {"type": "test_complete", "success": True}
                     return
                 elif frame.event in ("response.failed", "error"):
                     failure = classify_failed_event(_json(frame))
-                    await _apply_failure(account, failure, disabled=disabled, now=clock())
+                    await _apply_failure(account, failure, disabled=disabled, now=now())
                     yield {"type": "error", "error": failure.short_text() or "response failed"}
                     return
     except TimeoutError:

@@ -15,7 +15,7 @@ from bots.pipeline import bulk
 from tests.bots.helpers import busiest_second, general_texts, open_conversation, topic_texts
 from tests.conftest import BOT_DELETES_PER_SECOND
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 CARD = "昵称：Iris\n用户 ID：7601\n首次对话：2026-10-01 12:00 (UTC)\n验证状态：✅ 已验证"
 

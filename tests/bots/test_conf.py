@@ -124,6 +124,7 @@ def test_verify_ttl_hours_accepts_zero_and_rejects_negative(settings):
     assert load_config().verify_ttl_hours == 24
 
 
+@pytest.mark.subprocess
 def test_bad_bot_variables_never_block_a_manage_py_command():
     environment = {
         "PATH": "/usr/bin:/bin",

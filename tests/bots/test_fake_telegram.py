@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import requests
 
@@ -189,8 +187,22 @@ def test_deleting_topics_like_telegram(telegram, chat):
     assert [call.method for call in telegram.calls()] == ["deleteForumTopic"] * 3
 
 
+class ManualClock:
+    """The fake's arrival clock, moved by the test instead of sleeping through a window."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_a_rate_limit_answers_429_with_retry_after_and_lets_calls_through_again(telegram, chat):
     ids = [telegram.bot_sends(chat, text=str(number)) for number in range(4)]
+    telegram.clock = clock = ManualClock()
     telegram.limit_rate(2)
 
     answers = [_call(telegram, "deleteMessage", chat_id=chat, message_id=i) for i in ids[:3]]
@@ -206,7 +218,7 @@ def test_a_rate_limit_answers_429_with_retry_after_and_lets_calls_through_again(
     assert _call(telegram, "sendMessage", chat_id=chat, text="other methods pass")[0] == 200
     limited = telegram.calls("deleteMessage")[2]
     assert limited.retry_after == 1
-    time.sleep(1.05)  # the window of the first two calls has passed
+    clock.advance(1.05)  # the window of the first two calls has passed
     assert _call(telegram, "deleteMessage", chat_id=chat, message_id=ids[2])[0] == 200
     calls = telegram.calls()
     assert all(earlier.at <= later.at for earlier, later in zip(calls, calls[1:], strict=False))
@@ -219,11 +231,12 @@ def test_telegrams_group_limit_answers_429_with_the_retry_after_of_its_window(te
     alice = telegram.user(5005, "Alice")
     telegram.met(alice)
     telegram.enforce_telegram_limits(chat_interval=0.01, group_per_window=2, group_window=2.0)
+    telegram.clock = clock = ManualClock()
 
     first = _call(telegram, "createForumTopic", chat_id=chat, name="Ann")
-    time.sleep(0.02)
+    clock.advance(0.02)
     second = _call(telegram, "sendMessage", chat_id=chat, text="two")
-    time.sleep(0.02)
+    clock.advance(0.02)
     third = _call(telegram, "sendMessage", chat_id=chat, text="three")
     private = _call(telegram, "sendMessage", chat_id=alice.id, text="a private chat")
 
@@ -235,7 +248,7 @@ def test_telegrams_group_limit_answers_429_with_the_retry_after_of_its_window(te
         "parameters": {"retry_after": 2},
     }
     assert [message.text for message in telegram.bot_messages(chat)] == ["two"]
-    time.sleep(2.05)  # the window of the first two has passed
+    clock.advance(2.05)  # the window of the first two has passed
     assert _call(telegram, "sendMessage", chat_id=chat, text="three")[0] == 200
 
 

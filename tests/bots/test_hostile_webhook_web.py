@@ -15,6 +15,8 @@ from bots.models import Bot, BotUser, ProcessedUpdate
 from tests.bots.conftest import ADMIN_ID, ADMIN_SECRET, WEBHOOK_SECRET
 from tests.web_process import WebProcess
 
+pytestmark = pytest.mark.subprocess
+
 HOOK = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET, "Content-Type": "application/json"}
 
 

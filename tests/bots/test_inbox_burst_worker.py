@@ -28,7 +28,7 @@ from tests.bots.outbound_helpers import deliver_at_once, person
 from tests.conftest import BOT_DELETES_PER_SECOND, CeleryWorkerProcess, run_database_url
 from tests.fakes.telegram import MESSAGE_METHODS
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 QUEUE = "tests.inbox.burst"
 USERS = 25

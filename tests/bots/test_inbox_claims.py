@@ -283,3 +283,21 @@ def test_a_live_holder_keeps_its_lease_past_the_first_minute(bot_settings, teleg
     assert InboxUpdate.objects.get().lease_expires_at == START + timedelta(
         seconds=50 + LEASE_SECONDS
     )
+
+
+def test_a_long_drains_nudge_comes_when_its_rows_are_due_not_when_they_first_were():
+    """A drain of tens of seconds gave a row back early (due in 1 s), took it again and gave it
+    back late (due in 10 s). Its nudge used to come 1 s after the first giving-back — long
+    past at the drain's end, so at once: the next drain found nothing due and the rows waited
+    for the beat sweep (a CI run of the 25-user burst, which has no beat, left them there)."""
+    from bots.pipeline.inbox_work import DueAgain
+
+    due = DueAgain()
+    due.given_back(700_000_001, due_in=1.0, at=0.0)
+    due.given_back(700_000_002, due_in=1.0, at=0.5)
+    due.settled(700_000_002)  # finished on its next attempt
+    due.given_back(700_000_001, due_in=10.0, at=38.0)  # taken again, given back late
+
+    assert due.countdown(at=39.0) == 9.0
+    due.settled(700_000_001)
+    assert due.countdown(at=39.0) is None

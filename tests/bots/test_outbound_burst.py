@@ -114,6 +114,7 @@ def _deliver_and_drain(telegram, user_ids) -> list[int]:
     return left
 
 
+@pytest.mark.slow
 def test_a_burst_of_300_users_is_relayed_exactly_once_within_telegrams_limits(
     telegrams_limits, telegram
 ):
@@ -152,6 +153,7 @@ def _relay_rate(telegram, user_ids) -> float:
     return len(arrivals) / (arrivals[-1] - arrivals[0])
 
 
+@pytest.mark.slow
 def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
     telegrams_limits, telegram, admin
 ):

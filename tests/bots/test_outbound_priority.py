@@ -102,6 +102,7 @@ def _wait_for(condition, what: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_live_relay_gets_the_refilled_global_bucket_before_a_waiting_broadcast(
     staged, webhook, telegram, clock, admin
 ):

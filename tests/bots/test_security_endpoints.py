@@ -62,6 +62,7 @@ print(" ".join(str(selfcheck_slot_take(now=second)) for _ in range(2)), flush=Tr
 """
 
 
+@pytest.mark.subprocess
 def test_a_second_worker_process_gets_only_what_the_first_left_of_the_second(settings, tmp_path):
     """Two real processes in the same second: this one takes two of the three live checks, the
     other worker process gets the third and is refused the fourth."""

@@ -12,6 +12,7 @@ from bots.tasks import processed_updates_trim_task
 from config.schedule import BEAT_SCHEDULE
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_removes_claims_older_than_seven_days(celery_worker):
     now = timezone.now()

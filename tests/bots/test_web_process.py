@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from django.conf import settings
 
@@ -16,6 +17,8 @@ from config.embedded import free_port
 from tests.bots.conftest import ADMIN_SECRET, WEBHOOK_SECRET
 from tests.bots.helpers import solve_challenge
 from tests.conftest import PROJECT_ROOT, project_environment, run_project
+
+pytestmark = pytest.mark.subprocess
 
 
 def _environment(database_url: str, tmp_path: Path, telegram, port: int) -> dict[str, str]:

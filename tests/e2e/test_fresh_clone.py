@@ -16,6 +16,8 @@ import redis
 from config import embedded
 from tests.conftest import run_project
 
+pytestmark = pytest.mark.subprocess
+
 # A process of the project started like any entry point (config.bootstrap.prepare first): it
 # finds the embedded stores `prepare` left running and uses them.
 PROBE = """

@@ -19,6 +19,8 @@ from django.conf import settings
 from config.embedded import free_port
 from tests.conftest import PROJECT_ROOT, migrate_project, project_environment, run_project
 
+pytestmark = pytest.mark.subprocess
+
 ADMIN_PASSWORD = "e2e admin passphrase"
 
 

@@ -116,6 +116,7 @@ def test_concurrent_starts_create_exactly_one_admin():
     assert AdminUser.objects.count() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_set_admin_password_command_changes_the_hash(monkeypatch):
     admin_user_create_default(password=STRONG_PASSWORD, now=datetime.now(UTC))

@@ -14,6 +14,8 @@ import requests
 
 from tests.web_process import WebProcess, read_until_closed, status_of
 
+pytestmark = pytest.mark.subprocess
+
 HEADER_TIMEOUT_SECONDS = 2
 # How late past its bound a close may come on a loaded 2-core machine (timer, scheduling).
 CLOSE_MARGIN_SECONDS = 3

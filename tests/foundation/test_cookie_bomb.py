@@ -39,6 +39,7 @@ def web(transactional_db, tmp_path):
     process.stop()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("method", "path"), ROUTES)
 def test_a_60_kb_cookie_bomb_is_answered_within_a_second(web, method, path):
     started = time.monotonic()
@@ -51,6 +52,7 @@ def test_a_60_kb_cookie_bomb_is_answered_within_a_second(web, method, path):
     assert took < ANSWER_WITHIN_SECONDS, f"{path} took {took:.2f} s"
 
 
+@pytest.mark.subprocess
 def test_at_the_default_caps_an_80_kb_bomb_is_431_and_four_16_kb_ones_are_parsed_at_once(
     transactional_db, tmp_path
 ):

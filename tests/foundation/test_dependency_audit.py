@@ -78,6 +78,7 @@ def _audit(server, **variables: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.subprocess
 def test_an_unreachable_vulnerability_database_is_reported_loudly(database_without_advisories):
     result = _audit(database_without_advisories)
 
@@ -89,6 +90,7 @@ def test_an_unreachable_vulnerability_database_is_reported_loudly(database_witho
     ]
 
 
+@pytest.mark.subprocess
 def test_required_audit_fails_when_it_cannot_run(database_without_advisories):
     result = _audit(database_without_advisories, REQUIRE_DEPENDENCY_AUDIT="1")
 
@@ -96,6 +98,7 @@ def test_required_audit_fails_when_it_cannot_run(database_without_advisories):
     assert "DEPENDENCY AUDIT NOT RUN" in result.stderr
 
 
+@pytest.mark.subprocess
 def test_a_venv_with_the_bundled_setuptools_fails_the_audit_offline(
     database_without_advisories, tmp_path
 ):
@@ -128,6 +131,7 @@ def test_a_venv_with_the_bundled_setuptools_fails_the_audit_offline(
     assert database_without_advisories.requests == []  # refused before any lookup
 
 
+@pytest.mark.subprocess
 def test_this_venv_passes_the_offline_floors(database_without_advisories):
     result = _audit(database_without_advisories)
 

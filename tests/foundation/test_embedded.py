@@ -33,6 +33,7 @@ def var_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_embedded_postgres_is_a_real_server_reused_across_starts(var_dir):
     first = embedded.ensure_postgres(var_dir)
     with psycopg.connect(
@@ -88,6 +89,7 @@ def test_embedded_redis_is_a_real_server_reused_and_persistent(var_dir):
     assert redis.Redis.from_url(url).get("cprtest:persisted") == b"yes"  # the AOF kept it
 
 
+@pytest.mark.slow
 def test_embedded_redis_refuses_clients_without_its_password(var_dir):
     url = embedded.ensure_redis(var_dir)
     port = embedded.embedded_redis_port(var_dir)
@@ -119,6 +121,7 @@ def test_embedded_redis_files_are_owner_only(var_dir):
     assert all(mode(path) & 0o077 == 0 for path in aof_files)
 
 
+@pytest.mark.slow
 def test_a_passwordless_embedded_redis_of_an_older_release_is_restarted_with_a_password(
     tmp_path,
 ):
@@ -164,6 +167,7 @@ def test_a_passwordless_embedded_redis_of_an_older_release_is_restarted_with_a_p
         embedded.stop_redis(tmp_path)
 
 
+@pytest.mark.subprocess
 def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
     from django.conf import settings
 
@@ -193,6 +197,7 @@ def test_settings_use_the_given_urls_and_start_nothing(tmp_path):
     assert not (tmp_path / "redis").exists()
 
 
+@pytest.mark.subprocess
 def test_importing_the_settings_starts_nothing_and_writes_nothing(tmp_path):
     """Only the entry points (``config.bootstrap.prepare``) make var/ and start the stores;
     settings imported without them say so and leave the disk as it was."""
@@ -221,6 +226,7 @@ def test_importing_the_settings_starts_nothing_and_writes_nothing(tmp_path):
     assert not var_dir.exists()
 
 
+@pytest.mark.subprocess
 def test_stop_embedded_reads_a_blank_url_as_unset_like_the_settings(tmp_path):
     """``REDIS_URL="  "`` makes the settings start the embedded Redis, so stop-embedded must
     stop it too."""

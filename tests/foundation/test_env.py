@@ -94,6 +94,7 @@ def _manage(*arguments: str, **environment: str) -> subprocess.CompletedProcess:
     return run_project("manage.py", *arguments, environment={**os.environ, **environment})
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
@@ -110,6 +111,7 @@ def test_bad_value_stops_start_up_with_the_variable_named(variable, value, messa
     assert message in result.stderr
 
 
+@pytest.mark.subprocess
 def test_good_environment_passes_django_checks():
     result = _manage("check", PORT="8123", DEBUG="0")
     assert result.returncode == 0, result.stderr

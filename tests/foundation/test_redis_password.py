@@ -58,12 +58,14 @@ def _probe(tmp_path: Path, settings, **variables: str) -> list[str]:
     return result.stdout.splitlines()
 
 
+@pytest.mark.subprocess
 def test_without_the_password_every_project_client_is_refused(locked_redis, tmp_path, settings):
     lines = _probe(tmp_path, settings, REDIS_URL=f"redis://127.0.0.1:{locked_redis.port}/0")
 
     assert lines == ["cache refused", "celery refused"]
 
 
+@pytest.mark.subprocess
 def test_with_redis_password_the_project_works(locked_redis, tmp_path, settings):
     lines = _probe(
         tmp_path,
@@ -75,6 +77,7 @@ def test_with_redis_password_the_project_works(locked_redis, tmp_path, settings)
     assert lines == ["cache ok", "celery ok"]
 
 
+@pytest.mark.subprocess
 def test_a_password_in_the_url_works_too_but_not_both(locked_redis, tmp_path, settings):
     assert _probe(tmp_path, settings, REDIS_URL=locked_redis.url) == ["cache ok", "celery ok"]
 

@@ -27,6 +27,7 @@ def test_sixteen_characters_or_no_secret_at_all_start(settings):
     assert ensure_bot_secrets_are_long_enough() is None
 
 
+@pytest.mark.subprocess
 def test_the_web_process_refuses_to_start_with_a_short_secret(tmp_path, settings):
     environment = project_environment(
         settings.DATABASE_URL, tmp_path, ADMIN_SECRET="short", TELEGRAM_WEBHOOK_SECRET="x" * 20

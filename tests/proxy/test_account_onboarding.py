@@ -263,6 +263,7 @@ def command_environment(django_db_blocker, fake_oauth, tmp_path):
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_manage_account_add_reads_the_tokens_from_stdin(oauth, command_environment):
     _, refresh = oauth.issue(CAROL)
@@ -287,6 +288,7 @@ def test_manage_account_add_reads_the_tokens_from_stdin(oauth, command_environme
     assert "Give an access token, a refresh token, or both. Nothing was added." in refused.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_manage_account_oauth_prints_the_url_and_takes_the_callback(oauth, command_environment):
     oauth.authorize_identity = CAROL
@@ -392,6 +394,7 @@ def test_the_list_shows_refreshing_and_the_next_refresh(operator, oauth):
     assert "refreshing" in page and due not in page
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_refresh_now_runs_in_the_worker(operator, oauth, celery_worker):
     access, refresh = oauth.issue(CAROL, expires_in=86400)

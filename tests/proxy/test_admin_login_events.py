@@ -91,6 +91,7 @@ def test_concurrent_log_ins_on_both_surfaces_get_text_ids_and_page_newest_first(
     assert listed == newest_first
 
 
+@pytest.mark.subprocess
 def test_the_migration_gives_rows_written_under_bigint_ids_text_ids(scratch_database, tmp_path):
     environment = project_environment(scratch_database, tmp_path)
     to_0002 = run_project(

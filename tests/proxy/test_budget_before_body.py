@@ -221,6 +221,7 @@ def test_a_key_allowed_every_model_reserves_the_models_prior_once_the_body_names
     assert _reservations(client_key) == []
 
 
+@pytest.mark.slow
 def test_a_body_whose_estimate_no_longer_fits_is_refused_and_counts_for_nothing(
     proxy, upstream, client_key
 ):

@@ -22,6 +22,10 @@ from tests.proxy.conftest import make_pool_account
 
 CODEX_CLI_VERSION = "0.171.0"
 
+# One xdist worker runs them all: the session fixture installs the CLI into the one shared
+# var/tools folder, which two workers installing at once would corrupt.
+pytestmark = [pytest.mark.subprocess, pytest.mark.xdist_group("codex-cli")]
+
 
 @pytest.fixture(scope="session")
 def codex_cli() -> str:

@@ -18,7 +18,7 @@ from proxy.services.runtime_settings import runtime_settings_ensure
 from telemetry.services.ledger import ops_error_log_create, usage_record_create
 from tests.proxy.factories import make_account
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 PASSWORD = "correct horse battery staple"
 CHINA = fixed_timezone(timedelta(hours=8))
 

@@ -72,6 +72,7 @@ def _assert_ledger_matches(completed: set[str]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_terminated_connections_under_streamed_load_lose_no_ledger_row(proxy, upstream, client_key):
     """Three terminations while 32 clients stream: the ledger still has every success once."""
     RuntimeSettings.objects.update(max_concurrent_per_account=64, request_interval_ms=0)
@@ -104,6 +105,7 @@ def test_terminated_connections_under_streamed_load_lose_no_ledger_row(proxy, up
     _assert_ledger_matches(completed)
 
 
+@pytest.mark.slow
 def test_after_idle_connections_are_terminated_the_next_requests_all_succeed(
     proxy, upstream, client_key
 ):
@@ -143,6 +145,7 @@ def _post(url: str, key: str, request_id: str) -> requests.Response:
     )
 
 
+@pytest.mark.subprocess
 def test_a_key_that_cannot_be_checked_is_a_503_and_the_process_recovers(
     relayed_process, upstream, client_key
 ):
@@ -197,6 +200,7 @@ def test_a_key_that_cannot_be_checked_is_a_503_and_the_process_recovers(
     assert not UsageRecord.objects.filter(request_id="during-outage").exists()
 
 
+@pytest.mark.subprocess
 def test_a_database_that_stops_answering_is_a_503_not_a_hung_request(
     relayed_process, upstream, client_key
 ):

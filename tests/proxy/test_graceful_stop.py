@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import psutil
 import pytest
 import redis
 import requests
@@ -28,6 +29,8 @@ from telemetry.models import OpsErrorLog, UsageRecord
 from tests.conftest import PROJECT_ROOT, project_environment
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
+
+pytestmark = pytest.mark.subprocess
 
 DRAIN_TIMEOUT_SECONDS = 16  # streams may run 11 s after the signal, then 5 s for the rest
 SHORT_STREAMS = 35  # ~6 s each: they finish during the drain
@@ -128,8 +131,18 @@ def web_process(upstream, transactional_db, tmp_path):
         time.sleep(0.2)
     yield process, base, port
     if process.poll() is None:
-        process.kill()
-        process.wait()
+        # Stopped as an operator stops it, and its uvicorn workers with it: a SIGKILL of
+        # config.run alone left them running (holding database connections) after the test.
+        workers = psutil.Process(process.pid).children(recursive=True)
+        process.terminate()
+        try:
+            process.wait(DRAIN_TIMEOUT_SECONDS + 10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for worker in workers:
+            if worker.is_running():
+                worker.kill()
 
 
 def test_sigterm_during_50_streams_loses_nothing(web_process, upstream, client_key):

@@ -24,6 +24,8 @@ from tests.fakes.oauth import Identity, access_token_for
 from tests.proxy.conftest import make_pool_account
 from tests.web_process import WebProcess
 
+pytestmark = pytest.mark.subprocess
+
 SURROGATE = '"\\ud800"'  # the JSON text of a lone surrogate
 UNENCODABLE_MESSAGE = "Request JSON holds text that is not valid Unicode (a lone surrogate escape)"
 COOKIE = "cpr_admin_session"

@@ -272,6 +272,7 @@ def test_a_client_that_times_out_does_not_cancel_the_call_and_its_retry_gets_the
     assert record.route == route
 
 
+@pytest.mark.slow
 def test_a_pending_claim_outlives_a_call_longer_than_its_ttl(proxy, upstream, client_key, settings):
     """The claim's TTL is 1 s and the call takes 3: it is extended while the call runs, so a
     retry at 2 s is told to wait instead of starting a second upstream call."""
@@ -367,6 +368,7 @@ def test_a_failed_call_never_deletes_another_requests_claim(
     assert json.loads(redis_client.get(_claim_name(client_key)))["state"] == "done"
 
 
+@pytest.mark.subprocess
 def test_a_graceful_stop_ends_a_call_whose_client_left_and_gives_its_claim_back(
     upstream, transactional_db, client_key, redis_client
 ):

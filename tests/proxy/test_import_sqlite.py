@@ -439,6 +439,7 @@ def test_a_timestamp_without_an_offset_rolls_back_everything(source):
     assert set(table_counts().values()) == {0}
 
 
+@pytest.mark.subprocess
 def test_an_unmigrated_target_is_refused_by_the_command(scratch_database, tmp_path, source):
     environment = project_environment(scratch_database, tmp_path)
 

@@ -19,6 +19,8 @@ from proxy.services.sqlite_import import BUSINESS_TABLES
 from tests.conftest import project_environment, run_project
 from tests.proxy.sqlite_v3 import build_source, fill_source
 
+pytestmark = pytest.mark.subprocess
+
 TOKEN = "at-SECRET-acc-active-0123456789"
 
 

@@ -211,6 +211,7 @@ def test_parallel_small_requests_of_a_new_key_stay_within_one_requests_cost_of_t
     assert _in_flight(redis.Redis.from_url(settings.REDIS_URL), client_key) == []
 
 
+@pytest.mark.subprocess
 def test_thirty_parallel_requests_of_a_new_key_on_the_real_web_process(
     web_process,  # noqa: F811 - the fixture imported above
     upstream,
@@ -232,6 +233,7 @@ def test_thirty_parallel_requests_of_a_new_key_on_the_real_web_process(
     assert served >= 2
 
 
+@pytest.mark.slow
 def test_a_new_key_reserves_what_the_pools_dearest_request_of_the_model_cost(
     proxy, upstream, client_key
 ):
@@ -284,6 +286,7 @@ def test_the_models_prior_follows_the_pool_when_its_seven_days_move_on(
     assert _ledger_spend(client_key) == pytest.approx(13 * ESSAY_COST)
 
 
+@pytest.mark.slow
 def test_a_burst_after_many_cheap_requests_reserves_the_keys_dearest(proxy, upstream, client_key):
     """An old key: one long answer ($0.3025), then 24 cheap calls ($0.0004 each), then 30 long
     ones at once. A decaying "recent cost" had fallen to about $0.013 by then (all 30 would
@@ -327,6 +330,7 @@ def test_a_warm_key_far_from_its_budget_runs_its_requests_side_by_side(proxy, up
     assert upstream.max_in_flight["tok-warm"] == 20
 
 
+@pytest.mark.slow
 def test_a_key_with_history_reserves_its_dearest_request(proxy, upstream, client_key):
     """Small bodies, dear answers (a continuation's history is not in its body): after one
     answer of $0.50, that is what each of the next requests reserves."""
@@ -345,6 +349,7 @@ def test_a_key_with_history_reserves_its_dearest_request(proxy, upstream, client
     assert _ledger_spend(client_key) == 2.5  # was 31 × $0.50 = $15.50 before reservations
 
 
+@pytest.mark.slow
 def test_after_a_flushall_the_estimate_is_the_keys_dearest_request_today_from_its_rows(
     private_proxy, private_redis, upstream, client_key
 ):

@@ -17,6 +17,8 @@ from proxy.services.key_policies import PolicyValues, key_policy_set
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import UvicornProcess, make_pool_account
 
+pytestmark = pytest.mark.subprocess
+
 SLOT_TTL_SECONDS = 3
 BODY = json.dumps({"model": "gpt-5.4", "input": "hi"})
 

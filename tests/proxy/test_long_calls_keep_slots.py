@@ -80,6 +80,7 @@ def _wait_until(condition, what: str) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("call", list(CALLS))
 def test_a_call_longer_than_the_slot_ttl_keeps_the_account_cap_and_the_key_concurrency(
     proxy, upstream, client_key, settings, call

@@ -203,6 +203,7 @@ def test_with_a_token_the_bearer_is_required_from_everyone(metrics_client, setti
     assert {"cpr_pool_accounts", "cpr_scheduler_slots_in_use"} <= families
 
 
+@pytest.mark.subprocess
 def test_two_processes_add_up_in_one_multiprocess_directory(
     upstream, transactional_db, client_key, tmp_path
 ):

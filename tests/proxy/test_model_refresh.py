@@ -55,6 +55,7 @@ def clean_snapshots():
     forget_cached_catalog()
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, celery_worker):
     make_pool_account("tok-plus-1", plan_type="plus")
@@ -90,6 +91,7 @@ def test_refresh_fetches_one_account_per_plan_and_replaces_the_hash(upstream, ce
     assert calls[0].header("sec-fetch-mode") == "cors"
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_the_model_list_call_sends_the_auxiliary_headers(upstream, celery_worker):
     # Mirrors the original's backend/tests/upstream/openai/transport/headers.rs:
@@ -113,6 +115,7 @@ def test_the_model_list_call_sends_the_auxiliary_headers(upstream, celery_worker
         assert sent.header(absent) is None
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     "failure",
@@ -140,6 +143,7 @@ def test_a_plan_whose_fetch_fails_keeps_its_previous_snapshot(upstream, celery_w
     assert [call.header("authorization") for call in calls] == ["Bearer tok-plus"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_the_refresh_asks_an_account_that_may_serve(upstream, celery_worker):
     make_pool_account(
@@ -202,6 +206,7 @@ def test_plan_allowlists_steer_the_scheduler_and_the_catalog(proxy, upstream, cl
     assert missing.status_code == 404  # built-in names are not served once snapshots exist
 
 
+@pytest.mark.subprocess
 def test_a_new_models_etag_queues_a_refresh(
     proxy, upstream, client_key, celery_worker, redis_client
 ):

@@ -17,6 +17,8 @@ from proxy.models import RuntimeSettings
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import UvicornProcess, make_pool_account
 
+pytestmark = pytest.mark.subprocess
+
 SLOT_TTL_SECONDS = 3
 
 

@@ -43,6 +43,7 @@ def test_a_non_stream_answer_does_not_count_the_upstreams_deltas(proxy, upstream
     assert 0 < _overhead(response) < 625
 
 
+@pytest.mark.slow
 def test_failed_attempts_count_as_upstream_wait_too(proxy, upstream, client_key):
     make_pool_account("tok-a")
     make_pool_account("tok-b")

@@ -41,6 +41,8 @@ from tests.fakes.codex import Reply
 from tests.proxy.conftest import LiveServer, make_pool_account
 from tests.web_process import WebProcess
 
+pytestmark = pytest.mark.subprocess
+
 MIB = 1024 * 1024
 LARGE = 15 * MIB
 BODY_MEMORY = 40 * MIB  # the web process's V1_BODY_BYTES_PER_PROCESS here: two large bodies

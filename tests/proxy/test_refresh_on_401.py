@@ -108,6 +108,7 @@ def test_a_401_without_a_refresh_token_is_demoted_at_once(proxy, upstream, oauth
     assert (row.status, row.next_refresh_at) == ("expired", None)
 
 
+@pytest.mark.subprocess
 def test_a_running_scheduled_refresh_is_waited_for_not_repeated(
     proxy, upstream, oauth, client_key, celery_worker, redis_client
 ):

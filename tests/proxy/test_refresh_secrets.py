@@ -22,7 +22,7 @@ from tests.fakes.codex import Reply
 from tests.fakes.oauth import Identity
 from tests.proxy.conftest import make_oauth_account, post_responses
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 
 def test_no_secret_reaches_a_log_line_or_an_error_body(

@@ -296,6 +296,7 @@ def test_a_redis_failure_while_writing_is_logged_without_ids_and_ignored(monkeyp
     assert "resp_secretish" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_redis_failure_while_looking_up_means_nothing_known_to_redis(
     monkeypatch, caplog, settings, transactional_db
 ):

@@ -77,6 +77,7 @@ def test_history_that_is_not_an_ordered_prefix_of_the_code_is_refused(statement,
         run_startup_checks("worker", out=io.StringIO())
 
 
+@pytest.mark.subprocess
 def test_the_real_web_entry_point_refuses_a_tampered_history(scratch_database, tmp_path):
     environment = project_environment(
         scratch_database, tmp_path, CPR_ADMIN_DEFAULT_PASSWORD="a long enough admin password"

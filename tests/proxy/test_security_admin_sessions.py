@@ -135,6 +135,7 @@ def test_logging_out_deletes_the_session(admin, settings, redis_client):
     assert replay.get("/admin/").status_code == 302
 
 
+@pytest.mark.slow
 def test_a_password_change_ends_every_session_and_removes_the_generated_file(
     admin, settings, redis_client, tmp_path
 ):
@@ -307,6 +308,7 @@ def test_over_tls_the_django_admin_cookies_are_secure_without_the_setting(admin,
     assert answer.cookies[COOKIE]["secure"] == ""
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_refuses_a_pickled_task_planted_in_the_broker(celery_worker, tmp_path):
     """Whoever can write to the broker sends a pickle-serialized task: the worker refuses to

@@ -82,6 +82,7 @@ def two_web_processes(upstream, transactional_db):
         process.stop()
 
 
+@pytest.mark.subprocess
 def test_the_sixth_login_attempt_is_refused_across_two_worker_processes(
     two_web_processes, settings
 ):
@@ -134,6 +135,7 @@ def _api_log_in(base: str, password: str, **headers: str) -> requests.Response:
     )
 
 
+@pytest.mark.subprocess
 def test_admin_api_log_ins_share_the_limit_across_processes_and_with_the_form(
     two_web_processes,
 ):

@@ -198,6 +198,7 @@ def test_concurrent_account_usage_upserts_lose_nothing():
     assert (usage.request_count, usage.output_tokens) == (100, 200)
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_hourly_trim_runs_in_a_real_worker(celery_worker):
     now = timezone.now()
@@ -238,6 +239,7 @@ def test_hourly_trim_runs_in_a_real_worker(celery_worker):
     assert celery_worker.run(trim_retention_task)["usage_records"] == 0  # idempotent
 
 
+@pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_expired_cookies_are_deleted_by_the_worker(celery_worker):
     account = make_account()

@@ -13,6 +13,8 @@ from tests.conftest import CeleryWorkerProcess, fakes_environment, run_database_
 from tests.fakes.oauth import Identity
 from tests.proxy.conftest import make_oauth_account
 
+pytestmark = pytest.mark.subprocess
+
 QUEUE = "refresh-processes"
 ALICE = Identity("org-alice", "user-alice", "plus", "alice@example.com")
 BOB = Identity("org-bob", "user-bob", "pro", "bob@example.com")

@@ -25,7 +25,7 @@ from tests.fakes.codex import Reply
 from tests.fakes.oauth import Identity
 from tests.proxy.conftest import make_oauth_account, make_pool_account, post_responses
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 
 @contextlib.contextmanager

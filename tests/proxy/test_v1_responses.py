@@ -429,6 +429,7 @@ def test_the_json_404_of_an_unknown_path_echoes_the_request_id(proxy):
         assert re.fullmatch(r"req_[0-9a-f-]{36}", generated.headers["x-request-id"])
 
 
+@pytest.mark.subprocess
 def test_an_unreachable_redis_gives_a_json_500_not_a_html_page(
     upstream, client_key, private_redis, transactional_db
 ):

@@ -347,6 +347,7 @@ def test_one_frame_waits_behind_the_running_one_and_any_further_is_refused(
     ]
 
 
+@pytest.mark.slow
 def test_a_waiting_frame_meets_the_keys_policy_when_it_arrives(proxy, upstream, client_key):
     """Issue 35 item 3: the frame that will wait is checked against its key's policy on
     arrival — a model the key may not use, and a requests window the running request filled —

@@ -29,6 +29,8 @@ from tests.fakes.codex import Reply
 from tests.proxy.conftest import make_pool_account
 from tests.web_process import WebProcess
 
+pytestmark = pytest.mark.subprocess
+
 MIB = 1024 * 1024
 FLOOD = 60
 

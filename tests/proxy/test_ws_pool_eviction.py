@@ -259,6 +259,7 @@ def test_enabling_an_account_again_gives_it_a_fresh_socket(two_pooled, proxy, up
     assert upstream.ws_connections["tok-a"] == 2
 
 
+@pytest.mark.subprocess
 def test_a_process_serving_no_requests_evicts_on_its_sweep(upstream, transactional_db, client_key):
     """The status change is made in this (test) process; the proxy process holding the
     sockets gets no request after it and still closes a's socket, on its sweep."""

@@ -8,10 +8,10 @@ A run takes the broadcast's sender lease (one loop per broadcast), then:
   ``expected_count`` positive, strictly ascending ids; otherwise nothing is sent and every
   recipient counts as a failure) and intersected once with the users eligible now (the others
   count as failures, unsent); then, from the row's counts on, for each recipient:
-  a permit from the shared limiter (``bots.outbound.limiter``: ~30 a second for the bot, one a
-  second per chat, nobody inside a retry_after), the in-flight marker, the claim (one
-  conditional UPDATE: counted as a failure, heartbeat refreshed — or the row left ``sending`` and
-  the loop stops before this recipient), ``sendMessage`` (parse_mode HTML), the outcome:
+  a permit from the shared limiter (``bots.pipeline.broadcast.pacing``), the in-flight marker,
+  the claim (one conditional UPDATE: counted as a failure, heartbeat refreshed — or the row left
+  ``sending`` and the loop stops before this recipient), ``sendMessage`` (parse_mode HTML), the
+  outcome:
   accepted ⇒ a success; a 429 ⇒ the limiter blocks everybody for its retry_after, the claim is
   given back (Telegram delivered nothing) and the same recipient is tried again, at most
   MAX_RATE_LIMITED_SENDS times; any other failure (blocked by the user, 5xx, network) stays a
@@ -25,17 +25,14 @@ the heartbeat keeps being refreshed (a send without one for ten minutes is stale
 that starts again at once to find the same wait. Every path that learns a retry_after honours
 it: a run whose final edit is refused for one runs again after it. The counts on the
 row are the cursor, so a run killed anywhere resumes where it stopped, and the recipient whose
-send was in flight counts as a failure whose outcome is unknown — never resent.
+send was in flight counts as a failure whose outcome is unknown — never resent. While it runs,
+the run keeps its sender lease and the row's heartbeat (``bots.pipeline.broadcast.keepalive``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import secrets
-import time
 from collections.abc import Callable
-from typing import TypeVar
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -46,19 +43,19 @@ from bots.clients.telegram import (
     TelegramRetryableError,
 )
 from bots.models import Broadcast, BroadcastStatus
-from bots.outbound.limiter import IN_FLIGHT_POLL, LONGEST_SLEEP, Permit, Priority
+from bots.outbound.limiter import Permit, Priority
 from bots.pipeline.broadcast.display import edit_control, finish, progress_text
 from bots.pipeline.broadcast.jobs import SendJob, queue_run
+from bots.pipeline.broadcast.keepalive import Keepalive, LeaseLost, LeftSending
+from bots.pipeline.broadcast.pacing import DEFAULT_RETRY_AFTER_SECONDS, Pacing, Result
 from bots.pipeline.broadcast.recipients import decode_recipients
 from bots.pipeline.context import BotContext, worker_context
 from bots.selectors import broadcast_eligible_user_ids
 from bots.services.broadcast_progress import (
-    SENDER_LEASE_REFRESH_SECONDS,
     SENDER_LEASE_SECONDS,
     in_flight_clear,
     in_flight_mark,
     in_flight_take,
-    sender_lease_hold,
     sender_lease_release,
     sender_lease_take,
     unknown_add,
@@ -67,7 +64,6 @@ from bots.services.broadcasts import (
     broadcast_claim_recipient,
     broadcast_complete,
     broadcast_fail_remaining,
-    broadcast_heartbeat,
     broadcast_record_success,
     broadcast_unclaim_recipient,
 )
@@ -79,18 +75,12 @@ logger = logging.getLogger(__name__)
 TASK_CHUNK_SECONDS = 120.0
 # The control message shows the progress this often while sending.
 PROGRESS_EDIT_SECONDS = 5.0
-# While the loop waits (a retry_after), its heartbeat is refreshed this often.
-HEARTBEAT_SECONDS = 5.0
-# A 429 without retry_after (Telegram always sends one; never trust that) blocks this long.
-DEFAULT_RETRY_AFTER_SECONDS = 3
 # 429s for one recipient before it counts as a failure.
 MAX_RATE_LIMITED_SENDS = 5
 # A run that met a retryable failure (the database, the final edit) runs again after this
 # many seconds, at most MAX_RUN_RETRIES times in a row.
 RUN_RETRY_SECONDS = 10.0
 MAX_RUN_RETRIES = 5
-# How long an edit of the control message may wait for its permit.
-EDIT_PERMIT_TIMEOUT = 30.0
 # A wait longer than the run has left: the next run starts after the wait, or after this long
 # if the wait is longer (it refreshes the heartbeat and queues the next step).
 WAIT_STEP_SECONDS = 60.0
@@ -107,29 +97,6 @@ GIVEN_UP = "given up"
 SENT = "sent"
 FAILED = "failed"
 RATE_LIMITED = "rate limited"
-
-Result = TypeVar("Result")
-
-
-class LeaseLost(Exception):
-    """Another loop holds the broadcast now: this one stops at once, silently."""
-
-
-class LeftSending(Exception):
-    """The row left ``sending`` while the loop waited."""
-
-
-class NoPermitInTime(TelegramRetryableError):
-    """No permit for a call into the support group within EDIT_PERMIT_TIMEOUT: the bot is held
-    back (a retry_after) for ``retry_after`` seconds more."""
-
-    def __init__(self, *, wait: float) -> None:
-        super().__init__(
-            method="editMessageText",
-            status=None,
-            description=f"no send permit within {EDIT_PERMIT_TIMEOUT:.0f}s",
-            retry_after=math.ceil(wait),
-        )
 
 
 def run_send_job(
@@ -201,12 +168,18 @@ class Sender:
         self.job = job
         self.row = row  # kept up to date with what this run wrote
         self.monotonic = monotonic
-        self.sleep = time.sleep
-        self.limiter = ctx.config.outbound_limiter(row.bot_id)
+        self.pacing = Pacing(ctx.config.outbound_limiter(row.bot_id), monotonic=monotonic)
         started = monotonic()
+        lease_token = job.lease_token
+        assert lease_token is not None  # run_send_job takes the lease before the Sender exists
+        self.keepalive = Keepalive(
+            bot_id=row.bot_id,
+            broadcast_id=row.id,
+            lease_token=lease_token,
+            monotonic=monotonic,
+            started=started,
+        )
         self.deadline = started + TASK_CHUNK_SECONDS
-        self.lease_kept_at = started
-        self.heartbeat_at = started
         self.progress_at = started
         # When the run ends with CONTINUES: the seconds before the next run may start.
         self.next_run_after = 0.0
@@ -269,7 +242,7 @@ class Sender:
         while self._handled < len(recipients):
             if self.monotonic() >= self.deadline:
                 return CONTINUES
-            self._keep_lease_if_due()
+            self.keepalive.keep_lease_if_due()
             index = self._handled
             user_id = recipients[index]
             if user_id not in eligible:
@@ -277,11 +250,11 @@ class Sender:
                 if not self._claim(index):
                     return self._stopped()
                 continue
-            permit = self._permit(
+            permit = self.pacing.permit(
                 chat_id=user_id,
                 priority=Priority.BULK,
                 deadline=self.deadline,
-                on_wait=self._waiting,
+                on_wait=self.keepalive.while_waiting,
             )
             if not isinstance(permit, Permit):
                 return self._wait_in_the_queue(permit)
@@ -307,10 +280,10 @@ class Sender:
             if not self._claim(index):
                 in_flight_clear(broadcast_id=row.id)
                 return None
-            self._keep_lease_if_due()  # the lease outlives the call that follows
+            self.keepalive.keep_lease_if_due()  # the lease outlives the call that follows
             outcome = self._deliver(user_id)
         finally:
-            self.limiter.release(permit)
+            self.pacing.release(permit)
         if outcome == SENT:
             broadcast_record_success(bot_id=row.bot_id, broadcast_id=row.id)
             row.failure_count -= 1
@@ -327,41 +300,12 @@ class Sender:
         in_flight_clear(broadcast_id=row.id)
         return outcome
 
-    def _permit(
-        self,
-        *,
-        chat_id: int,
-        priority: Priority,
-        deadline: float,
-        on_wait: Callable[[float], None],
-    ) -> Permit | float:
-        """A permit from the shared limiter, waited for until ``deadline`` (``on_wait`` runs
-        before every sleep); or, when the wait outlasts the deadline, the seconds still to
-        wait (asked at once: nothing is slept that cannot end in a permit). A wait for a call
-        still in flight (its lease, not a real wait) is asked again within IN_FLIGHT_POLL."""
-        permit_id = secrets.token_hex(8)  # one place among the limiter's waiters
-        while True:
-            outcome, in_flight = self.limiter.poll(
-                chat_id=chat_id, priority=priority, permit_id=permit_id
-            )
-            if isinstance(outcome, Permit):
-                return outcome
-            wait = min(outcome, IN_FLIGHT_POLL) if in_flight else outcome
-            if self.monotonic() + wait > deadline:
-                self.limiter.withdraw(chat_id=chat_id, permit_id=permit_id)
-                return wait
-            on_wait(outcome)
-            self.sleep(min(wait, LONGEST_SLEEP))
-
     def _wait_in_the_queue(self, wait: float) -> str:
         """The bot is held back for longer than this run has left: refresh the heartbeat and
         end the run; the next one starts after the wait (or after WAIT_STEP_SECONDS, to
         refresh the heartbeat again)."""
-        if not broadcast_heartbeat(
-            bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()
-        ):
+        if not self.keepalive.heartbeat():
             return self._stopped()
-        self.heartbeat_at = self.monotonic()
         self.next_run_after = min(wait, WAIT_STEP_SECONDS)
         logger.info(
             "broadcast %s: sends held back for %.1fs more; next run in %.1fs",
@@ -377,7 +321,7 @@ class Sender:
         ):
             return False
         self.row.failure_count += 1
-        self.heartbeat_at = self.monotonic()
+        self.keepalive.heartbeat_written()
         return True
 
     def _deliver(self, user_id: int) -> str:
@@ -416,7 +360,7 @@ class Sender:
             error.method,
             seconds,
         )
-        self.limiter.block(seconds=seconds)  # a private chat's 429: the bot's overall limit
+        self.pacing.block_the_bot(seconds=seconds)
 
     def _complete(self) -> str:
         if broadcast_complete(bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()):
@@ -451,27 +395,6 @@ class Sender:
 
     # -------------------------------------------------------------- while it runs
 
-    def _keep_lease_if_due(self) -> None:
-        if self.monotonic() - self.lease_kept_at < SENDER_LEASE_REFRESH_SECONDS:
-            return
-        token = self.job.lease_token
-        assert token is not None  # run_send takes the lease before the Sender exists
-        if not sender_lease_hold(
-            broadcast_id=self.row.id, token=token, ttl_seconds=SENDER_LEASE_SECONDS
-        ):
-            raise LeaseLost(f"broadcast {self.row.id}: sender lease lost")
-        self.lease_kept_at = self.monotonic()
-
-    def _waiting(self, seconds: float) -> None:
-        """Called while the limiter makes the loop wait: keep the lease and the heartbeat."""
-        self._keep_lease_if_due()
-        if self.monotonic() - self.heartbeat_at >= HEARTBEAT_SECONDS:
-            if not broadcast_heartbeat(
-                bot_id=self.row.bot_id, broadcast_id=self.row.id, now=timezone.now()
-            ):
-                raise LeftSending(f"broadcast {self.row.id} left sending")
-            self.heartbeat_at = self.monotonic()
-
     def _progress_if_due(self) -> None:
         if self.monotonic() - self.progress_at < PROGRESS_EDIT_SECONDS:
             return
@@ -485,27 +408,8 @@ class Sender:
             logger.info("broadcast %s: progress not shown: %s", self.row.id, error)
 
     def paced(self, call: Callable[[], Result]) -> Result:
-        """Run a call into the support group under the shared limiter (a 429 is learned).
-        Raises NoPermitInTime (with the wait still ahead as its retry_after) when the permit
-        would come after EDIT_PERMIT_TIMEOUT."""
-        permit = self._permit(
-            chat_id=self.row.support_chat_id,
-            priority=Priority.CARD,
-            deadline=self.monotonic() + EDIT_PERMIT_TIMEOUT,
-            on_wait=lambda seconds: self._keep_lease_if_due(),
+        """Run a call into the support group under the shared limiter (``Pacing.in_group``),
+        the lease kept while it waits."""
+        return self.pacing.in_group(
+            call, chat_id=self.row.support_chat_id, keep_alive=self.keepalive.keep_lease_if_due
         )
-        if not isinstance(permit, Permit):
-            raise NoPermitInTime(wait=permit)
-        try:
-            self._keep_lease_if_due()
-            return call()
-        except TelegramRetryableError as error:
-            if error.status == 429:
-                # A 429 in the group blocks the group's bucket (for every process).
-                self.limiter.learn_retry_after(
-                    chat_id=self.row.support_chat_id,
-                    seconds=error.retry_after or DEFAULT_RETRY_AFTER_SECONDS,
-                )
-            raise
-        finally:
-            self.limiter.release(permit)

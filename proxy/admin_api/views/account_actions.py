@@ -182,7 +182,7 @@ class AccountTestView(AdminAPIView):
             model=model,
             disabled=account.status == AccountStatus.DISABLED,
             fingerprint=current_fingerprint(),
-            clock=timezone.now,
+            now=timezone.now,
         )
         response = StreamingHttpResponse(_sse(events), content_type="text/event-stream")
         response["X-Accel-Buffering"] = "no"

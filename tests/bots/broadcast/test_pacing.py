@@ -53,6 +53,7 @@ def _closest_in_one_chat(arrivals: list[float]) -> float:
     return min(later - earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False))
 
 
+@pytest.mark.slow
 def test_at_most_30_sends_in_any_second_and_none_inside_a_retry_after(
     webhook, telegram, admin, clock, django_capture_on_commit_callbacks, bot_settings
 ):
@@ -80,6 +81,7 @@ def test_at_most_30_sends_in_any_second_and_none_inside_a_retry_after(
     assert _closest_in_one_chat(retried) >= 2
 
 
+@pytest.mark.slow
 def test_at_most_one_call_a_second_into_one_chat(
     webhook, telegram, admin, clock, django_capture_on_commit_callbacks, monkeypatch
 ):

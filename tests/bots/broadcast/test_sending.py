@@ -141,6 +141,7 @@ def test_a_429_holds_the_loop_for_its_retry_after_and_the_recipient_still_gets_i
     assert _control_text(telegram, confirmed) == texts.broadcast_done(sent=3, failed=0)
 
 
+@pytest.mark.slow
 def test_a_recipient_refused_with_429_six_times_counts_as_a_failure(telegram, people, confirmed):
     telegram.fail("sendMessage", status=429, retry_after=1, times=6)
 

@@ -27,7 +27,7 @@ from tests.bots.conftest import START, Webhook
 from tests.bots.helpers import general_texts
 from tests.conftest import run_database_url
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 BROADCASTS = reverse("admin:bots_broadcast_changelist")
 

@@ -22,7 +22,7 @@ from tests.bots.broadcast.helpers import eligible_users, start_draft
 from tests.conftest import BOT_DELETES_PER_SECOND, CeleryWorkerProcess, run_database_url
 from tests.fakes.telegram import most_in_one_second
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
 QUEUE = "tests.broadcast.crash"
 RECIPIENTS = 2000

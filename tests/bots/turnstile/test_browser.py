@@ -18,7 +18,7 @@ from tests.bots.helpers import set_switches, user_row
 from tests.bots.turnstile.helpers import init_data_for, latest_link
 from tests.fakes.telegram_webapp import launch_url, sign_init_data
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 
 def _state(browser) -> str:

@@ -406,6 +406,7 @@ def test_refresh_now_is_alive_or_skipped(api, oauth):
     assert error_of(api.post_json("/api/admin/accounts/refresh", {"id": "nope"}), 404, 40401)
 
 
+@pytest.mark.slow
 def test_a_refresh_refused_twice_is_dead_and_expires_the_account(api, oauth):
     account = make_oauth_account(oauth, CAROL)
     oauth.fail(account.refresh_token, "invalid_grant", "invalid_grant")

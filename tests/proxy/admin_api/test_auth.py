@@ -108,6 +108,7 @@ def test_log_in_validation_errors(admin):
     assert AdminLoginEvent.objects.count() == 0
 
 
+@pytest.mark.slow
 def test_five_failures_lock_out_both_surfaces(admin, settings):
     client = AdminClient()
     for _ in range(5):

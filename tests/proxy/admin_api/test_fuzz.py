@@ -86,6 +86,7 @@ def authenticate(case, credentials: Credentials) -> None:
     case.headers, case.cookies = headers, cookies
 
 
+@pytest.mark.slow
 @admin_operations.parametrize()
 @settings(
     max_examples=FUZZ_EXAMPLES,
