@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test test-fast audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
+.PHONY: run test test-fast typecheck audit bench bench-broadcast bench-bot drill lint format stop-embedded migrate clean-venv
 
 # A new venv of Python 3.11 comes with setuptools 65.5 (CVE-2024-6345, CVE-2025-47273): upgraded
 # with pip.
@@ -62,6 +62,10 @@ bench-bot: $(INSTALLED)
 # checked (docs/reliability.md). DRILL_ARGS="--quick" for a few hundred requests.
 drill: $(INSTALLED)
 	$(PY) -m drill.run $(DRILL_ARGS)
+
+# mypy over the project's packages (pyproject.toml [tool.mypy]); .ci/run runs it before the tests.
+typecheck: $(INSTALLED)
+	$(PY) -m mypy
 
 lint: $(INSTALLED)
 	$(PY) -m ruff check .

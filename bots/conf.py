@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -137,7 +138,7 @@ class BotConfig:
         call of a paced client (an update's inbox lease, ``bots.outbound.paced``)."""
         if not self.bot_token:
             raise ValueError("TELEGRAM_BOT_TOKEN is not set")
-        options = {
+        options: dict[str, Any] = {
             "token": self.bot_token,
             "api_base": self.telegram_api_base,
             "in_place_retry": in_place_retry,

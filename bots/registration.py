@@ -62,10 +62,10 @@ def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> En
     # PUBLIC_BASE_URL, when set, is where Telegram reaches the bot (the operator may open this
     # page through another name); otherwise the origin this request came in at.
     url = webhook_url(config.public_base_url or origin)
+    secret = config.webhook_secret
+    assert secret is not None  # _missing names it otherwise
     try:
-        client.set_webhook(
-            url=url, secret_token=config.webhook_secret, allowed_updates=ALLOWED_UPDATES
-        )
+        client.set_webhook(url=url, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
         me = client.get_me()
     except TelegramError as error:
         return _telegram_failure(error)
@@ -73,9 +73,14 @@ def webhook_register(*, presented_secret: str, origin: str, now: datetime) -> En
         return EndpointResult(
             502, {"status": "error", "detail": texts.telegram_call_failed("getMe")}
         )
-    username = me.get("username") if isinstance(me.get("username"), str) else ""
-    display_name = me.get("first_name") if isinstance(me.get("first_name"), str) else ""
-    bot_upsert(bot_id=me["id"], username=username, display_name=display_name, now=now)
+    username = me.get("username")
+    display_name = me.get("first_name")
+    bot_upsert(
+        bot_id=me["id"],
+        username=username if isinstance(username, str) else "",
+        display_name=display_name if isinstance(display_name, str) else "",
+        now=now,
+    )
     return EndpointResult(
         200,
         {

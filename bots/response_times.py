@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from django.db import connection
 
@@ -105,7 +106,7 @@ def response_times(*, bot_id: int, until: datetime, days: int) -> ResponseTimes:
     since = end - timedelta(days=days)
     by_day = {since.date() + timedelta(days=offset): Figures() for offset in range(days)}
     by_user: dict[int, Figures] = {}
-    parameters = {"bot_id": bot_id, "since": since, "until": end}
+    parameters: dict[str, Any] = {"bot_id": bot_id, "since": since, "until": end}
     with connection.cursor() as cursor:
         cursor.execute(_COUNTS, parameters)
         for user_id, day, direction, count in cursor.fetchall():

@@ -177,7 +177,7 @@ def ledger_group_message_ids(
     id up to ``up_to_id`` and a message id above ``after_message_id``, ascending."""
     if up_to_id is None:
         return []
-    return list(
+    message_ids = (
         RelayedMessage.objects.filter(
             bot_id=bot_id,
             thread_id=thread_id,
@@ -188,6 +188,8 @@ def ledger_group_message_ids(
         .values_list("group_msg_id", flat=True)
         .distinct()
     )
+    # Every one is set (``group_msg_id__gt`` leaves out the rows without one).
+    return [message_id for message_id in message_ids if message_id is not None]
 
 
 def bound_thread_ids(*, bot_id: int, after_thread_id: int) -> list[int]:

@@ -29,7 +29,7 @@ def storable_update(value: Any) -> Any:
         source, copy = pending.pop()
         if isinstance(source, dict):
             for key, item in source.items():
-                copy[_storable_leaf(key)] = _copy_of(item, pending)  # type: ignore[index]
+                copy[_storable_leaf(key)] = _copy_of(item, pending)
         else:
             copy.extend(_copy_of(item, pending) for item in source)  # type: ignore[union-attr]
     return root

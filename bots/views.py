@@ -3,9 +3,12 @@ responds. Any other path or method under ``/telegram/`` is a plain-text 404."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,13 +28,17 @@ def not_found(request: HttpRequest, *args: object, **kwargs: object) -> HttpResp
 class AlwaysJSON(BaseContentNegotiation):
     """Answer JSON whatever the client's Accept header says (Telegram, browsers, curl)."""
 
-    def select_parser(self, request: Request, parsers: list) -> None:
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> None:
         return None
 
     def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self,
+        request: Request,
+        renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
     ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
+        first = next(iter(renderers))
+        return first, first.media_type
 
 
 class BotEndpoint(APIView):
@@ -41,12 +48,15 @@ class BotEndpoint(APIView):
     renderer_classes = [JSONRenderer]  # compact JSON: {"status":"ok",...}
     content_negotiation_class = AlwaysJSON
 
-    def http_method_not_allowed(
-        self, request: Request, *args: object, **kwargs: object
+    # DRF finalizes any HttpResponse; its stubs narrow these two to return a Response.
+    def http_method_not_allowed(  # type: ignore[override]
+        self, request: HttpRequest, *args: object, **kwargs: object
     ) -> HttpResponse:
         return not_found(request)
 
-    def options(self, request: Request, *args: object, **kwargs: object) -> HttpResponse:
+    def options(  # type: ignore[override]
+        self, request: HttpRequest, *args: object, **kwargs: object
+    ) -> HttpResponse:
         return not_found(request)
 
 

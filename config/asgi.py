@@ -92,7 +92,8 @@ http_application = InFlightRequests(
 # The client-facing WebSocket of /v1/responses (the Codex CLI's `supports_websockets`).
 # Behind the same trusted-proxy resolution and Host check as HTTP /v1 (config/websocket_gate.py).
 websocket_application = WebSocketGate(
-    URLRouter([path("v1/responses", ResponsesSocket.as_asgi())]),
+    # channels routes consumers with Django's path(); django-stubs' path() takes views only.
+    URLRouter([path("v1/responses", ResponsesSocket.as_asgi())]),  # type: ignore[list-item, arg-type]
     paths=frozenset({"/v1/responses"}),
 )
 application = ProtocolTypeRouter(

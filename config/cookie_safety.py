@@ -37,4 +37,5 @@ def linear_unquote(value: str | None) -> str | None:
 
 def install() -> None:
     """Make Django's cookie parsing (and ``http.cookies.SimpleCookie``) use ``linear_unquote``."""
-    http.cookies._unquote = linear_unquote
+    # typeshed spells _unquote as two overloads (str to str, None to None): the same contract.
+    http.cookies._unquote = linear_unquote  # type: ignore[assignment]

@@ -257,9 +257,9 @@ def ensure_redis(var_dir: Path) -> str:
     with _start_lock(var_dir):
         port = embedded_redis_port(var_dir)
         state = "down" if port is None else _redis_state(port, password)
-        if state == "ours":
+        if port is not None and state == "ours":
             return redis_url(port, password)
-        if state == "open" and _is_our_redis(var_dir, port):
+        if port is not None and state == "open" and _is_our_redis(var_dir, port):
             _shutdown(port, password=None)
         if port is None or not _port_is_free(port):
             port = free_port()

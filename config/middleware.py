@@ -84,15 +84,15 @@ def resolve_through_trusted_proxies(meta: MutableMapping[str, str]) -> None:
 def TrustedProxyMiddleware(get_response):  # noqa: N802 - Django middleware naming
     if iscoroutinefunction(get_response):
 
-        async def middleware(request):
+        async def async_middleware(request):
             resolve_through_trusted_proxies(request.META)
             return await get_response(request)
 
-    else:
+        return async_middleware
 
-        def middleware(request):
-            resolve_through_trusted_proxies(request.META)
-            return get_response(request)
+    def middleware(request):
+        resolve_through_trusted_proxies(request.META)
+        return get_response(request)
 
     return middleware
 
@@ -114,12 +114,12 @@ def SecureCookiesOverTLSMiddleware(get_response):  # noqa: N802 - Django middlew
 
     if iscoroutinefunction(get_response):
 
-        async def middleware(request):
+        async def async_middleware(request):
             return secure(request, await get_response(request))
 
-    else:
+        return async_middleware
 
-        def middleware(request):
-            return secure(request, get_response(request))
+    def middleware(request):
+        return secure(request, get_response(request))
 
     return middleware

@@ -114,7 +114,8 @@ def run_web() -> None:
         log_config=_uvicorn_log_config(),
         # After SIGTERM, requests in flight may finish for this long; then they are cancelled
         # and the lifespan shutdown writes what they left (config/drain.py).
-        timeout_graceful_shutdown=request_budget(),
+        # uvicorn annotates it int but only hands it to asyncio as a timeout (a float is fine).
+        timeout_graceful_shutdown=request_budget(),  # type: ignore[arg-type]
     )
     if config.workers == 1:
         uvicorn.Server(config).run()

@@ -51,6 +51,8 @@ class CodeMigration:
 
 def _file_checksum(app_label: str, migration_name: str) -> str:
     spec = importlib.util.find_spec(f"{app_label}.migrations.{migration_name}")
+    # The migration loader found this module: it is a file of the app's migrations package.
+    assert spec is not None and spec.origin is not None
     with open(spec.origin, "rb") as migration_file:
         return hashlib.sha256(migration_file.read()).hexdigest()
 

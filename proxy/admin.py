@@ -5,6 +5,8 @@ Writes go through ``proxy.services`` (never raw field edits of state the service
 
 from __future__ import annotations
 
+import functools
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -257,9 +259,7 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
         skipped = queryset.count() - len(eligible)
         for account_id in eligible:
             transaction.on_commit(
-                lambda account_id=account_id: refresh_account_token_task.delay(
-                    account_id, force=True
-                )
+                functools.partial(refresh_account_token_task.delay, account_id, force=True)
             )
         text = f"Token refresh queued for {len(eligible)} account(s)."
         if skipped:

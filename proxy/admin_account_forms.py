@@ -3,6 +3,8 @@ editing its label, status (among those an operator may set), tokens and daily bu
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 from django.utils import timezone
 
@@ -44,6 +46,7 @@ class AccountAddForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         try:
             self.resolved = account_tokens_resolve(
                 access_token=cleaned.get("access_token") or None,
@@ -86,10 +89,12 @@ class AccountForm(DailyBurnCapFormMixin, forms.ModelForm):
         current = self.instance.status
         if current and current not in ADMIN_SETTABLE_STATUSES:
             keep = (current, f"{AccountStatus(current).label} (kept; set by the proxy)")
-            self.fields["status"].choices = [keep, *SETTABLE_STATUS_CHOICES]
+            status = cast(forms.ChoiceField, self.fields["status"])  # the model's choices
+            status.choices = [keep, *SETTABLE_STATUS_CHOICES]
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         self.resolved = None
         access, refresh = cleaned.get("new_access_token"), cleaned.get("new_refresh_token")
         if access or refresh:

@@ -51,6 +51,7 @@ class KeyPolicyForm(forms.ModelForm):
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        assert cleaned is not None  # ModelForm.clean returns cleaned_data
         raw = {name: cleaned.get(name) for name in (*COUNT_FIELDS, *BUDGET_FIELDS)}
         raw["allowed_models"] = cleaned.get("allowed_models")
         raw["account_group"] = cleaned.get("account_group") or None

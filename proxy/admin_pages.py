@@ -6,6 +6,7 @@ the admin API's own SSE route."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -36,6 +37,7 @@ class AccountImportForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         upload = cleaned.get("file")
         if upload is not None:
             if upload.size > MOST_IMPORT_BYTES:
@@ -60,7 +62,14 @@ def _page(request, template: str, context: dict, admin_site) -> TemplateResponse
     return response
 
 
-class AccountPagesMixin:
+if TYPE_CHECKING:
+    # A mixin of ModelAdmins: checked as one (at run time a plain class).
+    _ModelAdminMixin = admin.ModelAdmin[Any]
+else:
+    _ModelAdminMixin = object
+
+
+class AccountPagesMixin(_ModelAdminMixin):
     """Added to the Account admin: the list's action links and the two pages."""
 
     @admin.display(description="actions")
@@ -145,7 +154,7 @@ class AccountPagesMixin:
         self._set_status(request, queryset, AccountStatus.DISABLED)
 
 
-class ClientKeyPagesMixin:
+class ClientKeyPagesMixin(_ModelAdminMixin):
     """Added to the client key admin: a "use" page with the key, copy buttons, the Codex CLI
     configuration and the CC Switch link."""
 

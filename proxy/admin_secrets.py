@@ -8,8 +8,12 @@ of these columns (directly or through a relation), with Django's 400 for a disal
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Model
+from django.http import HttpRequest
 
 # (app label, model name, field name) of every column that holds a credential (seed 004 §2.6).
 SECRET_FIELDS = frozenset(
@@ -39,10 +43,17 @@ def lookup_touches_secret(model: type[Model], lookup: str) -> bool:
     return False
 
 
-class SecretLookupGuard:
+if TYPE_CHECKING:
+    # A mixin of ModelAdmins: checked as one (at run time a plain class).
+    _ModelAdminMixin = admin.ModelAdmin[Any]
+else:
+    _ModelAdminMixin = object
+
+
+class SecretLookupGuard(_ModelAdminMixin):
     """A ModelAdmin mixin: refuse list lookups through secret columns."""
 
-    def lookup_allowed(self, lookup: str, value: str, request=None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         if lookup_touches_secret(self.model, lookup):
             return False
         return super().lookup_allowed(lookup, value, request)

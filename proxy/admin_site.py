@@ -8,8 +8,9 @@ from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, URLResolver, path, reverse
 
 from proxy.admin_secrets import SecretLookupGuard
 from proxy.forms import TOO_MANY_ATTEMPTS, AdminLoginForm, AdminPasswordChangeForm
@@ -44,7 +45,7 @@ class OperatorsAdminSite(admin.AdminSite):
 
         return refusing_nul
 
-    def get_urls(self) -> list[URLPattern]:
+    def get_urls(self) -> list[URLResolver | URLPattern]:
         dashboard = path("dashboard/", self.admin_view(self.dashboard), name="dashboard")
         return [dashboard, *super().get_urls()]
 
@@ -79,9 +80,10 @@ class OperatorsAdminSite(admin.AdminSite):
             response["Retry-After"] = str(form.retry_after_seconds)
         return response
 
-    def password_change(
+    # django-stubs say TemplateResponse; Django's own answers a saved form with a redirect.
+    def password_change(  # type: ignore[override]
         self, request: HttpRequest, extra_context: dict | None = None
-    ) -> HttpResponse:
+    ) -> HttpResponseBase:
         """Django's view with the form that saves through the service (sessions end)."""
         from django.contrib.auth.views import PasswordChangeView
         from django.urls import reverse

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import cast
 
 from common import clock
 from proxy import redis_keys
@@ -29,7 +30,9 @@ async def current_catalog(*, refresh: bool = False) -> Catalog:
         return _cached
     try:
         redis = await async_redis.get()
-        raw = await redis.hgetall(redis_keys.models_plan_snapshots())
+        raw = cast(
+            dict[bytes, bytes], await redis.hgetall(redis_keys.models_plan_snapshots())
+        )  # not decoded: bytes
         snapshots = {plan.decode(): json.loads(value) for plan, value in raw.items()}
         catalog = catalog_from_snapshots(snapshots)
     except Exception:

@@ -13,7 +13,7 @@ import inspect
 import select
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import aiohttp
 import psycopg
@@ -53,9 +53,11 @@ class PerLoop(Generic[Resource]):
         async with lock:
             resource = self._resources.get(loop)
             if resource is None:
-                resource = self._create()
-                if inspect.isawaitable(resource):
-                    resource = await resource
+                created = self._create()
+                # ``create`` is a coroutine function or a plain callable (see __init__).
+                resource = cast(
+                    Resource, await created if inspect.isawaitable(created) else created
+                )
                 self._resources[loop] = resource
         return resource
 
@@ -66,7 +68,8 @@ class PerLoop(Generic[Resource]):
         loop = asyncio.get_running_loop()
         resource = self._resources.get(loop)
         if resource is None:
-            resource = self._resources[loop] = self._create()
+            # A plain callable (refused above otherwise): its result is the resource.
+            resource = self._resources[loop] = cast(Resource, self._create())
         return resource
 
     def pop(self) -> Resource | None:

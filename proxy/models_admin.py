@@ -2,6 +2,8 @@
 the app's models like the others): ``admin_users`` (seed 004 §4.2) and the log-in audit
 ``admin_login_events``."""
 
+from typing import ClassVar
+
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models
@@ -25,7 +27,7 @@ class AdminUser(AbstractBaseUser):
     updated_at = models.DateTimeField()
 
     USERNAME_FIELD = "id"
-    REQUIRED_FIELDS: list[str] = []
+    REQUIRED_FIELDS: ClassVar[list[str]] = []
 
     class Meta:
         db_table = "admin_users"

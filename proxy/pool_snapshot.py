@@ -169,6 +169,7 @@ class _Reader:
                     connection = await self._live_connection()
                     cursor = await connection.execute(_SNAPSHOT_SQL, {"now": timezone.now()})
                     row = await cursor.fetchone()
+                    assert row is not None  # anchored on (select 1): always one row
                     return _snapshot_from_row(row)
                 except (psycopg.OperationalError, psycopg.InterfaceError):
                     await self.close()
@@ -189,6 +190,7 @@ class _Reader:
             except BaseException:
                 await self.close()
                 raise
+        assert row is not None  # a select of one value: always one row
         return int(row[0])
 
     async def _live_connection(self) -> psycopg.AsyncConnection:
@@ -254,7 +256,7 @@ async def _snapshot_at_least(version: int) -> PoolSnapshot:
     while True:
         reading = reader.reading
         fresh = reading is None or reading.done()
-        if fresh:
+        if reading is None or reading.done():
             reading = reader.reading = asyncio.get_running_loop().create_task(reader.read())
         # Shielded: a request whose client left does not cancel the others' reading.
         snapshot = await asyncio.shield(reading)

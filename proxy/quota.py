@@ -102,7 +102,8 @@ def snapshot_from_usage(payload: dict[str, Any], *, now: datetime) -> QuotaSnaps
         )
     for item in payload.get("additional_rate_limits") or []:
         if isinstance(item, dict):
-            raw = item.get("rate_limit") if isinstance(item.get("rate_limit"), dict) else item
+            raw = item.get("rate_limit")
+            raw = raw if isinstance(raw, dict) else item
             snapshots.append(
                 _limit_snapshot(
                     raw, source="additional", limit_name=item.get("limit_name"), now=now
@@ -114,10 +115,12 @@ def snapshot_from_usage(payload: dict[str, Any], *, now: datetime) -> QuotaSnaps
     )
     monthly = None
     if spend_control and isinstance(spend_control.get("individual_limit"), dict):
+        window = _window(spend_control["individual_limit"], now)
+        assert window is not None  # a dict (checked above) always gives a window
         monthly = {
             "key": "spend-control-monthly",
             "window_minutes": MONTH_MINUTES,
-            **_window(spend_control["individual_limit"], now),
+            **window,
         }
     else:
         for snapshot in snapshots:

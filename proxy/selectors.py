@@ -124,7 +124,9 @@ async def response_ownership(
             _RESPONSE_OWNERSHIP_SQL,
             {"response_id": response_id, "client_key_id": client_key_id},
         )
-        count, of_another_key, account_id = await cursor.fetchone()
+        row = await cursor.fetchone()
+    assert row is not None  # an aggregate: always one row
+    count, of_another_key, account_id = row
     if not count:
         return None
     return ResponseOwnership(of_another_key=of_another_key, account_id=account_id)

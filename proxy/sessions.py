@@ -46,7 +46,7 @@ class SessionStore(SessionBase):
 
     def _validate_session_key(self, key: str | None) -> bool:
         # Only our own token shape is looked up (a forged giant cookie never reaches Redis).
-        return bool(key) and key.startswith("sess_") and 8 <= len(key) <= _LONGEST_TOKEN
+        return key is not None and key.startswith("sess_") and 8 <= len(key) <= _LONGEST_TOKEN
 
     def _get_new_session_key(self) -> str:
         while True:
@@ -89,7 +89,9 @@ class SessionStore(SessionBase):
     def save(self, must_create: bool = False) -> None:
         if self.session_key is None:
             return self.create()
-        session = self._stored_form(self._get_session(no_load=must_create), timezone.now())
+        # SessionBase._get_session: Django's own, left out of django-stubs (private).
+        loaded = self._get_session(no_load=must_create)  # type: ignore[attr-defined]
+        session = self._stored_form(loaded, timezone.now())
         if must_create:
             if not admin_session_store_new(token=self.session_key, session=session):
                 raise CreateError
@@ -102,8 +104,8 @@ class SessionStore(SessionBase):
         user_id = data.pop(SESSION_KEY, None)
         data.pop(BACKEND_SESSION_KEY, None)
         auth_hash = data.pop(HASH_SESSION_KEY, None)
-        same_session = self._stored is not None and self._stored_key == self.session_key
-        created_at = self._stored.created_at if same_session else now.isoformat()
+        stored = self._stored if self._stored_key == self.session_key else None
+        created_at = stored.created_at if stored is not None else now.isoformat()
         return AdminSession(
             user_id=user_id,
             created_at=created_at,

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import jwt
+from jwt.types import Options
 
 AUTH_CLAIM = "https://api.openai.com/auth"
 PROFILE_CLAIM = "https://api.openai.com/profile"
-_UNVERIFIED = {"verify_signature": False, "verify_exp": False, "verify_aud": False}
+_UNVERIFIED: Options = {"verify_signature": False, "verify_exp": False, "verify_aud": False}
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,10 @@ def token_claims(token: str) -> TokenClaims | None:
         return None
     if not isinstance(payload, dict):
         return None
-    auth = payload.get(AUTH_CLAIM) if isinstance(payload.get(AUTH_CLAIM), dict) else {}
-    profile = payload.get(PROFILE_CLAIM) if isinstance(payload.get(PROFILE_CLAIM), dict) else {}
+    auth = payload.get(AUTH_CLAIM)
+    auth = auth if isinstance(auth, dict) else {}
+    profile = payload.get(PROFILE_CLAIM)
+    profile = profile if isinstance(profile, dict) else {}
     expiry = payload.get("exp")
     expires_at = (
         datetime.fromtimestamp(expiry, tz=UTC)

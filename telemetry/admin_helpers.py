@@ -40,7 +40,7 @@ class EstimatedCountPaginator(Paginator):
             with connection.cursor() as cursor:
                 cursor.execute(
                     "select reltuples::bigint from pg_class where oid = %s::regclass",
-                    [self.object_list.model._meta.db_table],
+                    [query.model._meta.db_table],
                 )
                 estimate = cursor.fetchone()[0]
             if estimate and estimate > 10_000:

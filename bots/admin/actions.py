@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -15,8 +16,14 @@ from bots.pipeline.moderation import archive_conversation, set_risk
 from bots.selectors import topic_get_for_user
 from bots.services.users import user_ban, user_set_risk, user_unban
 
+if TYPE_CHECKING:
+    # A mixin of ModelAdmins: checked as one (at run time a plain class).
+    _ModelAdminMixin = admin.ModelAdmin[Any]
+else:
+    _ModelAdminMixin = object
 
-class UserActions:
+
+class UserActions(_ModelAdminMixin):
     """Ban, unban, mark or clear high-risk, archive: for the users of the selected rows (users
     or topics — both carry ``(bot_id, user_id)``)."""
 
@@ -31,7 +38,8 @@ class UserActions:
     ) -> tuple[list[int], list[int]]:
         """Run ``run(bot_id, user_id)`` per selected row, each recorded in the audit trail;
         the user ids it changed and missed."""
-        changed, missed = [], []
+        changed: list[int] = []
+        missed: list[int] = []
         for bot_id, user_id in queryset.values_list("bot_id", "user_id"):
             done = run(bot_id, user_id)
             (changed if done else missed).append(user_id)

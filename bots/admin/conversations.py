@@ -119,7 +119,8 @@ class BotUserAdmin(UserDeletionViews, UserActions, CurrentBotAdmin):
         if thread_id is None:
             return "—"
         url = reverse("admin:bots_topiclisting_change", args=[thread_id])
-        return format_html('<a href="{}">{} ({})</a>', url, thread_id, obj.topic_status)
+        status = getattr(obj, "topic_status", None)  # annotated with the thread (the queryset)
+        return format_html('<a href="{}">{} ({})</a>', url, thread_id, status)
 
     @admin.display(description="ledger")
     def ledger(self, obj: BotUserListing) -> str:

@@ -9,7 +9,9 @@ the user's data as a JSON export (``bots.exports``).
 
 from __future__ import annotations
 
-from django.contrib import messages
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
 from django.http import (
     Http404,
     HttpRequest,
@@ -48,7 +50,14 @@ def _bot_id() -> int:
     return bot_id
 
 
-class UserDeletionViews:
+if TYPE_CHECKING:
+    # A mixin of ModelAdmins: checked as one (at run time a plain class).
+    _ModelAdminMixin = admin.ModelAdmin[Any]
+else:
+    _ModelAdminMixin = object
+
+
+class UserDeletionViews(_ModelAdminMixin):
     """On a user's page: "Export data (JSON)" and "Delete user…"."""
 
     change_form_template = "bots/admin/user_change_form.html"
@@ -150,7 +159,7 @@ class UserDeletionViews:
         return HttpResponseRedirect(reverse("admin:bots_botuserlisting_changelist"))
 
 
-class TopicPurgeViews:
+class TopicPurgeViews(_ModelAdminMixin):
     """On a topic's page: "Purge messages…"."""
 
     change_form_template = "bots/admin/topic_change_form.html"

@@ -77,7 +77,7 @@ class RelayedMessageAdmin(ReadOnlyAdmin, CurrentBotAdmin):
         }
         return TemplateResponse(request, "bots/admin/response_times.html", context)
 
-    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         # The users' and topics' "messages" links filter the ledger by user or thread.
         return lookup in ("user_id", "thread_id") or super().lookup_allowed(lookup, value, request)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db import connection
 
@@ -183,5 +183,5 @@ def release_database_connection(seconds: float = 0.0) -> None:
         connection.close()
 
 
-def _is_chat_id(value: object) -> bool:
+def _is_chat_id(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from celery import current_app
 from django.db import IntegrityError, transaction
@@ -57,7 +58,7 @@ RETRY_SECONDS = 10.0
 STALE_SECONDS = 30.0
 
 
-def album_id(message: Mapping, content: Content) -> str | None:
+def album_id(message: Mapping[str, Any], content: Content) -> str | None:
     """The message's ``media_group_id`` when it is an album item the bot relays as one."""
     group = message.get("media_group_id")
     if isinstance(group, str) and 0 < len(group) <= 64 and content.kind in ALBUM_KINDS:
@@ -76,6 +77,7 @@ def collect_album_item(
     content: Content,
 ) -> None:
     """Store one album item and queue the album's flush (a redelivered item is ignored)."""
+    assert content.file_id is not None  # album items are media (album_id), media has a file
     try:
         with transaction.atomic():
             AlbumItem.objects.create(
@@ -176,7 +178,7 @@ def _topic_lost(item: AlbumItem, error: TelegramPermanentError) -> bool:
     return item.direction == Direction.IN and (is_topic_closed(error) or is_topic_gone(error))
 
 
-def _send(ctx: BotContext, items: list[AlbumItem]) -> list[dict]:
+def _send(ctx: BotContext, items: list[AlbumItem]) -> list[dict[str, Any]]:
     first = items[0]
     inbound = first.direction == Direction.IN
     chat_id = ctx.support_chat_id if inbound else first.user_id
@@ -192,7 +194,7 @@ def _send(ctx: BotContext, items: list[AlbumItem]) -> list[dict]:
     return ctx.client.send_media_group(chat_id=chat_id, media=media, message_thread_id=thread_id)
 
 
-def _record(items: list[AlbumItem], sent: list[dict], *, now: datetime) -> None:
+def _record(items: list[AlbumItem], sent: list[dict[str, Any]], *, now: datetime) -> None:
     """One ledger row per item, paired with its message in the sent album."""
     rows = []
     for item, message in zip(items, sent, strict=False):

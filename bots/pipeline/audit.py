@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from bots.models import AuditAction, AuditOutcome, AuditSurface
 from bots.pipeline.context import UpdateContext
 from bots.services.audit import AuditActor, audit_record
 
 
-def telegram_actor(admin: Mapping) -> tuple[int | None, str]:
+def telegram_actor(admin: Mapping[str, Any]) -> tuple[int | None, str]:
     """The admin's Telegram id and a readable name (``@username``, else the first name)."""
     admin_id = admin.get("id")
     username = admin.get("username")
@@ -20,7 +21,7 @@ def telegram_actor(admin: Mapping) -> tuple[int | None, str]:
     )
 
 
-def telegram_audit_actor(admin: Mapping) -> AuditActor:
+def telegram_audit_actor(admin: Mapping[str, Any]) -> AuditActor:
     """The admin, for an outcome recorded later by a job or with a status change."""
     actor_id, actor_name = telegram_actor(admin)
     return AuditActor(surface=AuditSurface.TELEGRAM, actor_id=actor_id, actor_name=actor_name)
@@ -29,7 +30,7 @@ def telegram_audit_actor(admin: Mapping) -> AuditActor:
 def audit_from_telegram(
     ctx: UpdateContext,
     *,
-    admin: Mapping,
+    admin: Mapping[str, Any],
     action: AuditAction,
     outcome: AuditOutcome,
     target_user_id: int | None = None,

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 from celery import current_app
 
@@ -212,6 +212,7 @@ class BulkJob(Protocol):
     """What the continuation machinery needs of a job (``PurgeJob``, ``WipeJob``): a dataclass
     with the bot, its lock token and the count of retryable failures in a row."""
 
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a dataclass (dataclasses.asdict)
     bot_id: int
     lock_token: str
     retries: int

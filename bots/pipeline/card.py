@@ -113,14 +113,15 @@ def edit_card(ctx: BotContext, *, user: BotUser, topic: Topic, verification_enab
     ``verification_enabled`` is the switch this message read (settings are read once per
     message).
     """
-    if topic.pinned_msg_id is None:
+    card_msg_id = topic.pinned_msg_id
+    if card_msg_id is None:
         return False
     text = compose_card(user, note=topic.note, verification_enabled=verification_enabled)
 
     def edit() -> bool:
         try:
             ctx.client.edit_message_text(
-                chat_id=ctx.support_chat_id, message_id=topic.pinned_msg_id, text=text
+                chat_id=ctx.support_chat_id, message_id=card_msg_id, text=text
             )
         except TelegramPermanentError as error:
             if is_message_not_modified(error):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from bots.conf import MAX_SAFE_INTEGER
 
@@ -52,12 +53,12 @@ class Classification:
 IGNORE = Classification(UpdateKind.IGNORE)
 
 
-def is_integer(value: object) -> bool:
+def is_integer(value: object) -> TypeGuard[int]:
     """A JSON integer within the safe range (booleans are not integers here)."""
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_SAFE_INTEGER
 
 
-def is_positive_integer(value: object) -> bool:
+def is_positive_integer(value: object) -> TypeGuard[int]:
     return is_integer(value) and value > 0
 
 
@@ -131,7 +132,7 @@ def _classify_callback(callback: object, support_chat_id: int) -> Classification
     return IGNORE
 
 
-def _classify_group_message(message: Mapping) -> Classification:
+def _classify_group_message(message: Mapping[str, Any]) -> Classification:
     thread_id = message.get("message_thread_id")
     if "forum_topic_closed" in message or "forum_topic_reopened" in message:
         closed = isinstance(message.get("forum_topic_closed"), Mapping)

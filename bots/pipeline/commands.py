@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bots import texts
 from bots.models import AuditAction, AuditOutcome, Topic
@@ -64,7 +65,9 @@ def parse_command(text: str) -> Command:
     return Command(name=command_name(text), arguments=parts[1].strip() if len(parts) > 1 else "")
 
 
-def handle_admin_command(ctx: UpdateContext, text: str, *, thread_id: int, admin: Mapping) -> None:
+def handle_admin_command(
+    ctx: UpdateContext, text: str, *, thread_id: int, admin: Mapping[str, Any]
+) -> None:
     """Run ``admin``'s ``/command`` written in ``thread_id`` (GENERAL_THREAD_ID = General)."""
     command = parse_command(text)
     issued = Issued(ctx=ctx, thread_id=thread_id, arguments=command.arguments, admin=admin)

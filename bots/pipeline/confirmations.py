@@ -4,6 +4,7 @@ the 60 s window, toasts and prompt edits."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from bots import texts
 from bots.pipeline.context import BotContext
@@ -15,7 +16,7 @@ CONFIRM_WINDOW_SECONDS = 60
 # ... and a click stamped up to this much before it is still accepted (clock skew).
 CLOCK_SKEW_SECONDS = 5
 # An edit with this keyboard removes the buttons (omitting reply_markup would keep them).
-NO_KEYBOARD = {"inline_keyboard": []}
+NO_KEYBOARD: dict[str, Any] = {"inline_keyboard": []}
 
 
 def epoch_seconds(now: datetime) -> int:
@@ -37,7 +38,7 @@ def send_prompt(
     confirm_label: str,
     confirm_data: str,
     cancel_data: str,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Send a warning into the support group's ``thread_id`` with a confirm and a cancel button
     — into General when the topic is closed (``send_in_thread``: the buttons work there too).
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bots.clients.telegram import TelegramClient
 
@@ -35,7 +36,7 @@ def _file_id(media: object) -> str | None:
     return None
 
 
-def _caption(message: Mapping) -> str | None:
+def _caption(message: Mapping[str, Any]) -> str | None:
     caption = message.get("caption")
     return caption if isinstance(caption, str) and caption else None
 
@@ -54,7 +55,7 @@ def _largest_photo(sizes: object) -> str | None:
     return _file_id(best)
 
 
-def extract_content(message: Mapping) -> Content | None:
+def extract_content(message: Mapping[str, Any]) -> Content | None:
     """The relayable content of ``message``, or None (unsupported: finish silently)."""
     text = message.get("text")
     if isinstance(text, str) and text:
@@ -77,12 +78,13 @@ def send_content(
     chat_id: int,
     message_thread_id: int | None = None,
     reply_to_message_id: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Send ``content`` as a new message of the bot; return Telegram's Message.
 
     ``reply_to_message_id``: the message it answers (a mapped reply); sent as a plain message
     when that one is gone (``allow_sending_without_reply``)."""
     if content.is_text:
+        assert content.text is not None  # extract_content gives every text content its text
         return client.send_message(
             chat_id=chat_id,
             text=content.text,
@@ -90,6 +92,7 @@ def send_content(
             reply_to_message_id=reply_to_message_id,
             reply_even_if_gone=True,
         )
+    assert content.file_id is not None  # and every media content its file
     return client.send_media(
         kind=content.kind,
         chat_id=chat_id,

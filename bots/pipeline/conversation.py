@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bots.pipeline.albums import album_id
 from bots.pipeline.classify import (
@@ -45,7 +46,7 @@ _TOPIC_KINDS = {
 
 
 def conversation_of(
-    update: Mapping, classification: Classification, *, bot_id: int
+    update: Mapping[str, Any], classification: Classification, *, bot_id: int
 ) -> Conversation:
     """The update's conversation (a topic's owner is read from its binding)."""
     kind = classification.kind
@@ -65,6 +66,6 @@ def conversation_of(
     return Conversation(NO_CONVERSATION)
 
 
-def _album(message: Mapping) -> str | None:
+def _album(message: Mapping[str, Any]) -> str | None:
     content = extract_content(message)
     return album_id(message, content) if content is not None else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
@@ -122,7 +123,7 @@ def _payload(data: str) -> tuple[bool, int, int, int] | None:
     return match[1] == "yes", user_id, thread_id, started_at
 
 
-def handle_deletion_callback(ctx: UpdateContext, callback: Mapping) -> None:
+def handle_deletion_callback(ctx: UpdateContext, callback: Mapping[str, Any]) -> None:
     """A click on a /deluser prompt; the order of the checks is spec §4.8's."""
     parsed = _payload(callback["data"])
     if parsed is None:
@@ -175,7 +176,7 @@ def _cancel(
     *,
     callback_id: str,
     expired: bool,
-    admin: Mapping,
+    admin: Mapping[str, Any],
 ) -> None:
     if row.status == ConfirmationStatus.CONFIRMED:
         toast(ctx, callback_id, texts.toast_deluser_failed())
@@ -208,7 +209,7 @@ def _confirm(
     *,
     callback_id: str,
     expired: bool,
-    admin: Mapping,
+    admin: Mapping[str, Any],
 ) -> None:
     if row.status == ConfirmationStatus.CANCELLED:
         toast(ctx, callback_id, texts.toast_deluser_failed())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from bots.models import Direction
 from bots.pipeline.classify import is_positive_integer
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 REPLACEABLE_MEDIA = frozenset({"photo", "video", "animation", "document", "audio"})
 
 
-def handle_inbound_edit(ctx: UpdateContext, message: Mapping) -> None:
+def handle_inbound_edit(ctx: UpdateContext, message: Mapping[str, Any]) -> None:
     """A user edited a private message: edit its copy in the topic."""
     content = extract_content(message)
     user_id = message["from"]["id"]
@@ -55,7 +56,7 @@ def handle_inbound_edit(ctx: UpdateContext, message: Mapping) -> None:
     )
 
 
-def handle_outbound_edit(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> None:
+def handle_outbound_edit(ctx: UpdateContext, message: Mapping[str, Any], *, thread_id: int) -> None:
     """An admin edited a message in a topic: edit the user's copy."""
     content = extract_content(message)
     if content is None or not ctx.config.is_admin(message["from"]["id"]):
@@ -80,26 +81,28 @@ def edit_copy(
     docstring for what can be edited)."""
     client = ctx.client
     if content.is_text and copy_kind == "text":
+        text = content.text
+        assert text is not None  # extract_content gives every text content its text
 
-        def edit() -> dict:
-            return client.edit_message_text(
-                chat_id=chat_id, message_id=message_id, text=content.text
-            )
+        def edit() -> dict[str, Any]:
+            return client.edit_message_text(chat_id=chat_id, message_id=message_id, text=text)
 
     elif content.kind in REPLACEABLE_MEDIA and copy_kind in REPLACEABLE_MEDIA:
+        file_id = content.file_id
+        assert file_id is not None  # and every media content its file
 
-        def edit() -> dict:
+        def edit() -> dict[str, Any]:
             return client.edit_message_media(
                 chat_id=chat_id,
                 message_id=message_id,
                 kind=content.kind,
-                file_id=content.file_id,
+                file_id=file_id,
                 caption=content.caption,
             )
 
     elif content.kind == "voice" and copy_kind == "voice":
 
-        def edit() -> dict:
+        def edit() -> dict[str, Any]:
             return client.edit_message_caption(
                 chat_id=chat_id, message_id=message_id, caption=content.caption or ""
             )

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from bots.pipeline.broadcast.callbacks import handle_broadcast_callback
 from bots.pipeline.context import UpdateContext
@@ -14,7 +15,7 @@ from bots.pipeline.deluser import handle_deletion_callback
 from bots.pipeline.wipe import handle_wipe_callback
 
 
-def handle_group_callback(ctx: UpdateContext, callback: Mapping) -> None:
+def handle_group_callback(ctx: UpdateContext, callback: Mapping[str, Any]) -> None:
     data = callback.get("data")
     if not isinstance(data, str):
         return  # a game or other button without callback data: not ours

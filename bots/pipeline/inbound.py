@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from bots import texts
 from bots.models import BotUser, Direction
@@ -38,15 +39,15 @@ logger = logging.getLogger(__name__)
 
 def is_start(content: Content) -> bool:
     """``/start``, ``/start@bot`` or ``/start <payload>`` (``/startups`` is not)."""
-    return content.is_text and command_name(content.text) == "/start"
+    return content.is_text and content.text is not None and command_name(content.text) == "/start"
 
 
-def _name(sender: Mapping, field: str) -> str:
+def _name(sender: Mapping[str, Any], field: str) -> str:
     value = sender.get(field)
     return value if isinstance(value, str) else ""
 
 
-def handle_inbound(ctx: UpdateContext, message: Mapping) -> None:
+def handle_inbound(ctx: UpdateContext, message: Mapping[str, Any]) -> None:
     """Process one private message of a user. Retryable failures propagate."""
     content = extract_content(message)
     if content is None:

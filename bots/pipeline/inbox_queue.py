@@ -10,6 +10,7 @@ row: nothing is lost with it.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import current_app
 
@@ -28,7 +29,7 @@ def queue_drain(*, bot_id: int, countdown: float = 0.0, queue: str | None = None
     once the rows it is about are committed (a worker too early finds nothing, and the sweep
     comes later). A broker that cannot take the message is logged only: the sweep finds the
     row."""
-    options = {"queue": queue} if queue else {}
+    options: dict[str, Any] = {"queue": queue} if queue else {}
     try:
         current_app.send_task(
             INBOX_DRAIN_TASK,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bots.models import AuditAction, AuditOutcome
 from bots.pipeline.audit import audit_from_telegram, telegram_audit_actor
@@ -21,7 +22,7 @@ class Issued:
     ctx: UpdateContext
     thread_id: int
     arguments: str
-    admin: Mapping  # the admin's Telegram ``User``
+    admin: Mapping[str, Any]  # the admin's Telegram ``User``
 
     def audit(
         self,

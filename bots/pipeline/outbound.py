@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import (
@@ -28,7 +29,7 @@ from bots.services.topics import topic_mark_closed, topic_mark_open
 logger = logging.getLogger(__name__)
 
 
-def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> None:
+def handle_outbound(ctx: UpdateContext, message: Mapping[str, Any], *, thread_id: int) -> None:
     """A message in the support group's ``thread_id``: relay an admin's message to the user.
 
     Non-admins: a ``/command`` gets the "admins only" reply, anything else is ignored (members,
@@ -47,13 +48,14 @@ def handle_outbound(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> 
     if not isinstance(sender, Mapping) or not is_positive_integer(sender.get("id")):
         return
     # Only text can be a command; a caption starting with "/" is relayed like any caption.
-    is_command = content.is_text and content.text.startswith("/")
+    text = content.text if content.is_text else None
+    command = text if text is not None and text.startswith("/") else None
     if not ctx.config.is_admin(sender["id"]):
-        if is_command:
+        if command is not None:
             reply_in_thread(ctx, thread_id=thread_id, text=texts.admins_only())
         return
-    if is_command:
-        handle_admin_command(ctx, content.text, thread_id=thread_id, admin=sender)
+    if command is not None:
+        handle_admin_command(ctx, command, thread_id=thread_id, admin=sender)
         return
     topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     if topic is None:
@@ -145,7 +147,7 @@ def _note_undelivered(ctx: UpdateContext, topic: Topic, error: TelegramPermanent
     )
 
 
-def handle_topic_event(ctx: UpdateContext, message: Mapping, *, thread_id: int) -> None:
+def handle_topic_event(ctx: UpdateContext, message: Mapping[str, Any], *, thread_id: int) -> None:
     """Mirror a native close/reopen of a topic on its binding (users, notes, ledger untouched)."""
     if isinstance(message.get("forum_topic_closed"), Mapping):
         changed = topic_mark_closed(bot_id=ctx.bot_id, thread_id=thread_id, now=ctx.now)

@@ -272,9 +272,10 @@ def _fresh_card(ctx: BotContext, *, thread_id: int) -> bool:
         return False
     if topic.pinned_msg_id is None:
         enabled = verification_settings_get().enabled
+        without_card = topic
         best_effort(
             "purge card",
-            lambda: post_card(ctx, user=user, topic=topic, verification_enabled=enabled),
+            lambda: post_card(ctx, user=user, topic=without_card, verification_enabled=enabled),
         )
         topic = topic_get_for_thread(bot_id=ctx.bot_id, thread_id=thread_id)
     return topic is not None and topic.pinned_msg_id is not None

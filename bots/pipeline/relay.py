@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import (
@@ -86,7 +87,9 @@ def relay_inbound(
         best_effort("risk reminder", lambda: remind_risk(ctx, user=user, thread_id=topic.thread_id))
 
 
-def _send(ctx: BotContext, topic: Topic, content: Content, reply_to: int | None = None) -> dict:
+def _send(
+    ctx: BotContext, topic: Topic, content: Content, reply_to: int | None = None
+) -> dict[str, Any]:
     return send_content(
         ctx.client,
         content,
@@ -104,7 +107,7 @@ def _send_with_recovery(
     content: Content,
     verification_enabled: bool,
     reply_to: int | None,
-) -> tuple[Topic, dict] | None:
+) -> tuple[Topic, dict[str, Any]] | None:
     try:
         return topic, _send(ctx, topic, content, reply_to)
     except TelegramPermanentError as error:
@@ -128,7 +131,7 @@ def _send_with_recovery(
 
 def _resend(
     ctx: BotContext, *, user: BotUser, topic: Topic, content: Content
-) -> tuple[Topic, dict] | None:
+) -> tuple[Topic, dict[str, Any]] | None:
     """The one resend after a recovery; a topic gone again is unbound and the message dropped
     (no loop)."""
     try:

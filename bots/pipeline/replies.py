@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_closed
@@ -20,8 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 def send_in_thread(
-    ctx: BotContext, *, thread_id: int, text: str, send: Callable[[str, int | None], dict]
-) -> dict | None:
+    ctx: BotContext, *, thread_id: int, text: str, send: Callable[[str, int | None], dict[str, Any]]
+) -> dict[str, Any] | None:
     """``send(text, message_thread_id)`` into ``thread_id`` (General without a thread id:
     Telegram rejects message_thread_id=1 with "message thread not found"); into General, with
     a line naming the topic, when the topic is closed.
@@ -42,7 +43,7 @@ def send_in_thread(
     )
 
 
-def reply_in_thread(ctx: BotContext, *, thread_id: int, text: str) -> dict | None:
+def reply_in_thread(ctx: BotContext, *, thread_id: int, text: str) -> dict[str, Any] | None:
     """Answer in the support group's ``thread_id`` (``send_in_thread``)."""
     return send_in_thread(
         ctx,
@@ -54,6 +55,6 @@ def reply_in_thread(ctx: BotContext, *, thread_id: int, text: str) -> dict | Non
     )
 
 
-def report_in_general(ctx: BotContext, text: str) -> dict | None:
+def report_in_general(ctx: BotContext, text: str) -> dict[str, Any] | None:
     """Post in General (closed topics cannot receive messages)."""
     return reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text)

@@ -8,12 +8,13 @@ message); a target that is gone by the time of the send falls back to a plain me
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from bots.models import RelayedMessage
 from bots.pipeline.classify import is_positive_integer
 
 
-def _replied_id(message: Mapping) -> int | None:
+def _replied_id(message: Mapping[str, Any]) -> int | None:
     replied = message.get("reply_to_message")
     if not isinstance(replied, Mapping):
         return None
@@ -21,7 +22,7 @@ def _replied_id(message: Mapping) -> int | None:
     return message_id if is_positive_integer(message_id) else None
 
 
-def reply_target_in_topic(*, bot_id: int, user_id: int, message: Mapping) -> int | None:
+def reply_target_in_topic(*, bot_id: int, user_id: int, message: Mapping[str, Any]) -> int | None:
     """The topic's copy of what the user's private ``message`` replies to, or None."""
     replied = _replied_id(message)
     if replied is None:
@@ -36,7 +37,7 @@ def reply_target_in_topic(*, bot_id: int, user_id: int, message: Mapping) -> int
 
 
 def reply_target_in_private_chat(
-    *, bot_id: int, user_id: int, thread_id: int, message: Mapping
+    *, bot_id: int, user_id: int, thread_id: int, message: Mapping[str, Any]
 ) -> int | None:
     """The user's copy of what the admin's topic ``message`` replies to, or None. Telegram
     marks every message in a topic as a reply to the topic's first (service) message: that

@@ -28,6 +28,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import DatabaseError
 
@@ -57,7 +58,7 @@ UNAUTHORIZED = EndpointResult(401, {"error": "unauthorized"})
 TEMPORARY_FAILURE = EndpointResult(500, {"error": "temporary_failure"})
 
 
-def parse_update(body: bytes) -> dict | None:
+def parse_update(body: bytes) -> dict[str, Any] | None:
     """The update object with its text made storable (``storable_update``), or None when the
     body is not JSON or has no numeric update_id."""
     try:
@@ -71,7 +72,8 @@ def parse_update(body: bytes) -> dict | None:
     update_id = update.get("update_id")
     if not is_integer(update_id) or update_id < 0:
         return None
-    return storable_update(update)
+    storable: dict[str, Any] = storable_update(update)
+    return storable
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def webhook_handle(
 
 
 def _store(
-    update: dict, *, now: datetime, origin: str | None, support_chat_id: int | None
+    update: dict[str, Any], *, now: datetime, origin: str | None, support_chat_id: int | None
 ) -> Accepted | EndpointResult:
     """Claim and store the update, or the answer to give when there is nothing to work on.
     Raises DatabaseError when PostgreSQL cannot store it."""

@@ -31,6 +31,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import TelegramPermanentError, is_topic_gone
@@ -145,7 +146,7 @@ def _prompt_with(line: str) -> str:
 # ------------------------------------------------------------------ the buttons
 
 
-def handle_wipe_callback(ctx: UpdateContext, callback: Mapping) -> None:
+def handle_wipe_callback(ctx: UpdateContext, callback: Mapping[str, Any]) -> None:
     """A click on a /wipealldata prompt (any other payload is ignored)."""
     match = _PAYLOAD.fullmatch(callback["data"])
     if match is None:
@@ -182,7 +183,9 @@ def handle_wipe_callback(ctx: UpdateContext, callback: Mapping) -> None:
             _audit(ctx, callback, *confirmed)
 
 
-def _audit(ctx: UpdateContext, callback: Mapping, outcome: AuditOutcome, detail: str = "") -> None:
+def _audit(
+    ctx: UpdateContext, callback: Mapping[str, Any], outcome: AuditOutcome, detail: str = ""
+) -> None:
     audit_from_telegram(
         ctx, admin=callback["from"], action=AuditAction.WIPE, outcome=outcome, detail=detail
     )

@@ -33,6 +33,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
@@ -163,7 +164,8 @@ def inbox_store(
                 "update_id": update_id,
                 "conversation": conversation_user_id,
                 "media_group": media_group_id,
-                "payload": Jsonb(payload),
+                # django-stubs' cursor parameters leave out psycopg's adapters such as Jsonb.
+                "payload": Jsonb(payload),  # type: ignore[dict-item]
                 "origin": origin,
                 "now": now,
                 "stale_before": now - STALE_CLAIM_AFTER,
@@ -267,7 +269,7 @@ def inbox_claim_next(*, bot_id: int, now: datetime, token: str) -> LeasedUpdate 
     )
 
 
-def _json(value: object) -> object:
+def _json(value: object) -> Any:
     """A jsonb column read by a raw query: Django's psycopg setup hands it over as text."""
     return json.loads(value) if isinstance(value, str | bytes) else value
 
@@ -344,7 +346,8 @@ def inbox_release(
                 "token": leased.token,
                 "not_before": not_before,
                 "counted": 1 if counted else 0,
-                "settled": Jsonb(sorted(set(settled) | leased.settled)),
+                # django-stubs' cursor parameters leave out psycopg's adapters such as Jsonb.
+                "settled": Jsonb(sorted(set(settled) | leased.settled)),  # type: ignore[dict-item]
                 "error": error[:LAST_ERROR_CHARS],
             },
         )

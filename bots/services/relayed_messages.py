@@ -14,8 +14,8 @@ def relayed_message_record(
     user_id: int,
     thread_id: int,
     direction: Direction,
-    group_msg_id: int,
-    private_msg_id: int,
+    group_msg_id: int | None,
+    private_msg_id: int | None,
     content_type: str,
     now: datetime,
 ) -> RelayedMessage:

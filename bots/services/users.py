@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
@@ -85,7 +86,7 @@ def user_ensure(
     row the winner inserted. Raises ``BotUser.DoesNotExist`` when the row vanished meanwhile
     (deleted by an admin): the update is retried.
     """
-    parameters = {
+    parameters: dict[str, Any] = {
         "bot_id": bot_id,
         "user_id": user_id,
         "first_name": first_name,

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import (
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 # Sent with the "verified" edit so the old answer buttons disappear (omitting reply_markup would
 # keep them).
-NO_KEYBOARD = {"inline_keyboard": []}
+NO_KEYBOARD: dict[str, Any] = {"inline_keyboard": []}
 
 
 def issue_challenge(
@@ -64,6 +65,7 @@ def issue_challenge(
             return False
     else:
         challenge = build_challenge(switches.mode)
+        assert challenge is not None  # math or button: turnstile is the branch above
         prepared = _Prepared(
             text=challenge.text,
             reply_markup=challenge.reply_markup,
@@ -254,6 +256,7 @@ def _answer_wrong(
         return
     _toast(ctx, callback_id, texts.toast_wrong_answer())
     challenge = build_challenge(switches.mode)
+    assert challenge is not None  # math or button: turnstile returned above
     request_hash = new_request_hash()
     if not challenge_reserve(
         bot_id=ctx.bot_id, user_id=user_id, request_hash=request_hash, snapshot=switches

@@ -178,6 +178,7 @@ def turnstile_submit(
     )
     if refusal is not None:
         return refusal
+    assert user is not None  # _precheck refuses a missing user
     claimed = turnstile_submit_claim(
         bot_id=bot_id,
         user_id=identity.user_id,
@@ -197,7 +198,7 @@ def turnstile_submit(
         submission=submission,
         switches=switches,
         claimed=claimed,
-        expected_hostname=urlsplit(origin).hostname,
+        expected_hostname=urlsplit(origin or "").hostname,
         clock=clock,
     )
 
@@ -250,6 +251,7 @@ def _why_not_claimed(
     )
     if refusal is not None:
         return refusal
+    assert user is not None  # _precheck refuses a missing user
     not_before = user.verify_submit_not_before
     remaining = (not_before - now).total_seconds() if not_before else SUBMIT_INTERVAL.seconds
     seconds = min(max(math.ceil(remaining), 1), SUBMIT_INTERVAL.seconds)
@@ -313,6 +315,8 @@ def _verify_token(
     again = validate_init_data(submission.init_data, bot_token=config.bot_token or "", now=now)
     if again is None or again.user_id != identity.user_id:
         return _refuse(401, UNAUTHORIZED, texts.verify_error_identity())
+    # _precheck passed: the row read before the claim holds this request's fence and expiry.
+    assert user.verify_request_hash is not None and user.verify_request_expires_at is not None
     won = turnstile_user_verify(
         bot_id=bot_id,
         user_id=identity.user_id,

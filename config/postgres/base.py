@@ -29,7 +29,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         pool_options = self.settings_dict["OPTIONS"].get("pool")
         if self.alias == NO_DB_ALIAS or not pool_options:
             return None
-        if self.alias not in self._connection_pools:
+        # _connection_pools and _configure_connection: Django 5.2's own (its pool property's),
+        # left out of django-stubs as private.
+        if self.alias not in self._connection_pools:  # type: ignore[attr-defined]
             if self.settings_dict.get("CONN_MAX_AGE", 0) != 0:
                 raise ImproperlyConfigured("Pooling doesn't support persistent connections.")
             connect_kwargs = self.get_connection_params()
@@ -38,9 +40,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
             pool = LiveConnectionPool(
                 kwargs=connect_kwargs,
                 open=False,  # Do not open the pool during startup.
-                configure=self._configure_connection,
+                configure=self._configure_connection,  # type: ignore[attr-defined]
                 **({} if pool_options is True else pool_options),
             )
             # setdefault(): threads racing at start-up agree on the first pool made.
-            self._connection_pools.setdefault(self.alias, pool)
-        return self._connection_pools[self.alias]
+            self._connection_pools.setdefault(self.alias, pool)  # type: ignore[attr-defined]
+        return self._connection_pools[self.alias]  # type: ignore[attr-defined]

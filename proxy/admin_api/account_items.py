@@ -71,7 +71,7 @@ def _window_item(window: QuotaWindow, sums: BucketSums | None) -> dict:
 
 def _longest(windows: list[QuotaWindow]) -> QuotaWindow | None:
     timed = [window for window in windows if window.window_seconds]
-    return max(timed, key=lambda window: window.window_seconds) if timed else None
+    return max(timed, key=lambda window: window.window_seconds or 0) if timed else None
 
 
 def _fallback_window_start(usage: AccountUsage | None) -> datetime | None:

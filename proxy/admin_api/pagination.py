@@ -108,7 +108,11 @@ def paginate(
     has_more = len(rows) > request.page_size
     rows = rows[: request.page_size]
     last = rows[-1] if rows else None
-    next_cursor = encode_cursor(getattr(last, time_column), last.id) if has_more else None
+    next_cursor = (
+        encode_cursor(getattr(last, time_column), last.id)
+        if has_more and last is not None
+        else None
+    )
     page: dict[str, Any] = {
         "page": request.page if request.cursor is None else None,
         "pageSize": request.page_size,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -134,10 +134,11 @@ def account_models(account: UpstreamAccount, *, now: datetime) -> list[dict]:
     if account.plan_type and snapshots.get(account.plan_type, {}).get("models"):
         return snapshots[account.plan_type]["models"]
     entries = run_coroutine(fetch_models(account, current_fingerprint()))
-    if entries and account.plan_type:
+    plan = account.plan_type
+    if entries and plan:
         snapshot = {"models": entries, "fetchedAt": now.isoformat()}
         # Only this plan changes; whatever another writer stored meanwhile stays.
-        model_snapshots_update(lambda current: {**current, account.plan_type: snapshot})
+        model_snapshots_update(lambda current: {**current, plan: snapshot})
     return entries
 
 
@@ -197,7 +198,12 @@ async def _apply_failure(account: UpstreamAccount, failure, *, disabled: bool, n
 
 
 async def connection_test_events(
-    account: UpstreamAccount, *, model: str, disabled: bool, fingerprint: dict, now
+    account: UpstreamAccount,
+    *,
+    model: str,
+    disabled: bool,
+    fingerprint: dict,
+    now: Callable[[], datetime],
 ) -> AsyncIterator[dict]:
     """The events of a connection test (spec §6.3): ``test_start``, ``request``, ``content``…,
     then ``test_complete`` or ``error``. The outcome adjusts the account's status."""

@@ -14,7 +14,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, inline_serializer
 from rest_framework import serializers
 
-_ENVELOPE_FIELDS = {
+_ENVELOPE_FIELDS: dict[str, serializers.Field] = {
     "code": serializers.IntegerField(help_text="200, or the error's body code"),
     "message": serializers.CharField(),
 }

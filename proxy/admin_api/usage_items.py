@@ -3,6 +3,9 @@ computed on the spot (never stored)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from proxy.admin_api.display import china_iso, china_time, milliseconds, number, usd
 from proxy.models import Account
 from telemetry.billing import request_cost
@@ -11,7 +14,7 @@ from telemetry.models import OpsErrorLog, UsageRecord
 TIER_NAMES = {"priority": "Fast", "flex": "Flex", "default": "Default"}
 
 
-def account_emails(account_ids) -> dict[str, str]:
+def account_emails(account_ids: Iterable[str | None]) -> dict[str, str | None]:
     ids = {account_id for account_id in account_ids if account_id}
     if not ids:
         return {}
@@ -63,14 +66,14 @@ def _tokens(record: UsageRecord) -> dict:
         "reasoningTokens": record.reasoning_tokens,
         "totalTokens": (record.input_tokens or 0) + (record.output_tokens or 0),
     }
-    details = {}
+    details: dict[str, Any] = {}
     for name, value in values.items():
         details[name] = value
         details[f"{name}Display"] = number(value)
     return details
 
 
-def usage_item(record: UsageRecord, *, emails: dict[str, str]) -> dict:
+def usage_item(record: UsageRecord, *, emails: dict[str, str | None]) -> dict:
     metadata = record.metadata_json if isinstance(record.metadata_json, dict) else {}
     return {
         "id": record.id,

@@ -274,7 +274,8 @@ class ChatStreamTranslator:
         return self._start_tool_call(_item_key(item), item, item["name"], item.get("arguments"))
 
     def _on_arguments_delta(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        tool_call = self._tool_calls.get(event.get("item_id"))
+        item_id = event.get("item_id")
+        tool_call = self._tool_calls.get(item_id) if isinstance(item_id, str) else None
         delta = event.get("delta")
         if tool_call is None or not delta:
             return []

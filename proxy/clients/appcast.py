@@ -10,12 +10,17 @@ enclosure's ``url`` the download. Raises ``AppcastError`` (safe to log) for any 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import requests
 from defusedxml import ElementTree
 from django.conf import settings
 
 from proxy.clients.outgoing import outgoing_session
+
+if TYPE_CHECKING:
+    # The type of what defusedxml parses (its functions return the standard library's).
+    from xml.etree.ElementTree import Element
 
 TIMEOUT_SECONDS = 30
 MAX_BYTES = 1024 * 1024
@@ -34,7 +39,7 @@ class Release:
     title: str | None
     published: str | None
 
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "build": self.build,
@@ -66,7 +71,7 @@ def fetch_latest_release(session: requests.Session | None = None) -> Release:
     return parse_latest_release(bytes(body))
 
 
-def _text(element, name: str) -> str | None:
+def _text(element: Element, name: str) -> str | None:
     found = element.find(name)
     if found is None or found.text is None:
         return None

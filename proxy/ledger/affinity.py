@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -144,7 +145,7 @@ async def records_calls(writes: list[AffinityWrite]) -> list[ScriptCall]:
     return [records_call(batch) for batch in _batches(records)]
 
 
-async def write_batch(writes: list[AffinityWrite], calls: list[ScriptCall] = ()) -> None:
+async def write_batch(writes: list[AffinityWrite], calls: Sequence[ScriptCall] = ()) -> None:
     """Write the records of ``writes`` and make ``calls``, all in one Redis round trip. A
     failure is logged (without keys, ids or values): a record is then missing, a slot or a
     key's in-flight member is left to its TTL."""
@@ -161,8 +162,8 @@ async def write_batch(writes: list[AffinityWrite], calls: list[ScriptCall] = ())
         for call, reply in zip(calls, replies, strict=True)
         if isinstance(reply, Exception)
     )
-    for (what, error), count in failed.items():
-        logger.warning("%s not written (%s) x%d", what, error, count)
+    for (what, error_name), count in failed.items():
+        logger.warning("%s not written (%s) x%d", what, error_name, count)
 
 
 @dataclass

@@ -149,9 +149,10 @@ def _record_success(
     service_tier = request.body.get("service_tier")
     entry.quota_syncs.append((served.account.id, served.upstream_headers))
     entry.models_etag = served.upstream_headers.get("x-models-etag")
+    tokens: dict[str, Any] = usage_tokens(answer.usage)
     entry.usage = UsageFact(
         **columns,
-        **usage_tokens(answer.usage),
+        **tokens,
         message=message,
         status_code=200,
         requested_model=request.requested_model,
@@ -225,6 +226,7 @@ def _record_dispatch_failure(
     request = report.request
     failure = report.final_failure
     error = report.client_error
+    assert error is not None  # build_entry comes here for a client error only
     # Without an attempt failure the proxy itself refused: no account, or the key's policy.
     failure_class = failure.kind.value if failure else error.code
     last = report.notes[-1] if report.notes else None
@@ -276,11 +278,14 @@ def _record_compact(entry, report: DispatchReport, base_metadata: dict, moment: 
     """A successful ``/v1/responses/compact`` call (transport ``http``): a success like any
     other (spec §1.5, §4.3), its usage from the JSON answer."""
     served = report.served
+    assert served is not None  # build_entry comes here for a served compact call only
     payload = served.compact_payload if isinstance(served.compact_payload, dict) else {}
-    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    usage = payload.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    response_id = payload.get("id")
     answer = _Answer(
         served=served,
-        response_id=payload.get("id") if isinstance(payload.get("id"), str) else None,
+        response_id=response_id if isinstance(response_id, str) else None,
         usage=usage,
     )
     entry.account_usage.append((served.account.id, counted_usage(usage)))
@@ -309,10 +314,12 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
         return entry
 
     progress = served.progress
+    assert progress is not None  # every answer but a compact one has its stream's progress
     terminal = progress.terminal if isinstance(progress.terminal, dict) else {}
     response = served.response_object or terminal.get("response")
     response = response if isinstance(response, dict) else {}
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    usage = response.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     answer = _Answer(
         served=served, response_id=progress.response_id or response.get("id"), usage=usage
     )

@@ -267,7 +267,7 @@ def _is_connection_failure(error: Exception) -> bool:
     if isinstance(cause, PoolTimeout):
         return True
     sqlstate = getattr(cause, "sqlstate", None)
-    return bool(sqlstate) and sqlstate.startswith(_RETRYABLE_SQLSTATES)
+    return isinstance(sqlstate, str) and sqlstate.startswith(_RETRYABLE_SQLSTATES)
 
 
 def _write_atomically(entries: list[LedgerEntry], attempt: _Attempt, *, sanitize: bool) -> None:
@@ -327,7 +327,14 @@ async def _publish_given_up() -> None:
         redis = await async_redis.get()
         key = redis_keys.ledger_rows_given_up()
         async with redis.pipeline(transaction=True) as pipe:
-            await pipe.incrby(key, delta).expire(key, GIVEN_UP_COUNTER_TTL_SECONDS).execute()
+            # A pipeline's commands return the pipeline (redis-py's stubs say the reply).
+            await (
+                pipe.incrby(key, delta)
+                .expire(  # type: ignore[attr-defined]
+                    key, GIVEN_UP_COUNTER_TTL_SECONDS
+                )
+                .execute()
+            )
     except Exception:
         logger.warning("could not count %d given-up ledger entries in Redis", delta)
 
@@ -392,7 +399,7 @@ async def note_models_etag(etag: str) -> bool:
     _last_models_etag = etag
     redis = await async_redis.get()
     previous = await redis.set(redis_keys.models_etag(), etag, ex=86400, get=True)
-    if previous is not None and previous.decode() == etag:
+    if isinstance(previous, bytes) and previous.decode() == etag:  # the client does not decode
         return False
     from proxy.tasks import refresh_models_task
 

@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from proxy.metrics.pool_state import PoolStateCollector
 
@@ -32,7 +33,7 @@ class _Scrape:
         if os.environ.get(MULTIPROCESS_DIRECTORY_VARIABLE):
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
-            self._sources = [registry, PoolStateCollector()]
+            self._sources: list[Collector] = [registry, PoolStateCollector()]
         else:
             self._sources = [REGISTRY, PoolStateCollector()]
 

@@ -364,7 +364,8 @@ def settle_later(request: DispatchRequest, usage: UsageFact | None) -> None:
     affinity.submit_call(
         counters.settle_call(
             policy,
-            in_flight_member(request),
+            # What in_flight_member(request) gives an admitted request with a policy.
+            early_admission.in_flight_member(request.admission_id, request.key_reserved_micro),
             periods,
             model=request.model,
             tokens=tokens,

@@ -12,7 +12,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from redis.commands.core import AsyncScript
 
@@ -126,7 +126,8 @@ class PreparedRecord:
 # (when it has one). ARGV[1] the TTL in seconds, then per record: response id, JSON, EXAT,
 # score (createdAt ms), oldest score kept, 1/0 whether it has a conversation index.
 _WRITE_RECORDS = lua_script("proxy", "affinity_write_records")
-_WRITE_RECORDS_SCRIPT = AsyncScript(None, _WRITE_RECORDS.encode())
+# No client of its own: each call passes one (redis-py's stubs want one here all the same).
+_WRITE_RECORDS_SCRIPT = AsyncScript(None, _WRITE_RECORDS.encode())  # type: ignore[arg-type]
 
 
 def records_call(
@@ -171,7 +172,8 @@ def affinity_latest_for_conversation(
     """
     client = redis_client()
     index_key = redis_keys.affinity_conversation(conversation_id)
-    members = [member.decode() for member in client.zrevrange(index_key, 0, -1)]
+    indexed = cast(list[bytes], client.zrevrange(index_key, 0, -1))  # not decoded: bytes
+    members = [member.decode() for member in indexed]
     if not members:
         return None
     values = client.mget([redis_keys.affinity_response(member) for member in members])
@@ -217,7 +219,8 @@ def affinity_purge_account(account_id: str) -> int:
     """
     client = redis_client()
     account_key = redis_keys.affinity_account(account_id)
-    members = [member.decode() for member in client.zrange(account_key, 0, -1)]
+    indexed = cast(list[bytes], client.zrange(account_key, 0, -1))  # not decoded: bytes
+    members = [member.decode() for member in indexed]
     if not members:
         client.delete(account_key)
         return 0

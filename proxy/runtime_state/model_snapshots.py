@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -45,7 +45,7 @@ def model_snapshots_update(change: Callable[[Snapshots], Snapshots]) -> Snapshot
         while True:
             try:
                 pipeline.watch(key)
-                raw = pipeline.hgetall(key)
+                raw = cast(dict[bytes, bytes], pipeline.hgetall(key))  # not decoded: bytes
                 current = {plan.decode(): json.loads(value) for plan, value in raw.items()}
                 wanted = change(current)
                 pipeline.multi()
@@ -63,5 +63,5 @@ def model_snapshots_update(change: Callable[[Snapshots], Snapshots]) -> Snapshot
 
 def model_snapshots_get_all() -> dict[str, dict[str, Any]]:
     """Every plan's snapshot; empty when never fetched (or after a FLUSHALL)."""
-    raw = redis_client().hgetall(redis_keys.models_plan_snapshots())
+    raw = cast(dict[bytes, bytes], redis_client().hgetall(redis_keys.models_plan_snapshots()))
     return {plan.decode(): json.loads(value) for plan, value in raw.items()}

@@ -97,10 +97,10 @@ def accounts_health_check(
     """Refresh the accounts of ``account_ids`` (None: every account), oldest first,
     ``concurrency`` at a time; the first ``concurrency`` start ``stagger_seconds`` (±30 %)
     apart, so the token endpoint never sees a burst. Returns their reports in that order."""
-    accounts = Account.objects.order_by("added_at", "id")
+    ordered = Account.objects.order_by("added_at", "id")
     if account_ids is not None:
-        accounts = accounts.filter(pk__in=list(account_ids))
-    accounts = list(accounts)
+        ordered = ordered.filter(pk__in=list(account_ids))
+    accounts = list(ordered)
 
     def check(index: int, account: Account) -> RefreshReport:
         try:

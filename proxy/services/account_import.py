@@ -110,15 +110,17 @@ def _resolve(entry: ImportEntry, *, now: datetime) -> _Tokens:
             label=f"import entry {entry.index}" + (f" ({entry.id})" if entry.id else ""),
         )
     except AccountOnboardingError as error:
-        claims = token_claims(entry.access_token) if entry.access_token else None
+        access_token = entry.access_token
+        claims = token_claims(access_token) if access_token else None
         if (
-            claims is not None
+            access_token
+            and claims is not None
             and claims.chatgpt_account_id
             and claims.expires_at is not None
             and claims.expires_at <= now
             and not entry.refresh_token
         ):
-            return _Tokens(entry.access_token.removeprefix("Bearer ").strip(), None, claims, True)
+            return _Tokens(access_token.removeprefix("Bearer ").strip(), None, claims, True)
         raise _Invalid(str(error)) from None
     return _Tokens(
         resolved.access_token,

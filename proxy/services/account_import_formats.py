@@ -155,8 +155,10 @@ def _sub2api_entry(index: int, raw: Any) -> ImportEntry:
         return ImportEntry(
             index=index, skip=f"a {platform} {kind} account, not an OpenAI OAuth account"
         )
-    credentials = raw.get("credentials") if isinstance(raw.get("credentials"), dict) else {}
-    tokens = raw.get("tokens") if isinstance(raw.get("tokens"), dict) else {}
+    credentials = raw.get("credentials")
+    credentials = credentials if isinstance(credentials, dict) else {}
+    tokens = raw.get("tokens")
+    tokens = tokens if isinstance(tokens, dict) else {}
     source = {**raw, **tokens, **credentials}
     cached = raw.get("cachedQuota", raw.get("cached_quota"))
     verify = raw.get("quotaVerifyRequired", raw.get("quota_verify_required"))

@@ -62,7 +62,8 @@ def account_burn_days_roll(*, now: datetime, account_ids: list[str] | None = Non
     """Give every policy (or those of ``account_ids``) not rolled for the UTC day of ``now``
     that day's baseline; returns how many were rolled. Idempotent within a day."""
     start = day_start(now)
-    sql, parameters = _ROLL_SQL, {"today": start.date(), "day_start": start}
+    sql = _ROLL_SQL
+    parameters: dict[str, Any] = {"today": start.date(), "day_start": start}
     if account_ids is not None:
         sql += " and ap.account_id = any(%(ids)s)"
         parameters["ids"] = list(account_ids)

@@ -120,6 +120,7 @@ async def account_quota_sync_passive(
         return False
     # The stored quota enters in SQL; parse without it here (only the header parts are used).
     snapshot = snapshot_from_headers(headers, now=now)
+    assert snapshot is not None  # the headers carry a window (header_windows above)
     plan = headers.get("x-codex-plan-type") or None
     await _execute(
         _APPLY_PASSIVE_SQL,

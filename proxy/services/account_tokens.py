@@ -116,6 +116,7 @@ def resolved_from_token_set(
     problem = _why_unusable(claims, now=now)
     if problem is not None:
         raise TokenExchangeFailed(f"The OAuth server returned an unusable token: {problem}.")
+    assert claims is not None  # _why_unusable names a token without claims
     _require_identity(claims)
     return ResolvedTokens(
         access_token=tokens.access_token,
@@ -206,12 +207,14 @@ def account_tokens_resolve(
         claims = token_claims(access_token)
         problem = _why_unusable(claims, now=now)
         if problem is None:
+            assert claims is not None  # _why_unusable names a token without claims
             _require_identity(claims)
             return ResolvedTokens(access_token, refresh_token, claims, refreshed=False)
         if refresh_token is None:
             raise AccountTokensRejected(
                 f"{problem}, and no refresh token was given to get a new one."
             )
+    assert refresh_token is not None  # refused above otherwise
     tokens = _exchange(refresh_token, label=label, now=now)
     return resolved_from_token_set(tokens, refresh_token=refresh_token, now=now)
 

@@ -106,9 +106,10 @@ def policy_values(raw: dict[str, Any]) -> PolicyValues:
     unknown = set(raw) - set(POLICY_FIELDS)
     if unknown:
         raise PolicyInvalid(", ".join(sorted(unknown)), "is not a policy field")
+    limits: dict[str, Any] = {name: _count(name, raw.get(name)) for name in COUNT_FIELDS}
+    limits.update({name: _budget(name, raw.get(name)) for name in BUDGET_FIELDS})
     return PolicyValues(
-        **{name: _count(name, raw.get(name)) for name in COUNT_FIELDS},
-        **{name: _budget(name, raw.get(name)) for name in BUDGET_FIELDS},
+        **limits,
         allowed_models=_models(raw.get("allowed_models")),
         account_group=_group(raw.get("account_group")),
     )

@@ -68,8 +68,8 @@ async def fetch_models(account, fingerprint: dict) -> list[dict]:
             payload = json.loads(answer.body)
         except ValueError:
             continue
-        entries = [normalise_upstream_entry(raw) for raw in entries_from_models_payload(payload)]
-        entries = [entry for entry in entries if entry]
+        normalised = [normalise_upstream_entry(raw) for raw in entries_from_models_payload(payload)]
+        entries = [entry for entry in normalised if entry]
         if entries:
             return entries
     return []

@@ -12,7 +12,7 @@ from proxy.redis_keys import runtime_settings_version
 from proxy.runtime_state import redis_client
 
 # codex-proxy spec §3.4/§3.5/§4.1/§7.5 and the seed's column defaults.
-RUNTIME_SETTINGS_DEFAULTS = {
+RUNTIME_SETTINGS_DEFAULTS: dict[str, Any] = {
     "model_aliases_json": {},
     "refresh_margin_seconds": 3600,
     "refresh_concurrency": 2,

@@ -286,6 +286,8 @@ def _refresh_under_lease(
                 next_refresh_at=None
             )
         return stop
+    # _stop_reason let it through: the row exists and is refreshable (it has a refresh token).
+    assert row is not None and row.refresh_token is not None
     refresh_token = row.refresh_token
     seen: Counter[str] = Counter()
     for attempt in range(1, max_attempts + 1):
@@ -304,6 +306,7 @@ def _refresh_under_lease(
                 stop = None
             if stop is not None:
                 return stop
+            assert row is not None  # as above
         try:
             tokens = _call_token_endpoint(refresh_token, permit_wait=permit_wait)
         except oauth.OAuthError as error:

@@ -3,7 +3,9 @@ read through Django (synchronously) before a job's async part runs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -26,7 +28,7 @@ def pool_account_views(*, now: datetime) -> list[AccountView]:
 
 
 def current_scheduler_settings() -> SchedulerSettings:
-    row = (
+    row: Mapping[str, Any] = (
         RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID)
         .values("rotation_strategy", "max_concurrent_per_account", "request_interval_ms")
         .first()
@@ -41,4 +43,4 @@ def current_scheduler_settings() -> SchedulerSettings:
 def current_fingerprint() -> dict:
     """The fingerprint row ``current`` as a dict (the settings' seed before it exists)."""
     row = Fingerprint.objects.filter(id=Fingerprint.CURRENT_ID).values().first()
-    return row or dict(settings.CODEX_FINGERPRINT)
+    return dict(row) if row else dict(settings.CODEX_FINGERPRINT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.db import connection
 
@@ -59,9 +60,10 @@ _SUMS = """
 """
 
 
-def _sums(row) -> BucketSums:
+def _sums(row: tuple[Any, ...]) -> BucketSums:
     # sum(bigint) is numeric in PostgreSQL (a Decimal here); the counts are whole numbers.
-    return BucketSums(*[int(value) if isinstance(value, Decimal) else value for value in row])
+    values: list[Any] = [int(value) if isinstance(value, Decimal) else value for value in row]
+    return BucketSums(*values)
 
 
 def bucket_totals(*, start: datetime, end: datetime) -> BucketSums:

@@ -263,7 +263,8 @@ def latest_error_by_account(account_ids: list[str]) -> dict[str, OpsErrorLog]:
         " where account_id = any(%s) order by account_id, created_at desc, id desc",
         [list(account_ids)],
     )
-    return {row.account_id: row for row in rows}
+    # Every row has one (``account_id = any(...)``).
+    return {row.account_id: row for row in rows if row.account_id is not None}
 
 
 def usage_time_range(records: QuerySet) -> dict[str, Any]:

@@ -251,8 +251,9 @@ def ledger_write_batch(
                 for fact, record_id in zip(error_facts, error_ids, strict=True):
                     copy.write_row(_row(fact, record_id, ERROR_COLUMNS))
     if increments:
+        written: list[UsageFact | ErrorFact] = [*usage_facts, *error_facts]
         buckets_add(
             increments=merge_increments(increments),
-            now=max(fact.created_at for fact in [*usage_facts, *error_facts]),
+            now=max(fact.created_at for fact in written),
         )
     return usage_ids, error_ids

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from psycopg.types.json import Jsonb
 
@@ -103,7 +103,7 @@ def _bucket_values(increment: BucketIncrement) -> tuple:
 NOISE = "usage_records noise (no account, no model or no 200-399 status)"
 
 
-def _present(value: Any) -> bool:
+def _present(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and value.strip() != ""
 
 

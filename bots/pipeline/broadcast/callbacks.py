@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from bots import texts
 from bots.models import AuditAction, AuditOutcome, Broadcast, BroadcastStatus
@@ -49,7 +50,7 @@ _PAYLOAD = re.compile(r"b:(y|n):([0-9]{1,10})")
 DECISION_ROUNDS = 3
 
 
-def handle_broadcast_callback(ctx: UpdateContext, callback: Mapping) -> None:
+def handle_broadcast_callback(ctx: UpdateContext, callback: Mapping[str, Any]) -> None:
     match = _PAYLOAD.fullmatch(callback["data"])
     if match is None or int(match[2]) == 0:
         return
@@ -74,7 +75,7 @@ def handle_broadcast_callback(ctx: UpdateContext, callback: Mapping) -> None:
 
 
 def _decide(
-    ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: str, admin: Mapping
+    ctx: UpdateContext, row: Broadcast, *, confirm: bool, callback_id: str, admin: Mapping[str, Any]
 ) -> None:
     for _ in range(DECISION_ROUNDS):
         if row.status != BroadcastStatus.PENDING:
@@ -92,15 +93,21 @@ def _decide(
                 _audit(ctx, admin, AuditOutcome.CANCELLED, row=row)
         elif _confirm(ctx, row, callback_id=callback_id, admin=admin):
             return
-        row = broadcast_get(bot_id=ctx.bot_id, broadcast_id=row.id)
-        if row is None:
+        current = broadcast_get(bot_id=ctx.bot_id, broadcast_id=row.id)
+        if current is None:
             toast(ctx, callback_id, texts.toast_broadcast_missing())
             return
+        row = current
     toast(ctx, callback_id, texts.toast_broadcast_missing())
 
 
 def _audit(
-    ctx: UpdateContext, admin: Mapping, outcome: AuditOutcome, *, row: Broadcast, detail: str = ""
+    ctx: UpdateContext,
+    admin: Mapping[str, Any],
+    outcome: AuditOutcome,
+    *,
+    row: Broadcast,
+    detail: str = "",
 ) -> None:
     audit_from_telegram(
         ctx,
@@ -111,7 +118,9 @@ def _audit(
     )
 
 
-def _confirm(ctx: UpdateContext, row: Broadcast, *, callback_id: str, admin: Mapping) -> bool:
+def _confirm(
+    ctx: UpdateContext, row: Broadcast, *, callback_id: str, admin: Mapping[str, Any]
+) -> bool:
     """Try pending → sending; True when this click was answered (won, busy, nobody to send
     to), False when the row changed under it (the caller re-reads)."""
     limit = ctx.config.broadcast_max_recipients

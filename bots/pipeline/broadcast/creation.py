@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import TelegramPermanentError
@@ -46,7 +47,7 @@ def _reply(ctx: UpdateContext, text: str) -> None:
     reply_in_thread(ctx, thread_id=GENERAL_THREAD_ID, text=text)
 
 
-def handle_broadcast_command(ctx: UpdateContext, message: Mapping) -> None:
+def handle_broadcast_command(ctx: UpdateContext, message: Mapping[str, Any]) -> None:
     """A ``/broadcast`` message in General (classified ``broadcast``)."""
     sender = message.get("from")
     text = message.get("text")
@@ -55,7 +56,8 @@ def handle_broadcast_command(ctx: UpdateContext, message: Mapping) -> None:
     if not ctx.config.is_admin(sender["id"]):
         _reply(ctx, texts.admins_only())
         return
-    draft = parse_broadcast(text)
+    # Classified broadcast: a text message (classify_update).
+    draft = parse_broadcast(text) if isinstance(text, str) else None
     if draft is None:
         _reply(ctx, texts.broadcast_usage())
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from bots import texts
 from bots.clients.telegram import TelegramError, TelegramPermanentError, is_message_not_modified
@@ -22,7 +23,7 @@ from bots.services.broadcasts import broadcast_delete, broadcasts_expire_stale
 logger = logging.getLogger(__name__)
 
 
-def control_keyboard(broadcast_id: int) -> dict:
+def control_keyboard(broadcast_id: int) -> dict[str, Any]:
     return {
         "inline_keyboard": [
             [
@@ -75,11 +76,12 @@ def final_text(row: Broadcast) -> str:
 
 
 def terminal_toast(row: Broadcast) -> str:
-    return {
+    toasts: dict[str, Callable[[], str]] = {
         BroadcastStatus.EXPIRED: texts.toast_broadcast_expired,
         BroadcastStatus.CANCELLED: texts.toast_broadcast_cancelled,
         BroadcastStatus.COMPLETED: texts.toast_broadcast_completed,
-    }.get(row.status, texts.toast_broadcast_interrupted)()
+    }
+    return toasts.get(row.status, texts.toast_broadcast_interrupted)()
 
 
 def edit_control(
@@ -92,13 +94,14 @@ def edit_control(
     """Replace the control message's text and remove its buttons. Retryable ⇒ raise (the caller
     decides: a redelivery, a task retry); permanent ⇒ logged ("message is not modified" is an
     edit that is already done). ``edit`` wraps the call (the send loop paces it)."""
-    if row.control_msg_id is None:
+    control_msg_id = row.control_msg_id
+    if control_msg_id is None:
         return
 
     def call() -> object:
         return ctx.client.edit_message_text(
             chat_id=row.support_chat_id,
-            message_id=row.control_msg_id,
+            message_id=control_msg_id,
             text=text,
             reply_markup=NO_KEYBOARD,
         )
@@ -139,7 +142,9 @@ def lazy_cleanup(ctx: BotContext, *, except_id: int | None = None) -> None:
     broadcasts_expire_stale(bot_id=ctx.bot_id, now=ctx.now)
     lingering = Broadcast.objects.filter(
         bot_id=ctx.bot_id, status__in=[BroadcastStatus.EXPIRED, BroadcastStatus.FAILED]
-    ).exclude(id=except_id)
+    )
+    if except_id is not None:
+        lingering = lingering.exclude(id=except_id)
     for row in lingering:
         try:
             finish(ctx, row)

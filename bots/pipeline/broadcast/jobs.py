@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from celery import current_app
 from django.db import transaction
@@ -50,7 +51,7 @@ class SendJob:
     retries: int = 0  # retryable failures in a row (database, the final edit)
 
 
-def _queue(job: SendJob, **options: object) -> None:
+def _queue(job: SendJob, **options: Any) -> None:
     # By name: ``bots.tasks`` imports this module to run the job (bots.task_names).
     current_app.send_task(BROADCAST_SEND_TASK, kwargs=dataclasses.asdict(job), **options)
 

@@ -213,7 +213,10 @@ class OAuthExchangeSerializer(serializers.Serializer):
     callbackUrl = serializers.CharField(required=False, allow_blank=True, max_length=8192)
     code = serializers.CharField(required=False, allow_blank=True, max_length=4096)
     state = serializers.CharField(required=False, allow_blank=True, max_length=512)
-    label = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    # A field named like DRF's Field.label: the stubs take it for that attribute.
+    label = serializers.CharField(  # type: ignore[assignment]
+        required=False, allow_blank=True, max_length=64
+    )
 
 
 class OAuthExchangeView(AdminAPIView):

@@ -87,14 +87,16 @@ class AccountAddSerializer(serializers.Serializer):
     refreshToken = serializers.CharField(
         required=False, allow_blank=True, allow_null=True, max_length=MAX_TOKEN_LENGTH
     )
-    label = serializers.CharField(
+    # A field named like DRF's Field.label: the stubs take it for that attribute.
+    label = serializers.CharField(  # type: ignore[assignment]
         required=False, allow_blank=True, allow_null=True, max_length=MAX_LABEL_LENGTH
     )
 
 
 class AccountUpdateSerializer(serializers.Serializer):
     id = serializers.CharField(max_length=LONGEST_ID)
-    label = serializers.CharField(
+    # A field named like DRF's Field.label: the stubs take it for that attribute.
+    label = serializers.CharField(  # type: ignore[assignment]
         required=False, allow_blank=True, allow_null=True, max_length=MAX_LABEL_LENGTH
     )
     status = serializers.ChoiceField(

@@ -73,6 +73,7 @@ class LoginView(PublicAPIView):
             )
         if result.outcome is LoginOutcome.INVALID:
             raise ApiError(BodyCode.INVALID_CREDENTIALS, "Invalid admin credentials")
+        assert result.user is not None  # the log-in succeeded: it names its user
         token, expires_at = admin_session_login(user=result.user, now=now)
         response = ok({"expiresAt": china_iso(expires_at)})
         _set_session_cookie(response, request, token, int((expires_at - now).total_seconds()))

@@ -55,7 +55,8 @@ class KeyCreateSerializer(serializers.Serializer):
 
 class KeyUpdateSerializer(serializers.Serializer):
     id = serializers.CharField(max_length=128)
-    label = serializers.CharField(
+    # A field named like DRF's Field.label: the stubs take it for that attribute.
+    label = serializers.CharField(  # type: ignore[assignment]
         max_length=LONGEST_LABEL, required=False, allow_blank=True, allow_null=True
     )
     status = serializers.ChoiceField(choices=KEY_STATUSES, required=False)

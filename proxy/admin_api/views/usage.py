@@ -5,6 +5,7 @@ query time."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -162,7 +163,7 @@ class UsageSummaryView(AdminAPIView):
             "reasoningTokens": totals["reasoning"],
             "totalTokens": totals["total"],
         }
-        data = {name: number(value) for name, value in values.items()}
+        data: dict[str, Any] = {name: number(value) for name, value in values.items()}
         data.update({f"{name}Value": value for name, value in values.items()})
         data["averageLatencyMs"] = milliseconds(totals["latency"])
         data["averageLatencyMsValue"] = (
@@ -188,14 +189,14 @@ def _sums_figures(sums: CostSums) -> dict:
     ):
         figures[name] = number(value)
         figures[f"{name}Value"] = value
-    for name, value in (
+    for name, cost in (
         ("cost", sums.cost),
         ("actualCost", sums.actual_cost),
         # The original's console shows it; there is no separate account pricing here.
         ("accountCost", sums.actual_cost),
     ):
-        figures[name] = usd(value)
-        figures[f"{name}Value"] = round(value, 6)
+        figures[name] = usd(cost)
+        figures[f"{name}Value"] = round(cost, 6)
     figures["averageLatencyMs"] = milliseconds(average)
     figures["averageLatencyMsValue"] = round(average, 1) if average is not None else None
     return figures

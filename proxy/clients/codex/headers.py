@@ -180,7 +180,7 @@ def _base(fingerprint: FingerprintHeaders, credentials: Credentials) -> dict[str
         "sec-ch-ua": fingerprint.sec_ch_ua,
         **dict(fingerprint.default_headers),
     }
-    return {name: values[name] for name in fingerprint.base_order if values.get(name)}
+    return {name: value for name in fingerprint.base_order if (value := values.get(name))}
 
 
 def _usage(credentials: Credentials, fingerprint: FingerprintHeaders) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from django.conf import settings
@@ -180,7 +181,9 @@ async def compact(*, body: bytes, headers: Headers) -> CodexAnswer:
     return CodexAnswer(stream.status, stream.headers, data, stream.set_cookies)
 
 
-async def _get_json_answer(url: str, *, headers: Headers, params: dict | None) -> CodexAnswer:
+async def _get_json_answer(
+    url: str, *, headers: Headers, params: dict[str, Any] | None
+) -> CodexAnswer:
     session = await upstream_session.get()
     try:
         response = await session.get(

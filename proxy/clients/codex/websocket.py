@@ -25,7 +25,8 @@ later frames. A reused socket that dies before its first event is replaced by a 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 from django.conf import settings
@@ -94,7 +95,7 @@ def opening_headers(headers: Headers) -> Headers:
     return [*_UPGRADE_HEADERS, *business, _EXTENSIONS_OFFER]
 
 
-def response_create_frame(fields: dict) -> str:
+def response_create_frame(fields: dict[str, Any]) -> str:
     """The ``response.create`` frame of the body ``fields`` (left unchanged), with the
     request-start stamp in ``client_metadata`` (created when absent, a non-object left alone)."""
     frame = {"type": "response.create", **fields}
@@ -278,7 +279,9 @@ def _lease_for(
     return lease
 
 
-async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_local: bool):
+async def _exchange(
+    lease: Lease, frame_of: Callable[[], str], headers: Headers, *, connection_local: bool
+) -> tuple[dict[str, str], tuple[str, str]]:
     """Send the frame on the lease's socket (opening one when it has none) and read the first
     event; returns (socket headers, first event). Stale reuse and a silent fresh socket are
     retried on a fresh socket."""
@@ -286,7 +289,7 @@ async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_loca
     fresh_silences = 0
     while True:
         fresh = lease.socket is None
-        if fresh:
+        if lease.socket is None:
             lease.socket = await _connect(headers, lease.account_id, pooled=lease.pooled)
             pool.opened += 1
         socket = lease.socket
@@ -312,7 +315,7 @@ async def _exchange(lease: Lease, frame_of, headers: Headers, *, connection_loca
         return stream_headers, first
 
 
-def _without_cookies(frame: dict, raw: str) -> bytes:
+def _without_cookies(frame: dict[str, Any], raw: str) -> bytes:
     """The raw frame (passed to the client as the upstream body), without any cookie the
     upstream wrapped in its ``headers``: those belong to the account."""
     headers = frame.get("headers")
@@ -328,7 +331,7 @@ def _without_cookies(frame: dict, raw: str) -> bytes:
 
 async def open_websocket_responses(
     *,
-    body: dict,
+    body: dict[str, Any],
     headers: Headers,
     account_id: str,
     conversation_id: str,

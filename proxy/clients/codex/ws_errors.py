@@ -4,6 +4,7 @@ status of an error frame, the headers a frame wraps, the rate limits of ``codex.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 ERROR_FRAME_TYPES = frozenset({"error", "response.failed"})
 
@@ -33,16 +34,16 @@ _TYPE_STATUS = {
 }
 
 
-def _error_of(frame: dict) -> dict:
+def _error_of(frame: dict[str, Any]) -> dict[str, Any]:
     response = frame.get("response")
-    if isinstance(response, dict) and isinstance(response.get("error"), dict):
-        return response["error"]
-    if isinstance(frame.get("error"), dict):
-        return frame["error"]
-    return {}
+    nested = response.get("error") if isinstance(response, dict) else None
+    if isinstance(nested, dict):
+        return nested
+    error = frame.get("error")
+    return error if isinstance(error, dict) else {}
 
 
-def _explicit_status(frame: dict, error: dict) -> int | None:
+def _explicit_status(frame: dict[str, Any], error: dict[str, Any]) -> int | None:
     for holder in (frame, error):
         for name in ("status", "status_code"):
             value = holder.get(name)
@@ -77,7 +78,7 @@ def error_frame_status(kind: str, raw: str) -> int | None:
     return 502 if kind == "error" else None
 
 
-def frame_headers(frame: dict) -> dict[str, str]:
+def frame_headers(frame: dict[str, Any]) -> dict[str, str]:
     """The headers a frame wraps (``headers``), lower-cased, plus ``metadata.turn_state``."""
     found: dict[str, str] = {}
     headers = frame.get("headers")
@@ -91,7 +92,7 @@ def frame_headers(frame: dict) -> dict[str, str]:
     return found
 
 
-def rate_limit_headers(frame: dict) -> dict[str, str]:
+def rate_limit_headers(frame: dict[str, Any]) -> dict[str, str]:
     """``codex.rate_limits`` as the rate-limit header pairs the HTTP answer would carry."""
     found = frame_headers(frame)
     limits = frame.get("rate_limits")

@@ -108,8 +108,8 @@ class WebSocketPool:
     def __init__(self) -> None:
         self._idle: dict[PoolKey, UpstreamSocket] = {}
         self._leased: dict[PoolKey, Lease] = {}
-        self._sweeper: asyncio.Task | None = None
-        self._closing: set[asyncio.Task] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         # The account statuses of the latest pool snapshot taken in (follow_account_statuses).
         self._statuses: Mapping[str, str] | None = None
         self._statuses_version = -1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import aiohttp
 from django.conf import settings
@@ -20,7 +21,7 @@ from proxy.clients.codex.ws_pool import UpstreamSocket
 INTERNAL_EVENTS = frozenset({"codex.rate_limits", "response.metadata"})
 
 
-def event_type(raw: str) -> tuple[str | None, dict | None]:
+def event_type(raw: str) -> tuple[str | None, dict[str, Any] | None]:
     """The frame's ``type`` (cheaply when it comes first, compact or with a space after the
     colon) and, when it had to be parsed, the parsed frame."""
     if raw.startswith('{"type":'):
@@ -84,7 +85,7 @@ def event_timeout(*, idle: bool) -> float:
 
 async def next_event(
     socket: UpstreamSocket, headers: dict[str, str], *, idle: bool, timeout: float | None = None
-) -> tuple:
+) -> tuple[str, str]:
     """The next event frame (type, raw JSON), internal events folded into ``headers``.
     ``timeout``: the wait allowed (``event_timeout``, computed when not given)."""
     if timeout is None:
