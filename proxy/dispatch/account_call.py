@@ -8,6 +8,8 @@ ledger stores them with the report), whatever the outcome.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 
 from proxy.accounts import AccountView
@@ -45,7 +47,7 @@ async def call_account(
     sent: DispatchRequest,
     slot: Slot,
     attempt_index: int,
-    cookies: list[tuple[str, tuple[dict, ...]]],
+    cookies: list[tuple[str, tuple[dict[str, Any], ...]]],
 ) -> Committed | CompactResult | AttemptFailure:
     """``sent`` (the request as this attempt sends it: the owner's turn state or the full
     replay) on ``slot``'s account; returns what the strategy returns, or the quota check's

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from common import clock
 from proxy.clients import codex
@@ -49,7 +49,9 @@ from proxy.domain.upstream_request import compact_body, scoped_body
 COMMIT_PREFETCH_LIMIT = 64 * 1024
 
 
-async def upstream_timed(chunks: AsyncIterator[bytes], timing: RequestTiming):
+async def upstream_timed(
+    chunks: AsyncIterator[bytes], timing: RequestTiming
+) -> AsyncIterator[bytes]:
     """``chunks``, the time spent waiting for each added to ``timing.upstream_wait``."""
     iterator = aiter(chunks)
     while True:
@@ -123,7 +125,7 @@ class _SSEStrategy:
     def body(self, request: DispatchRequest, account_id: str) -> bytes:
         return _encoded(self.fields(request, account_id))
 
-    def fields(self, request: DispatchRequest, account_id: str) -> dict:
+    def fields(self, request: DispatchRequest, account_id: str) -> dict[str, Any]:
         return scoped_body(request.body, request.client_identity, account_id, request.request_id)
 
     async def run(

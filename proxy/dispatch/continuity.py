@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.utils import timezone
 from redis.commands.core import AsyncScript
@@ -65,24 +66,26 @@ MAX_RESPONSE_ID_LENGTH = 256
 # another shape is returned whole. (A conversation's preference, spec §5.2, is looked up by the
 # scheduler's order-and-acquire script: proxy.scheduling.scheduler.)
 _LOOKUP = lua_script("proxy", "continuity_lookup")
-_LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())
+# No client of its own: each call passes one (redis-py's stubs want one here all the same).
+_LOOKUP_SCRIPT = AsyncScript(None, _LOOKUP.encode())  # type: ignore[arg-type]
 
 # KEYS[1]: the record of the newest response of a chain. ARGV: record key prefix, max depth.
 # Walks the parent links inside Redis (same layout as above: the node's parentResponseId is
 # its first field) and returns {response id, record JSON, …} from the child to the root (or
 # as far as the records go): only the chain, not the conversation's other responses.
 _CHAIN = lua_script("proxy", "continuity_chain")
-_CHAIN_SCRIPT = AsyncScript(None, _CHAIN.encode())
+# No client of its own: each call passes one (redis-py's stubs want one here all the same).
+_CHAIN_SCRIPT = AsyncScript(None, _CHAIN.encode())  # type: ignore[arg-type]
 
 
-def instructions_hash(body: dict) -> str:
+def instructions_hash(body: dict[str, Any]) -> str:
     instructions = body.get("instructions")
     return hashlib.sha256(
         (instructions if isinstance(instructions, str) else "").encode()
     ).hexdigest()
 
 
-def variant_hash(body: dict, client: ClientIdentity) -> str:
+def variant_hash(body: dict[str, Any], client: ClientIdentity) -> str:
     """First 12 hex of SHA-256(instructions \\0 tools-json [\\0 variant identity]); the
     variant identity is ``window:<window id>`` and/or ``anchor:<stable key>`` (the latter only
     when the client sent a prompt_cache_key)."""
@@ -108,7 +111,7 @@ class Continuity:
     # The previous response's record (managed), or the conversation's newest matching one;
     # its replay node without the turns (parentResponseId, depth, totalBytes, clientKeyId).
     # Only ever the request's own key's record.
-    record: dict | None = None
+    record: dict[str, Any] | None = None
     # The request's client key: the only key whose records and nodes this request may use.
     client_key_id: str | None = None
     # The previous id has a record (or a ledger row), but not of this key (or of no key): the
@@ -118,7 +121,7 @@ class Continuity:
     # the external id's one attempt goes first.
     ledger_account_id: str | None = None
     # Rebuilt lazily (one Redis script call), only when a recovery needs it.
-    _history: list | None = field(default=None, repr=False)
+    _history: list[Any] | None = field(default=None, repr=False)
     _history_read: bool = field(default=False, repr=False)
 
     @property
@@ -136,22 +139,24 @@ class Continuity:
     @property
     def record_conversation_id(self) -> str:
         """The conversation a new record joins: the owner's for a continuation."""
-        if self.managed and self.record.get("conversationId"):
-            return self.record["conversationId"]
-        return self.conversation_id
+        record = self.record if self.managed else None
+        owners: str | None = record.get("conversationId") if record is not None else None
+        return owners or self.conversation_id
 
     @property
     def stored_turn_state(self) -> str | None:
         """The turn state the previous response left — only ever this key's own record's."""
-        if not self.managed or not owned_by(self.record, self.client_key_id):
+        record = self.record if self.managed else None
+        if record is None or not owned_by(record, self.client_key_id):
             return None
-        value = self.record.get("turnState")
+        value = record.get("turnState")
         return value if isinstance(value, str) and value else None
 
-    async def history(self) -> list | None:
+    async def history(self) -> list[Any] | None:
         """The managed chain's full history (oldest first), or None when it cannot be rebuilt."""
         if not self._history_read:
             self._history_read = True
+            assert self.previous_response_id is not None  # asked of a managed continuation only
             self._history = await _read_history(self.previous_response_id, self.client_key_id)
         return self._history
 
@@ -207,7 +212,7 @@ async def look_up(
     return continuity
 
 
-async def _read_history(response_id: str, client_key_id: str | None) -> list | None:
+async def _read_history(response_id: str, client_key_id: str | None) -> list[Any] | None:
     """One script call: the records of the chain, child to root; then the history (only when
     every record and node of it is ``client_key_id``'s)."""
     try:
@@ -277,7 +282,7 @@ def after_owner_failure(
 # ----------------------------------------------------------------------------- the record
 
 
-def _function_call_ids(output: list) -> list[str]:
+def _function_call_ids(output: list[Any]) -> list[str]:
     return [
         item["call_id"]
         for item in output
@@ -305,8 +310,9 @@ def affinity_write(report: DispatchReport, continuity: Continuity | None) -> Aff
     if not isinstance(response_id, str) or not 0 < len(response_id) <= MAX_RESPONSE_ID_LENGTH:
         return None
     request = report.request
-    output = response.get("output") if isinstance(response.get("output"), list) else []
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    record = continuity.record if continuity.managed else None
+    output = response["output"] if isinstance(response.get("output"), list) else []
+    usage = response["usage"] if isinstance(response.get("usage"), dict) else {}
     input_tokens = usage.get("input_tokens")
     return AffinityWrite(
         response_id=response_id,
@@ -324,7 +330,7 @@ def affinity_write(report: DispatchReport, continuity: Continuity | None) -> Aff
         turn_input=request.body.get("input"),
         turn_output=output,
         previous_response_id=continuity.previous_response_id if continuity.managed else None,
-        parent_replay=continuity.record.get("replay") if continuity.managed else None,
+        parent_replay=record.get("replay") if record is not None else None,
         external_previous=continuity.external,
         client_body_bytes=request.body_bytes,
         client_key_id=request.client_api_key_id,

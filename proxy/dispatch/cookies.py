@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import email.utils
 from datetime import UTC, datetime, timedelta
-from http.cookies import CookieError, SimpleCookie
+from http.cookies import CookieError, Morsel, SimpleCookie
+from typing import Any
 from urllib.parse import urlsplit
 
 CAPTURED_COOKIE_NAMES = frozenset({"cf_clearance"})
 
 
-def _expiry(morsel, now: datetime) -> datetime | None:
+def _expiry(morsel: Morsel[str], now: datetime) -> datetime | None:
     max_age = morsel["max-age"]
     if max_age:
         try:
@@ -39,7 +40,9 @@ def _expiry(morsel, now: datetime) -> datetime | None:
     return None
 
 
-def captured_cookies(set_cookie_headers: list[str], *, url: str, now: datetime) -> list[dict]:
+def captured_cookies(
+    set_cookie_headers: list[str], *, url: str, now: datetime
+) -> list[dict[str, Any]]:
     """The cookies worth keeping among an answer's Set-Cookie headers."""
     host = urlsplit(url).hostname or ""
     found = []
@@ -64,7 +67,7 @@ def captured_cookies(set_cookie_headers: list[str], *, url: str, now: datetime) 
     return found
 
 
-def cookie_header(cookies: list[dict], *, url: str, now: datetime) -> str | None:
+def cookie_header(cookies: list[dict[str, Any]], *, url: str, now: datetime) -> str | None:
     """``Cookie:`` value for ``url`` from an account's stored cookies, or None."""
     if not cookies:
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import NoReturn
+from typing import Any, Literal, NoReturn, cast, overload
 
 from django.utils import timezone
 
@@ -90,7 +90,7 @@ class Dispatch:
     def __init__(self, request: DispatchRequest):
         self.request = request
         self._notes: list[AttemptNote] = []
-        self._cookies: list[tuple[str, tuple[dict, ...]]] = []
+        self._cookies: list[tuple[str, tuple[dict[str, Any], ...]]] = []
         self._final_failure: AttemptFailure | None = None
         self._client_error: ClientError | None = None
         self._exhausted_count = 0
@@ -117,14 +117,14 @@ class Dispatch:
         Raises ClientFailure when no account could serve."""
         self._strategy = StreamStrategy()
         try:
-            committed = await self._walk()
+            committed = cast(Committed, await self._walk())  # what a stream attempt commits
         except BaseException:
             self._finish()
             raise
         return StreamRelay(
             self.request,
             committed,
-            on_end=lambda end: self._finish(served=self._served(committed), end=end),
+            on_end=lambda end: self._finish(served=Served.of_committed(committed), end=end),
         )
 
     async def complete(self, *, keep_frames: bool = False) -> Committed:
@@ -133,9 +133,9 @@ class Dispatch:
         self._strategy = CompleteStrategy(keep_frames=keep_frames)
         served = None
         try:
-            committed = await self._walk()
+            committed = cast(Committed, await self._walk())  # what a complete attempt commits
             scheduler.release_later(committed.slot, succeeded=True)
-            served = self._served(committed)
+            served = Served.of_committed(committed)
             return committed
         finally:
             self._finish(served=served)
@@ -146,31 +146,14 @@ class Dispatch:
         self._strategy = CompactStrategy()
         served = None
         try:
-            result = await self._walk()
+            result = cast(CompactResult, await self._walk())  # what a compact attempt returns
             scheduler.release_later(result.slot, succeeded=True)
-            payload = result.payload if isinstance(result.payload, dict) else {}
-            served = Served(
-                account=result.account,
-                attempt_index=result.attempt_index,
-                upstream_headers=result.upstream_headers,
-                compact_payload=payload,
-            )
+            served = Served.of_compact(result)
             return result
         finally:
             self._finish(served=served)
 
     # ------------------------------------------------------------------------- the report
-
-    @staticmethod
-    def _served(committed: Committed) -> Served:
-        return Served(
-            account=committed.account,
-            attempt_index=committed.attempt_index,
-            upstream_headers=committed.upstream_headers,
-            progress=committed.progress,
-            response_object=committed.response_object,
-            websocket_pool=getattr(committed.stream, "pool_decision", None),
-        )
 
     def _finish(self, *, served: Served | None = None, end: StreamEnd | None = None) -> None:
         """Freeze the report and hand its ledger entry to the writer (once)."""
@@ -219,7 +202,8 @@ class Dispatch:
         if self._strategy.call is codex.Call.COMPACT:
             # No chain to continue: a previous id is tried on one account, untouched — unless
             # it is another key's (issue 34): then it never existed, and nothing is sent.
-            if request.previous_response_id and (await self._look_up(variant="")).foreign:
+            previous_id = request.previous_response_id
+            if previous_id and (await self._look_up(previous_id, variant="")).foreign:
                 return self._foreign(eligible, compact=True)
             return CandidateQueue(
                 eligible, settings, limit=1 if request.previous_response_id else None
@@ -240,7 +224,7 @@ class Dispatch:
                     request.conversation_id, variant, request.client_api_key_id
                 ),
             )
-        continuity = self._continuity = await self._look_up(variant)
+        continuity = self._continuity = await self._look_up(request.previous_response_id, variant)
         if continuity.foreign:
             self._continuity = None
             return self._foreign(eligible)
@@ -264,10 +248,10 @@ class Dispatch:
             return CandidateQueue([], self.request.scheduler_settings)
         self._fail(never_existed(self.request, compact=compact))
 
-    async def _look_up(self, variant: str) -> Continuity:
+    async def _look_up(self, previous_response_id: str, variant: str) -> Continuity:
         request = self.request
         return await look_up(
-            previous_response_id=request.previous_response_id,
+            previous_response_id=previous_response_id,
             conversation_id=request.conversation_id,
             variant=variant,
             client_key_id=request.client_api_key_id,
@@ -286,6 +270,14 @@ class Dispatch:
                 queue = await self._recover(outcome, owner_timed_out=queue.timed_out)
             return await self._walk_queue(queue, owner=False)
 
+    @overload
+    async def _walk_queue(
+        self, queue: CandidateQueue, *, owner: Literal[True]
+    ) -> Committed | CompactResult | AttemptFailure | None: ...
+    @overload
+    async def _walk_queue(
+        self, queue: CandidateQueue, *, owner: Literal[False]
+    ) -> Committed | CompactResult: ...
     async def _walk_queue(
         self, queue: CandidateQueue, *, owner: bool
     ) -> Committed | CompactResult | AttemptFailure | None:
@@ -320,7 +312,9 @@ class Dispatch:
             return None
         if not self._notes:
             self._fail(ALL_BUSY if queue.timed_out else NO_ACCOUNTS)
-        self._give_up(self._notes[-1].failure)
+        last = self._notes[-1].failure
+        assert last is not None  # only the attempt that is returned is noted without a failure
+        self._give_up(last)
 
     def _note(self, slot: Slot, failure: AttemptFailure | None = None) -> None:
         self._notes.append(AttemptNote(self._attempt_index, slot.account.id, failure))
@@ -353,6 +347,7 @@ class Dispatch:
     async def _owner_next(self, failure: AttemptFailure | None) -> Next:
         has_replay = False
         if failure is None or is_recoverable(failure):
+            assert self._continuity is not None  # an owner: only a managed continuation has one
             has_replay = await self._continuity.history() is not None
         return after_owner_failure(
             failure, has_replay=has_replay, same_account_replay_spent=self._replay_spent
@@ -367,6 +362,7 @@ class Dispatch:
             return failure
         self._note(slot, failure)
         self._replay_spent = True
+        assert self._continuity is not None  # an owner: only a managed continuation has one
         self._sent = await replay_request(self.request, self._continuity)
         return await self._attempt_with_refresh(slot)
 
@@ -375,6 +371,7 @@ class Dispatch:
     ) -> CandidateQueue:
         """After the owner: the other accounts with the full replay, or the client's error."""
         decision = await self._owner_next(failure)
+        assert self._continuity is not None  # an owner: only a managed continuation has one
         if decision is Next.ROTATE_WITH_REPLAY:
             self._sent = await replay_request(self.request, self._continuity)
             return CandidateQueue(self._others, self.request.scheduler_settings)
@@ -386,6 +383,7 @@ class Dispatch:
         if decision is Next.BUSY:
             self._final_failure = failure
             self._fail(CONTINUATION_CONNECTION_BUSY)
+        assert failure is not None  # no failure (an owner not used) is a rotation or unavailable
         self._give_up(failure)
 
     def _fail(self, error: ClientError, *, retry_after: int | None = None) -> NoReturn:

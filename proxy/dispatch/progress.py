@@ -4,6 +4,7 @@ first token, real output, the terminal event — and, before any output, a rotat
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from proxy.domain.dispatch_types import DispatchRequest, StreamProgress
 from proxy.domain.failures import AttemptFailure, classify_failed_event, history_error_code
@@ -59,7 +60,7 @@ def observe(
     return None
 
 
-def is_empty_completion(response: dict) -> bool:
+def is_empty_completion(response: dict[str, Any]) -> bool:
     """Completed with no items, no text and zero output tokens (spec §3.6), and not incomplete."""
     if response.get("status") == "incomplete":
         return False

@@ -12,6 +12,7 @@ loop every scan); an operator's "refresh now" or new tokens bring it back.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, TypeGuard
 
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -21,10 +22,13 @@ from proxy.accounts import AccountView
 from proxy.domain.failures import AttemptFailure, FailureKind
 from proxy.services.account_state import account_mark_expired
 
+if TYPE_CHECKING:
+    from proxy.services.token_refresh_request import FreshToken
+
 logger = logging.getLogger(__name__)
 
 
-def wants_token_refresh(outcome: object, account: AccountView) -> bool:
+def wants_token_refresh(outcome: object, account: AccountView) -> TypeGuard[AttemptFailure]:
     """Whether ``outcome`` is a rejected access token that a refresh might cure."""
     return (
         isinstance(outcome, AttemptFailure)
@@ -33,7 +37,7 @@ def wants_token_refresh(outcome: object, account: AccountView) -> bool:
     )
 
 
-def _refresh_in_thread(account_id: str, failed_token: str):
+def _refresh_in_thread(account_id: str, failed_token: str) -> FreshToken | None:
     from proxy.services.token_refresh_request import token_refresh_for_request
 
     try:

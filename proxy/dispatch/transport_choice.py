@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import json
+from typing import Any
 
 from django.conf import settings
 
@@ -46,11 +47,11 @@ async def open_stream(
     request: DispatchRequest,
     *,
     account_id: str,
-    fields: dict,
+    fields: dict[str, Any],
     headers: list[tuple[str, str]],
     transports_tried: list[str],
     http_only: bool = False,
-):
+) -> codex.CodexStream | codex.CodexWebSocketStream:
     """The upstream stream of one attempt (``CodexStream`` or ``CodexWebSocketStream``) for the
     body ``fields`` (encoded only for HTTP: a WebSocket frame is built from the fields); each
     transport used is appended to ``transports_tried``. Raises the Codex client's errors."""
@@ -74,7 +75,7 @@ async def open_stream(
     return await codex.open_responses(body=encode_body(fields), headers=headers)
 
 
-def encode_body(fields: dict) -> bytes:
+def encode_body(fields: dict[str, Any]) -> bytes:
     """A JSON body as the upstream gets it (key order kept, UTF-8, compact)."""
     return json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
 

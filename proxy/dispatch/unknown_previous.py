@@ -21,6 +21,7 @@ no pooled socket has it — so both get 400 ``previous_response_unavailable``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from proxy.dispatch.transport_choice import TransportMode, is_connection_local, transport_mode
 from proxy.domain.client_errors import PREVIOUS_RESPONSE_UNAVAILABLE, ClientError
@@ -30,7 +31,7 @@ from proxy.domain.failures import AttemptFailure, history_error_code
 CODE = "previous_response_not_found"
 
 
-def _error(previous_response_id: str) -> dict:
+def _error(previous_response_id: str) -> dict[str, Any]:
     return {
         "message": f"Previous response with id '{previous_response_id}' not found.",
         "type": "invalid_request_error",

@@ -49,7 +49,7 @@ def stable_key(body: dict) -> str:
     """SHA-256 of ``model \\0 instructions[:2000] \\0 first user text`` (leading
     system-reminder blocks stripped), formatted 8-4-4-4-12."""
     model = body.get("model") if isinstance(body.get("model"), str) else ""
-    instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else ""
+    instructions = body["instructions"] if isinstance(body.get("instructions"), str) else ""
     user_text = _SYSTEM_REMINDERS.sub("", _first_user_text(body.get("input")))
     digest = hashlib.sha256(
         f"{model}\0{instructions[:_INSTRUCTIONS_PREFIX]}\0{user_text}".encode()

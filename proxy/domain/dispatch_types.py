@@ -176,6 +176,27 @@ class Served:
     # How the upstream WebSocket pool served it (``{kind, reason?}``); None over HTTP.
     websocket_pool: dict[str, str] | None = None
 
+    @classmethod
+    def of_committed(cls, committed: Committed) -> Served:
+        return cls(
+            account=committed.account,
+            attempt_index=committed.attempt_index,
+            upstream_headers=committed.upstream_headers,
+            progress=committed.progress,
+            response_object=committed.response_object,
+            websocket_pool=getattr(committed.stream, "pool_decision", None),
+        )
+
+    @classmethod
+    def of_compact(cls, result: CompactResult) -> Served:
+        payload = result.payload if isinstance(result.payload, dict) else {}
+        return cls(
+            account=result.account,
+            attempt_index=result.attempt_index,
+            upstream_headers=result.upstream_headers,
+            compact_payload=payload,
+        )
+
 
 @dataclass(frozen=True)
 class DispatchReport:

@@ -11,6 +11,7 @@ import enum
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from common import clock
 from proxy.clients.codex import (
@@ -119,7 +120,7 @@ def _body_text(body: bytes) -> str:
     return body.decode("utf-8", "replace")
 
 
-def json_or_none(body: bytes) -> dict | None:
+def json_or_none(body: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(body)
     except ValueError:
@@ -151,7 +152,7 @@ def retry_after_seconds(headers: dict[str, str], body: bytes) -> float | None:
         except ValueError:
             pass
     payload = json_or_none(body) or {}
-    error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+    error = payload["error"] if isinstance(payload.get("error"), dict) else payload
     for key in ("resets_in_seconds", "retry_after_seconds", "retry_after"):
         value = error.get(key)
         if isinstance(value, int | float):
@@ -230,9 +231,9 @@ _RATE_LIMIT_CODES = {"rate_limit_exceeded", "usage_limit_reached", "rate_limit_r
 _TOKEN_MESSAGE = re.compile(r"token (?:was )?(revoked|invalid|expired)", re.I)
 
 
-def classify_failed_event(event: dict) -> AttemptFailure:
+def classify_failed_event(event: dict[str, Any]) -> AttemptFailure:
     """Classify a ``response.failed`` / ``error`` SSE event seen before anything was sent."""
-    error = {}
+    error: dict[str, Any] = {}
     if isinstance(event.get("response"), dict) and isinstance(event["response"].get("error"), dict):
         error = event["response"]["error"]
     elif isinstance(event.get("error"), dict):
@@ -245,7 +246,12 @@ def classify_failed_event(event: dict) -> AttemptFailure:
     response_id = (
         (event.get("response") or {}).get("id") if isinstance(event.get("response"), dict) else None
     )
-    common = {"body": body, "code": code or None, "detail": message, "response_id": response_id}
+    common: dict[str, Any] = {
+        "body": body,
+        "code": code or None,
+        "detail": message,
+        "response_id": response_id,
+    }
     if mentions_model_unsupported(f"{code} {message}"):
         return AttemptFailure(FailureKind.MODEL_UNSUPPORTED, **common)
     if code in _QUOTA_CODES or "quota" in message.lower():
@@ -282,6 +288,6 @@ def history_error_code(failure: AttemptFailure) -> str | None:
     if failure.kind != FailureKind.CLIENT_ERROR or not failure.body:
         return None
     payload = json_or_none(failure.body) or {}
-    error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
+    error = payload["error"] if isinstance(payload.get("error"), dict) else payload
     code = str(error.get("code") or "").lower()
     return code if code in HISTORY_ERROR_CODES else None

@@ -77,9 +77,11 @@ def build_node(
     ``parent_response_id`` None: the first turn of a chain. Otherwise ``parent_replay`` must be
     the parent's node (a parent without one cannot be rebuilt, so neither can this turn).
     """
-    if parent_response_id is not None and not isinstance(parent_replay, dict):
+    if parent_response_id is None:
+        parent_replay = None
+    elif not isinstance(parent_replay, dict):
         return None
-    depth = 1 if parent_response_id is None else int(parent_replay.get("depth", 0)) + 1
+    depth = 1 if parent_replay is None else int(parent_replay.get("depth", 0)) + 1
     if depth > MAX_DEPTH:
         return None
     # The small fields first: the request path reads a record up to "turnInput" only.
@@ -94,7 +96,7 @@ def build_node(
     own_bytes = _size(node)
     if own_bytes > MAX_NODE_BYTES:
         return None
-    parent_total = 0 if parent_response_id is None else int(parent_replay.get("totalBytes", 0))
+    parent_total = 0 if parent_replay is None else int(parent_replay.get("totalBytes", 0))
     total = parent_total + own_bytes
     if total > MAX_CHAIN_BYTES:
         return None

@@ -116,7 +116,7 @@ def read_client_identity(
 
     Raises InvalidHeaderValue when a value that is copied into an upstream header cannot be one.
     """
-    metadata = body.get("client_metadata") if isinstance(body.get("client_metadata"), dict) else {}
+    metadata = body["client_metadata"] if isinstance(body.get("client_metadata"), dict) else {}
     identity_inputs = ClientIdentity(client_key_id=client_key_id)
     for body_key, metadata_key, header, domain, _ in _IDENTITY_FIELDS:
         value = (

@@ -241,6 +241,7 @@ def scope_metadata(metadata: dict, scope: AccountScope, *, turn_metadata: str | 
             elif turn_metadata:
                 scoped[key] = scope.turn_metadata(turn_metadata)
         else:
+            assert domain is not None  # METADATA_IDS: only the keys handled above have none
             _set_or_remove(scoped, key, scope.ids.get(domain))
     root_turn_id = scoped.get("root_turn_id")
     if isinstance(root_turn_id, str) and root_turn_id:

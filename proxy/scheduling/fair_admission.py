@@ -70,9 +70,10 @@ _TAKE_TURN = lua_script("proxy", "fair_admission_take_turn", batch_last=str(_BAT
 # KEYS: rotation, own queue, own record; ARGV: client key id, waiter id
 _LEAVE = lua_script("proxy", "fair_admission_leave")
 
+# No client of their own: each call passes one (redis-py's stubs want one here all the same).
 _SCRIPTS = {
-    "take_turn": AsyncScript(None, _TAKE_TURN.encode()),
-    "leave": AsyncScript(None, _LEAVE.encode()),
+    "take_turn": AsyncScript(None, _TAKE_TURN.encode()),  # type: ignore[arg-type]
+    "leave": AsyncScript(None, _LEAVE.encode()),  # type: ignore[arg-type]
 }
 
 

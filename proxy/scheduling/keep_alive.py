@@ -83,6 +83,8 @@ class KeepAlive:
                 if slot is not None:
                     queue_heartbeat(pipeline, slot, at_ms=at_ms, ttl_ms=counters.slot_ttl_ms())
                 if member is not None:
+                    # in_flight_member: a member only for a request with a key policy.
+                    assert self.request.key_policy is not None
                     counters.queue_heartbeat(pipeline, self.request.key_policy, member, at_ms=at_ms)
                 await pipeline.execute()
         except Exception:

@@ -61,8 +61,9 @@ _RELEASE = lua_script("proxy", "scheduler_release")
 
 # Built once: each script's SHA is computed here, and every call is one EVALSHA (a server that
 # does not know the script yet gets it loaded once).
+# No client of their own: each call passes one (redis-py's stubs want one here all the same).
 _SCRIPTS = {
-    name: AsyncScript(None, source.encode())
+    name: AsyncScript(None, source.encode())  # type: ignore[arg-type]
     for name, source in (
         ("order", _ORDER_AND_ACQUIRE),
         ("first_free", _ACQUIRE_FIRST_FREE),

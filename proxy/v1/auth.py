@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from django.utils import timezone
@@ -104,7 +105,7 @@ class KeyLookupUnavailable(Exception):
     """The key could not be checked because the database did not answer (not a bad key)."""
 
 
-async def _key_row(authorization: str | None, sql: str) -> tuple | None:
+async def _key_row(authorization: str | None, sql: str) -> tuple[Any, ...] | None:
     """The row of ``sql`` for the enabled key of ``authorization`` (its use is recorded), or
     None when the header carries no enabled key (every such case is the same 401, spec §1.2).
 
@@ -193,7 +194,7 @@ class KeyTouches:
 
     def __init__(self) -> None:
         self._pending: set[str] = set()
-        self._flush_task: asyncio.Task | None = None
+        self._flush_task: asyncio.Task[None] | None = None
 
     def touch(self, key_id: str) -> None:
         self._pending.add(key_id)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from django.http import HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -41,13 +43,13 @@ ROUTE = "/v1/chat/completions"
 STREAM_CUT_MESSAGE = "Upstream stream closed before response.completed"
 
 
-def _frame(chunk: dict) -> bytes:
+def _frame(chunk: dict[str, Any]) -> bytes:
     return (
         b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
     )
 
 
-def _events(frames: list[Frame]) -> Iterator[tuple[str, dict]]:
+def _events(frames: list[Frame]) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(type, event)`` of each upstream frame; ``[DONE]``, keep-alives and non-JSON data are
     skipped."""
     for frame in frames:
@@ -65,7 +67,7 @@ def _events(frames: list[Frame]) -> Iterator[tuple[str, dict]]:
 @require_POST
 @openai_errors
 @v1_view
-async def chat_completions(request: V1Request) -> HttpResponse:
+async def chat_completions(request: V1Request) -> HttpResponseBase:
     valid = await validate(request)
     plan = chat_request_to_responses(valid.body)  # raises ChatRequestInvalid
     catalog = await model_catalog_or_404(valid, plan.requested_model)
@@ -115,7 +117,7 @@ async def chat_completions(request: V1Request) -> HttpResponse:
 
 async def _chunks(
     relay: StreamRelay, translator: ChatStreamTranslator, ending: StreamEnding | None = None
-):
+) -> AsyncIterator[bytes]:
     """The committed stream translated to chat chunks, then the closing chunks and [DONE]:
     the chat chunks of one upstream read as one item; the terminal event's, when nothing more
     is to come, held and handed out with the closing ones as the last item (``ending``)."""

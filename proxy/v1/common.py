@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.utils import timezone
 
 from common import clock
@@ -47,12 +48,19 @@ logger = logging.getLogger(__name__)
 # The client's x-openai-subagent header values that are honoured (client_metadata's too).
 ALLOWED_SUBAGENTS = SUBAGENTS
 Client = TypeVar("Client", bound=KeyHolder)
+Response = TypeVar("Response", bound=HttpResponseBase)
 
 
+@overload
+async def authenticated(request: HttpRequest) -> tuple[str, AuthenticatedClient]: ...
+@overload
+async def authenticated(
+    request: HttpRequest, lookup: Callable[[str | None], Awaitable[Client | None]]
+) -> tuple[str, Client]: ...
 async def authenticated(
     request: HttpRequest,
-    lookup: Callable[[str | None], Awaitable[Client | None]] = authenticate,
-) -> tuple[str, Client]:
+    lookup: Callable[[str | None], Awaitable[KeyHolder | None]] = authenticate,
+) -> tuple[str, KeyHolder]:
     """The request id and the client ``lookup`` verifies from ``Authorization``. Raises
     ClientFailure: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with
     ``Retry-After`` when the database could not say."""
@@ -123,11 +131,14 @@ async def admit_before_body(v1: V1Request) -> HttpResponse | None:
     return the refusal (429, ``Retry-After``) to send instead of reading the body, else None.
     The allowed models need the body's model: the dispatch checks them."""
     checked = v1.authenticated
-    if checked is None or checked[1].policy is None:
+    if checked is None:
         return None
     request, (request_id, client) = v1.http, checked
+    policy = client.policy
+    if policy is None:
+        return None
     try:
-        outcome = await admission.admit_before_body(client.policy)
+        outcome = await admission.admit_before_body(policy)
     except Exception:
         # Redis failing: the dispatch's own admission decides (and answers) after the body.
         logger.warning("key policy admission before the body failed", exc_info=True)
@@ -186,7 +197,9 @@ def _refused_before_body_entry(
     )
 
 
-def with_upstream_headers(response: HttpResponse, request_id: str, upstream: dict[str, str]):
+def with_upstream_headers(
+    response: Response, request_id: str, upstream: dict[str, str]
+) -> Response:
     """Copy the safe upstream headers (spec §1.4) and set our request id."""
     for name in SAFE_UPSTREAM_HEADERS:
         value = upstream.get(name)
@@ -200,13 +213,17 @@ class EventStreamResponse(StreamingHttpResponse):
     """An SSE answer; ``ending`` is its generator's flag for its last item: the /v1 handler
     then sends the events itself and ends the body with that item (``proxy.v1.handler``)."""
 
-    def __init__(self, events, *, ending: StreamEnding | None = None) -> None:
+    def __init__(self, events: AsyncIterator[bytes], *, ending: StreamEnding | None = None) -> None:
         super().__init__(events, content_type="text/event-stream")
         self.ending = ending
 
 
 def event_stream_response(
-    events, request_id: str, upstream: dict[str, str], *, ending: StreamEnding | None = None
+    events: AsyncIterator[bytes],
+    request_id: str,
+    upstream: dict[str, str],
+    *,
+    ending: StreamEnding | None = None,
 ) -> EventStreamResponse:
     """An SSE response of ``events`` (bytes), unbuffered by caches and reverse proxies."""
     response = EventStreamResponse(events, ending=ending)
@@ -219,7 +236,7 @@ def event_stream_response(
 class ValidRequest:
     request_id: str
     client: AuthenticatedClient
-    body: dict
+    body: dict[str, Any]
     # The raw body's size (the affinity writer sizes its work by it).
     body_bytes: int = 0
 
@@ -264,7 +281,7 @@ def build_dispatch_request(
     *,
     route: str,
     requested_model: str,
-    body: dict,
+    body: dict[str, Any],
     stream: bool,
     catalog: Catalog,
     subagent: str | None = None,
@@ -302,7 +319,7 @@ def build_dispatch_request(
 OVERHEAD_HEADER = "x-cpr-overhead-ms"
 
 
-def stamp_overhead(response: HttpResponse, timing: RequestTiming) -> HttpResponse:
+def stamp_overhead(response: Response, timing: RequestTiming) -> Response:
     """``x-cpr-overhead-ms``: what the proxy added before this answer's first byte."""
     response[OVERHEAD_HEADER] = f"{timing.overhead_ms():.2f}"
     return response

@@ -7,8 +7,11 @@ import functools
 import logging
 import re
 import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 
 from proxy.chat import ChatRequestInvalid
 from proxy.domain.client_errors import NO_ACCOUNTS, ClientError, ClientFailure
@@ -62,13 +65,17 @@ def request_id_from(supplied: str | None) -> str:
     return f"req_{uuid.uuid4()}"
 
 
+# Where request_id_for keeps a request's id on Django's request (not an attribute Django knows).
+_REQUEST_ID_ATTRIBUTE = "v1_request_id"
+
+
 def request_id_for(request: HttpRequest) -> str:
     """The request id of ``request`` (its ``x-request-id`` when well-formed, else ours); the
     same for every caller during one request."""
-    request_id = getattr(request, "v1_request_id", None)
+    request_id: str | None = getattr(request, _REQUEST_ID_ATTRIBUTE, None)
     if request_id is None:
         request_id = request_id_from(request.headers.get("x-request-id"))
-        request.v1_request_id = request_id
+        setattr(request, _REQUEST_ID_ATTRIBUTE, request_id)
     return request_id
 
 
@@ -123,7 +130,12 @@ def failure_response(failure: ClientFailure, request_id: str) -> HttpResponse:
     return response
 
 
-def openai_errors(view):
+P = ParamSpec("P")
+
+
+def openai_errors(
+    view: Callable[Concatenate[HttpRequest, P], Coroutine[Any, Any, HttpResponseBase]],
+) -> Callable[Concatenate[HttpRequest, P], Coroutine[Any, Any, HttpResponseBase]]:
     """The one handler of a ``/v1`` view's errors: a ``ClientFailure`` becomes its envelope
     (or SSE failure event), a rejected chat request its own envelope; an unexpected failure is
     logged and answered in the OpenAI envelope (500) instead of Django's HTML page — clients
@@ -131,7 +143,9 @@ def openai_errors(view):
     CRLF bound for a header, JSON too deep to walk) is the client's error: 400."""
 
     @functools.wraps(view)
-    async def wrapper(request, *args, **kwargs):
+    async def wrapper(
+        request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs
+    ) -> HttpResponseBase:
         try:
             return await view(request, *args, **kwargs)
         except ClientFailure as failure:

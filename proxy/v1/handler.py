@@ -34,13 +34,15 @@ import asyncio
 import contextlib
 import io
 import logging
-from collections.abc import Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http.response import HttpResponseBase
 from django.utils.log import log_response
 
 from common import clock
@@ -61,13 +63,17 @@ from proxy.v1.errors import (
     request_id_for,
     request_id_from,
 )
-from proxy.v1.request import V1Request
+from proxy.v1.request import V1Request, V1View
 from proxy.v1.routes import POST_VIEWS
 
 logger = logging.getLogger(__name__)
 
 # Rewrites a request's META in place so REMOTE_ADDR and the scheme are the real client's.
 ClientResolver = Callable[[MutableMapping[str, str]], None]
+# ASGI's scope and callables, as Django's ASGIHandler (its stubs) takes them.
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 
 class APIHandler(ASGIHandler):
@@ -76,13 +82,15 @@ class APIHandler(ASGIHandler):
         self.resolve_client = resolve_client
 
     def load_middleware(self, is_async: bool = False) -> None:
-        self._view_middleware = []
-        self._template_response_middleware = []
-        self._exception_middleware = []
+        self._view_middleware: list[Callable[..., Any]] = []
+        self._template_response_middleware: list[Callable[..., Any]] = []
+        self._exception_middleware: list[Callable[..., Any]] = []
         # The trusted-proxy resolution runs in __call__, before the Host and key checks.
-        self._middleware_chain = convert_exception_to_response(self._get_response_async)
+        self._middleware_chain = convert_exception_to_response(
+            self._get_response_async  # type: ignore[attr-defined]  # Django's; not in the stubs
+        )
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = settings.V1_MAX_BODY_BYTES
         body_file = io.BytesIO()
         timing = RequestTiming()  # x-cpr-overhead-ms counts from here
@@ -128,7 +136,14 @@ class APIHandler(ASGIHandler):
             await give_back_untaken_admission(v1)
 
     async def _read_and_answer(
-        self, v1: V1Request, view, body_file: io.BytesIO, hold: BodyHold, scope, receive, send
+        self,
+        v1: V1Request,
+        view: V1View | None,
+        body_file: io.BytesIO,
+        hold: BodyHold,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """Read the body (held against the process's body memory as it grows), then answer
         through ``view`` (a POST route's) or Django's URL resolver (``view`` None)."""
@@ -173,15 +188,16 @@ class APIHandler(ASGIHandler):
                     await task
 
     async def _refuse_unread(
-        self, request: HttpRequest, send, response: HttpResponse, timing: RequestTiming
+        self, request: HttpRequest, send: Send, response: HttpResponse, timing: RequestTiming
     ) -> None:
         """Answer ``response`` with the body (or its rest) unread, and close the connection
         after it: the unread bytes are not taken in to find the next request."""
         response["Connection"] = "close"
         await self.send_response(stamp_overhead(response, timing), send)
 
-    async def _respond(self, v1: V1Request, view, send) -> None:
+    async def _respond(self, v1: V1Request, view: V1View | None, send: Send) -> None:
         request = v1.http
+        response: HttpResponseBase
         if view is None:
             response = await self.get_response_async(request)
         else:
@@ -193,7 +209,8 @@ class APIHandler(ASGIHandler):
                     "%s: %s",
                     response.reason_phrase,
                     request.path,
-                    response=response,
+                    # Any response: Django reads its status only (the stubs want HttpResponse).
+                    response=response,  # type: ignore[arg-type]
                     request=request,
                 )
         stamp_overhead(response, v1.timing)
@@ -202,27 +219,32 @@ class APIHandler(ASGIHandler):
         else:
             await self.send_response(response, send)
 
-    async def _refuse_too_large(self, scope, send, limit: int, timing: RequestTiming) -> None:
+    async def _refuse_too_large(
+        self, scope: Scope, send: Send, limit: int, timing: RequestTiming
+    ) -> None:
         """413 in the /v1 error envelope (spec §1.1), echoing the client's request id."""
         request_id = request_id_from(header(scope, b"x-request-id"))
         response = error_response(body_too_large(limit), request_id)
         await self.send_response(stamp_overhead(response, timing), send)
 
     @staticmethod
-    async def _client_left(receive) -> None:
+    async def _client_left(receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
 
 
-async def send_event_stream(response: EventStreamResponse, send) -> None:
+async def send_event_stream(response: EventStreamResponse, send: Send) -> None:
     """Send a /v1 SSE answer: each item of its generator as one body message, the one flagged
     last by its ``ending`` ending the body (one write for the last events and the end of the
     chunked body, where Django's own sending adds an empty closing message)."""
     headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in response.items()]
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    async with contextlib.aclosing(aiter(response)) as content:
+    ending = response.ending
+    assert ending is not None  # sent so only with its generator's flag (_respond)
+    # StreamingHttpResponse.__aiter__ is an async generator; the stubs say AsyncIterator.
+    async with contextlib.aclosing(aiter(response)) as content:  # type: ignore[type-var]
         async for chunk in content:
-            if response.ending.last:
+            if ending.last:
                 await send({"type": "http.response.body", "body": chunk, "more_body": False})
                 return
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -236,14 +258,16 @@ def _server_busy(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def header(scope, name: bytes) -> str | None:
+def header(scope: Mapping[str, Any], name: bytes) -> str | None:
+    key: bytes
+    value: bytes
     for key, value in scope.get("headers", ()):
         if key == name:
             return value.decode("latin-1")
     return None
 
 
-def declared_length(scope) -> int:
+def declared_length(scope: Mapping[str, Any]) -> int:
     """The request's Content-Length (0 when absent or unreadable)."""
     try:
         return int(header(scope, b"content-length") or 0)

@@ -38,6 +38,7 @@ import logging
 import re
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -45,10 +46,10 @@ from redis.commands.core import AsyncScript
 
 from common.redis_scripts import COMPARE_AND_DELETE, lua_script
 from proxy import redis_keys
+from proxy.dispatch.dispatcher import SAFE_UPSTREAM_HEADERS
 from proxy.domain.client_errors import ClientError, ClientFailure
 from proxy.domain.sse import SERVER_SHUTDOWN
 from proxy.loop_resources import async_redis
-from proxy.v1.common import SAFE_UPSTREAM_HEADERS
 
 logger = logging.getLogger(__name__)
 
@@ -80,17 +81,17 @@ _PENDING = "pending"
 _DONE = "done"
 
 
-def _fingerprint(route: str, body: dict) -> str:
+def _fingerprint(route: str, body: dict[str, Any]) -> str:
     """The request as parsed (keys sorted: the same JSON however it was spaced or ordered)."""
     canonical = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(route.encode() + b"\0" + canonical.encode()).hexdigest()
 
 
-def _record(state: str, fingerprint: str, **answer) -> str:
+def _record(state: str, fingerprint: str, **answer: Any) -> str:
     return json.dumps({"state": state, "fingerprint": fingerprint, **answer})
 
 
-def _replay(record: dict, request_id: str) -> HttpResponse:
+def _replay(record: dict[str, Any], request_id: str) -> HttpResponse:
     response = HttpResponse(
         record["body"].encode(), status=record["status"], content_type="application/json"
     )
@@ -108,14 +109,15 @@ def _replay(record: dict, request_id: str) -> HttpResponse:
 # deleted (seed §2.9.3).
 _STORE = lua_script("proxy", "idempotency_store")
 _EXTEND = lua_script("proxy", "idempotency_extend")
+# No client of their own: each call passes one (redis-py's stubs want one here all the same).
 _SCRIPTS = {
-    name: AsyncScript(None, source.encode())
+    name: AsyncScript(None, source.encode())  # type: ignore[arg-type]
     for name, source in (("store", _STORE), ("give_back", COMPARE_AND_DELETE), ("extend", _EXTEND))
 }
 
 # The calls that run on after their client left (strong references: the loop keeps only weak
 # ones), so that a graceful stop can end them.
-_detached: set[asyncio.Task] = set()
+_detached: set[asyncio.Task[HttpResponse]] = set()
 
 
 class Claim:
@@ -126,9 +128,9 @@ class Claim:
         self.key = key
         self.pending = _record(_PENDING, fingerprint, owner=secrets.token_hex(16))
         self._timer: asyncio.TimerHandle | None = None
-        self._extending: asyncio.Task | None = None
+        self._extending: asyncio.Task[None] | None = None
 
-    async def take(self) -> dict | None:
+    async def take(self) -> dict[str, Any] | None:
         """None when this call holds the claim now; else the record found. Raises on Redis
         failures (the caller runs without the dedupe)."""
         redis = await async_redis.get()
@@ -139,12 +141,15 @@ class Claim:
         if raw is None:  # lapsed between the two calls: claim again, once
             if await redis.set(self.key, self.pending, nx=True, ex=ttl):
                 return None
-            return json.loads(self.pending)  # another call claimed it meanwhile
-        return json.loads(raw)
+            found: dict[str, Any] = json.loads(self.pending)  # another call claimed it meanwhile
+            return found
+        found = json.loads(raw)
+        return found
 
-    async def _script(self, name: str, *args) -> int:
+    async def _script(self, name: str, *args: str | int) -> int:
         redis = await async_redis.get()
-        return await _SCRIPTS[name](keys=[self.key], args=[self.pending, *args], client=redis)
+        acted: int = await _SCRIPTS[name](keys=[self.key], args=[self.pending, *args], client=redis)
+        return acted
 
     async def give_back(self) -> None:
         """Delete the claim if it is still this call's. Never raises (it lapses anyway)."""
@@ -220,7 +225,7 @@ async def _run_claimed(
     return response
 
 
-def _forget(call: asyncio.Task) -> None:
+def _forget(call: asyncio.Task[HttpResponse]) -> None:
     _detached.discard(call)
     if not call.cancelled():
         call.exception()  # retrieved: an error answer nobody waits for any more is no log line
@@ -245,7 +250,7 @@ async def idempotent(
     route: str,
     key_id: str,
     request_id: str,
-    body: dict,
+    body: dict[str, Any],
     produce: Callable[[], Awaitable[HttpResponse]],
 ) -> HttpResponse:
     """``produce()`` once per (client key, Idempotency-Key); without the header, just it.

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.http import require_GET
 
 from proxy.catalog_cache import current_catalog
@@ -17,17 +20,19 @@ from proxy.v1.errors import MODEL_NOT_FOUND, error_response, openai_errors
 CREATED = 1700000000
 
 
-def _model_object(model_id: str) -> dict:
+def _model_object(model_id: str) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": CREATED, "owned_by": "openai"}
 
 
-def _json(payload, request_id: str) -> JsonResponse:
+def _json(payload: object, request_id: str) -> JsonResponse:
     response = JsonResponse(payload, safe=False)
     response["x-request-id"] = request_id
     return response
 
 
-def models_route(view):
+def models_route(
+    view: Callable[..., Coroutine[Any, Any, HttpResponse]],
+) -> Callable[..., Coroutine[Any, Any, HttpResponseBase]]:
     """A GET route of the models API: a JSON 500 on failure, and the view called as
     ``view(request, *args, request_id=…, client=…)`` once the key checks out (else 401,
     raised by ``authenticated``)."""
@@ -35,7 +40,7 @@ def models_route(view):
     @require_GET
     @openai_errors
     @functools.wraps(view)
-    async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         request_id, client = await authenticated(request, authenticate_key)
         return await view(request, *args, request_id=request_id, client=client, **kwargs)
 

@@ -9,9 +9,12 @@ set on Django's request.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 
 from proxy.domain.dispatch_types import RequestTiming
 from proxy.domain.early_admission import EarlyAdmission
@@ -29,13 +32,23 @@ class V1Request:
     early_admission: EarlyAdmission | None = None
 
 
-def v1_view(view):
+class V1View(Protocol):
+    """A ``/v1`` view as Django calls it, ``(request, …)``, and as the handler does (``v1=``)."""
+
+    def __call__(
+        self, request: HttpRequest, /, *args: Any, v1: V1Request | None = None, **kwargs: Any
+    ) -> Coroutine[Any, Any, HttpResponseBase]: ...
+
+
+def v1_view(view: Callable[..., Coroutine[Any, Any, HttpResponseBase]]) -> V1View:
     """Let ``view(v1: V1Request, …)`` be called as Django calls a view, ``(request, …)``: the
     ``/v1`` handler passes the ``V1Request`` it built (``v1=``); a call through Django's URL
     resolver (another method than POST) gets a fresh one."""
 
     @functools.wraps(view)
-    async def wrapper(request: HttpRequest, *args, v1: V1Request | None = None, **kwargs):
+    async def wrapper(
+        request: HttpRequest, /, *args: Any, v1: V1Request | None = None, **kwargs: Any
+    ) -> HttpResponseBase:
         return await view(v1 if v1 is not None else V1Request(http=request), *args, **kwargs)
 
     return wrapper

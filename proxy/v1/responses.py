@@ -8,7 +8,10 @@ after the response has ended, never before a byte is sent.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -29,7 +32,7 @@ from proxy.v1.idempotency import idempotent
 from proxy.v1.request import V1Request, v1_view
 
 
-def _apply_subagent(body: dict, subagent: str | None) -> None:
+def _apply_subagent(body: dict[str, Any], subagent: str | None) -> None:
     if subagent is None:
         return
     metadata = body.get("client_metadata")
@@ -75,7 +78,9 @@ async def _parse(
     return valid, dispatch
 
 
-async def _serve(request: V1Request, *, route: str, forced_subagent: str | None) -> HttpResponse:
+async def _serve(
+    request: V1Request, *, route: str, forced_subagent: str | None
+) -> HttpResponseBase:
     valid, dispatch = await _parse(request, route=route, forced_subagent=forced_subagent)
     if dispatch.request.stream:
         relay = await dispatch.stream()
@@ -105,7 +110,7 @@ async def _serve(request: V1Request, *, route: str, forced_subagent: str | None)
 @require_POST
 @openai_errors
 @v1_view
-async def responses(request: V1Request) -> HttpResponse:
+async def responses(request: V1Request) -> HttpResponseBase:
     return await _serve(request, route="/v1/responses", forced_subagent=None)
 
 
@@ -113,7 +118,7 @@ async def responses(request: V1Request) -> HttpResponse:
 @require_POST
 @openai_errors
 @v1_view
-async def responses_review(request: V1Request) -> HttpResponse:
+async def responses_review(request: V1Request) -> HttpResponseBase:
     return await _serve(request, route="/v1/responses/review", forced_subagent="review")
 
 
@@ -121,7 +126,7 @@ async def responses_review(request: V1Request) -> HttpResponse:
 @require_POST
 @openai_errors
 @v1_view
-async def responses_compact(request: V1Request) -> HttpResponse:
+async def responses_compact(request: V1Request) -> HttpResponseBase:
     """One JSON call to the upstream compact endpoint; its JSON comes back verbatim."""
     valid = await validate(request)
     body = valid.body

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -53,6 +54,13 @@ from proxy.v1.errors import (
 )
 from proxy.v1.failures import record_unexpected_failure
 from proxy.v1.responses import _apply_subagent
+
+if TYPE_CHECKING:
+    from asgiref.typing import (
+        WebSocketConnectEvent,
+        WebSocketResponseBodyEvent,
+        WebSocketResponseStartEvent,
+    )
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +91,7 @@ def error_frame(error: ClientError) -> str:
     return json.dumps({"type": "error", "status": error.status, **error.body()})
 
 
-def _as_error(raw) -> dict:
+def _as_error(raw: object) -> dict[str, Any]:
     if isinstance(raw, dict) and isinstance(raw.get("error"), dict):
         return {"error": raw["error"]}
     return {"error": {"message": str(raw), "type": "invalid_request_error", "code": None}}
@@ -93,12 +101,12 @@ class ResponsesSocket(AsyncWebsocketConsumer):
     """One client socket. ``self._accepted``: the frames it has taken and not yet answered —
     at most ``ACCEPTED_FRAMES`` (the one being answered and one waiting behind it)."""
 
-    async def websocket_connect(self, message) -> None:
+    async def websocket_connect(self, message: WebSocketConnectEvent) -> None:
         self._headers = {
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in self.scope.get("headers", [])
         }
-        self._accepted: list[asyncio.Task] = []
+        self._accepted: list[asyncio.Task[None]] = []
         # The request being answered (for the waiting frame's policy check) and the latest
         # reading of the key (its policy, its aliases).
         self._running: DispatchRequest | None = None
@@ -117,19 +125,24 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         """Answer the upgrade with an HTTP error instead of accepting it (ASGI's
         websocket.http.response extension; a server without it answers 403)."""
         body = json.dumps(error.body()).encode()
-        if "websocket.http.response" in self.scope.get("extensions", {}):
-            await self.base_send(
-                {
-                    "type": "websocket.http.response.start",
-                    "status": error.status,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await self.base_send({"type": "websocket.http.response.body", "body": body})
+        if "websocket.http.response" in (self.scope.get("extensions") or {}):
+            start: WebSocketResponseStartEvent = {
+                "type": "websocket.http.response.start",
+                "status": error.status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+            await self.base_send(start)
+            # more_body said (False, ASGI's default): the event's type wants every key.
+            end: WebSocketResponseBodyEvent = {
+                "type": "websocket.http.response.body",
+                "body": body,
+                "more_body": False,
+            }
+            await self.base_send(end)
         else:
             await self.close()
 
-    async def receive(self, text_data=None, bytes_data=None) -> None:
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         data = text_data if text_data is not None else bytes_data
         size = len(data) if data is not None else 0
         if size > settings.V1_MAX_BODY_BYTES:
@@ -152,7 +165,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             asyncio.get_running_loop().create_task(self._answer(data, previous, hold))
         )
 
-    async def disconnect(self, code) -> None:
+    async def disconnect(self, code: int) -> None:
         # The client left: the upstream read is cancelled, the slot freed (relay's finally).
         accepted = [task for task in self._accepted if not task.done()]
         for task in accepted:
@@ -162,7 +175,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                 await task
 
     async def _answer(
-        self, data: str | bytes | None, previous: asyncio.Task | None, hold: BodyHold
+        self, data: str | bytes | None, previous: asyncio.Task[None] | None, hold: BodyHold
     ) -> None:
         """Answer one frame. Following ``previous`` (still running), the frame is parsed and
         its key's policy checked at once — a refusal is its answer now — and then it waits;
@@ -212,7 +225,9 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         finally:
             hold.release()
 
-    async def _dispatch(self, body: dict, request_id: str, *, body_bytes: int) -> Dispatch:
+    async def _dispatch(
+        self, body: dict[str, Any], request_id: str, *, body_bytes: int
+    ) -> Dispatch:
         """The frame's body as a ``/v1/responses`` stream request (the key, then the catalog).
         The key is read again: a key disabled since the upgrade stops here."""
         try:
@@ -258,7 +273,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         )
 
 
-def _frame_body(data: str | bytes | None) -> dict:
+def _frame_body(data: str | bytes | None) -> dict[str, Any]:
     """The body of a ``{"type":"response.create", …}`` frame (its fields but ``type``), with a
     non-empty string ``model``; raises ClientFailure (400) otherwise."""
     try:
