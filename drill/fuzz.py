@@ -209,9 +209,11 @@ class Fuzz:
                 "reasoning": ANY,
             },
         )
+        # Printable ASCII without the surrounding spaces HTTP strips anyway (requests refuses to
+        # send a value with a leading one: the drill's own client, not the proxy, would fail).
         header_values = st.text(
             alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=200
-        )
+        ).map(str.strip)
 
         @settings(max_examples=self.examples, **_SETTINGS)
         @given(
