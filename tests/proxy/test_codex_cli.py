@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -56,7 +58,24 @@ def codex_cli() -> str:
         timeout=600,
     )
     version_file.write_text(CODEX_CLI_VERSION)
+    _wait_until_it_runs(binary)
     return str(binary)
+
+
+def _wait_until_it_runs(binary: Path) -> None:
+    """Right after ``npm install`` the CLI's native binary may still be open for writing by a
+    process the install left behind: spawning it then fails with ETXTBSY (a clean CI run saw
+    its first three tests fail so). Wait until ``codex --version`` runs, at most a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        probe = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=60
+        )
+        if probe.returncode == 0 or "ETXTBSY" not in probe.stderr:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Codex CLI still cannot be started: {probe.stderr[-500:]}")
+        time.sleep(0.5)
 
 
 def _codex_environment(proxy, client_key, tmp_path, *, websockets: bool = False) -> dict:
