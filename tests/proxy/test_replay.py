@@ -35,6 +35,7 @@ from proxy.domain.replay import (
 from proxy.domain.slots import SchedulerSettings
 from proxy.ledger import affinity as ledger_affinity
 from proxy.ledger.affinity import AffinityWrite
+from proxy.loop_resources import close_current_loop_resources
 from proxy.runtime_state.affinity import affinity_record
 from proxy.scheduling import scheduler
 from proxy.scheduling.ranking import rank
@@ -308,12 +309,18 @@ def test_a_redis_failure_while_looking_up_means_nothing_known_to_redis(
     monkeypatch.setattr(continuity, "async_redis", Unreachable())
 
     async def look() -> continuity.Continuity:
-        return await continuity.look_up(
-            previous_response_id="resp_secretish",
-            conversation_id="lc_x",
-            variant="v",
-            client_key_id="key_a",
-        )
+        try:
+            return await continuity.look_up(
+                previous_response_id="resp_secretish",
+                conversation_id="lc_x",
+                variant="v",
+                client_key_id="key_a",
+            )
+        finally:
+            # As the web process does when a loop ends: the ledger query opened this loop's
+            # database pool, whose tasks asyncio.run would otherwise cancel one by one (a CI
+            # run hung there for 300 s while the pool was retrying a connection).
+            await close_current_loop_resources()
 
     with caplog.at_level(logging.WARNING):
         found = asyncio.run(look())
