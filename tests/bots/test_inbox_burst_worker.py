@@ -28,7 +28,13 @@ from tests.bots.outbound_helpers import deliver_at_once, person
 from tests.conftest import BOT_DELETES_PER_SECOND, CeleryWorkerProcess, run_database_url
 from tests.fakes.telegram import MESSAGE_METHODS
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
+# Three minutes of Telegram's pace, a worker process to start and, first in a process, the test
+# database to create: more than the suite's default timeout on a loaded machine.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.subprocess,
+    pytest.mark.timeout(600),
+]
 
 QUEUE = "tests.inbox.burst"
 USERS = 25
@@ -106,6 +112,17 @@ def telegrams_real_limits(bot_settings, bot_row, telegram):
     return bot_settings
 
 
+def _calls_into(telegram, chat_id: int) -> str:
+    """The calls into ``chat_id`` in order of arrival (what a failure needs to be read)."""
+    first = min(call.at for call in telegram.calls())
+    return "\n".join(
+        f"{call.at - first:9.3f} {call.method} {call.status}"
+        f" {call.params.get('message_thread_id')} {str(call.params.get('text'))[:20]!r}"
+        for call in sorted(telegram.calls(), key=lambda call: call.at)
+        if call.params.get("chat_id") == chat_id
+    )
+
+
 def _text(user_id: int) -> str:
     return f"hello from {user_id}"
 
@@ -159,7 +176,7 @@ def test_25_new_users_at_once_each_delivered_once_are_all_relayed_once_at_telegr
     assert ledger == dict.fromkeys(user_ids, 1)
     assert Counter(ProcessedUpdate.objects.values_list("status", flat=True)) == {"processed": USERS}
     # Within Telegram's limits all along: the fake, which enforces them, refused nothing.
-    assert telegram.rate_limited_calls() == []
+    assert telegram.rate_limited_calls() == [], _calls_into(telegram, group)
     into_group = [
         call
         for call in telegram.calls()

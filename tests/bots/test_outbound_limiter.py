@@ -71,6 +71,23 @@ def test_one_call_into_a_chat_then_nothing_into_it_for_a_second_after_it_ended(l
     _granted(limiter.try_acquire(chat_id=7, now_ms=T0 + 1200))
 
 
+def test_on_redis_time_the_next_call_into_a_chat_waits_a_whole_interval_after_the_end(
+    limiter, redis_client
+):
+    """Redis TIME in microseconds: the chat is free no sooner than a whole interval after the
+    release began — never a fraction of a millisecond early (a CI run's fake Bot API saw two
+    calls into the group 999.x ms apart and answered 429)."""
+    for _ in range(20):
+        permit = _granted(limiter.acquire(chat_id=-1009, timeout=1))
+        seconds, microseconds = redis_client.time()
+        released_no_sooner_than_us = seconds * 1_000_000 + microseconds
+        limiter.release(permit)
+        value = redis_client.get(redis_keys.outbound_chat(BOT, -1009))
+        free_at_ms = int(value.split(b":")[0])
+        assert free_at_ms * 1000 >= released_no_sooner_than_us + 1_000_000
+        redis_client.delete(redis_keys.outbound_chat(BOT, -1009))
+
+
 def test_a_retry_after_holds_back_everybody_and_a_shorter_one_does_not_shorten_it(limiter):
     other_process = OutboundLimiter(bot_id=BOT)
 
@@ -300,8 +317,9 @@ def test_after_a_flush_the_limiter_starts_fresh_and_nothing_breaks(limiter, redi
     fresh = _granted(limiter.try_acquire(chat_id=GROUP, priority=Priority.BULK))
     limiter.release(fresh)
 
+    # (an end is counted to the next whole millisecond: at most 1 ms ahead of Redis TIME)
     assert redis_client.zcard(redis_keys.outbound_group(BOT, GROUP)) == 0 or all(
-        score <= _redis_ms(redis_client)
+        score <= _redis_ms(redis_client) + 1
         for _, score in redis_client.zrange(
             redis_keys.outbound_group(BOT, GROUP), 0, -1, withscores=True
         )
