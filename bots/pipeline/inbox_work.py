@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
-from django.utils import timezone
 from redis.exceptions import RedisError
 
 from bots.clients.telegram import TelegramRetryableError
@@ -230,7 +229,10 @@ class DrainReport:
 def drain_inbox(
     *,
     bot_id: int,
-    clock: Callable[[], datetime] = timezone.now,
+    # common.clock.now, which looks timezone.now up on every call: a default bound to
+    # timezone.now itself would keep whatever it was when this module was first imported
+    # (a test's moved clock, for good).
+    clock: Callable[[], datetime] = clock.now,
     drain_seconds: float = DRAIN_SECONDS,
     budget_seconds: float = WORKER_SEND_BUDGET_SECONDS,
     monotonic: Callable[[], float] = clock.monotonic,

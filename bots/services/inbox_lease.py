@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from django.utils import timezone
-
 from bots.clients.telegram import TelegramRetryableError
 from bots.services.inbox import LEASE_RENEW_SECONDS, LeasedUpdate, inbox_renew
 from common import clock
@@ -38,7 +36,7 @@ class InboxLease:
         self,
         leased: LeasedUpdate,
         *,
-        clock: Callable[[], datetime] = timezone.now,
+        clock: Callable[[], datetime] = clock.now,  # not timezone.now: see drain_inbox
         monotonic: Callable[[], float] = clock.monotonic,
     ) -> None:
         self.leased = leased

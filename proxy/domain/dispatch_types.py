@@ -13,8 +13,6 @@ import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.utils import timezone
-
 from common import clock
 from proxy.accounts import AccountView
 from proxy.clients.codex import CodexStream, CodexWebSocketStream, FingerprintHeaders
@@ -81,7 +79,7 @@ class DispatchRequest:
     use_websocket: bool | None = None
     # The client's raw body size in bytes.
     body_bytes: int = 0
-    started_at: datetime = field(default_factory=timezone.now)
+    started_at: datetime = field(default_factory=clock.now)
     started_monotonic: float = field(default_factory=clock.monotonic)
     timing: RequestTiming = field(default_factory=RequestTiming)
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db.models import Case, F, TextField, Value, When
-from django.utils import timezone
 
+from common.clock import now as current_time
 from proxy.clients import oauth
 from proxy.metrics.recording import record_token_refresh
 from proxy.models import Account, AccountStatus, RuntimeSettings
@@ -220,7 +220,7 @@ def token_refresh_account(
     account_id: str,
     force: bool = False,
     sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], datetime] = timezone.now,
+    clock: Callable[[], datetime] = current_time,  # not timezone.now: bound at import
     max_attempts: int = MAX_ATTEMPTS,
     permit_wait_seconds: float = PERMIT_WAIT_SECONDS,
 ) -> RefreshResult:

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.utils import timezone
-
 from common.clock import monotonic
+from common.clock import now as current_time
 from proxy.clients import oauth
 from proxy.runtime_state.refresh_leases import refresh_lease_acquire, refresh_lease_release
 from proxy.services.token_refresh import (
@@ -40,7 +39,7 @@ class FreshToken:
 
 
 def token_refresh_for_request(
-    *, account_id: str, failed_token: str, clock: Callable[[], datetime] = timezone.now
+    *, account_id: str, failed_token: str, clock: Callable[[], datetime] = current_time
 ) -> FreshToken | None:
     """One refresh for an account whose access token ``failed_token`` just met a 401.
 

@@ -407,3 +407,52 @@ def test_v1_views_neither_branch_on_response_types_nor_write_the_ledger():
     findings = {name: _view_findings(ROOT / "proxy" / "v1" / name) for name in views}
 
     assert findings == {name: [] for name in views}
+
+
+def _defaults_bound_to_timezone_now(source: str) -> list[int]:
+    """Lines where ``timezone.now`` itself is a function's default or a dataclass field's
+    default_factory: bound once, at import, to whatever ``timezone.now`` was then."""
+
+    def is_timezone_now(node: ast.AST | None) -> bool:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "now"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "timezone"
+        )
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            defaults = [*node.args.defaults, *node.args.kw_defaults]
+            lines += [default.lineno for default in defaults if is_timezone_now(default)]
+        elif (
+            isinstance(node, ast.keyword)
+            and node.arg == "default_factory"
+            and is_timezone_now(node.value)
+        ):
+            lines.append(node.value.lineno)
+    return lines
+
+
+def test_the_default_check_sees_a_parameter_and_a_field_bound_to_timezone_now():
+    source = (
+        "def drain(*, clock=timezone.now): ...\n"
+        "started_at: datetime = field(default_factory=timezone.now)\n"
+        "def fine(*, clock=clock.now, at=None): return timezone.now()\n"
+    )
+    assert _defaults_bound_to_timezone_now(source) == [1, 2]
+
+
+def test_no_default_is_bound_to_timezone_now_at_import():
+    """A test that moves ``timezone.now`` (monkeypatch) while such a module is first imported
+    leaves the moved clock in that default for the rest of the process: the inbox's drain kept
+    a test's 2026-10-01 and found no row ever due. ``common.clock.now`` looks it up per call."""
+    offenders = {
+        str(path.relative_to(ROOT)): lines
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if (lines := _defaults_bound_to_timezone_now(path.read_text()))
+    }
+
+    assert offenders == {}
