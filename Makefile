@@ -23,10 +23,10 @@ run: $(INSTALLED)
 
 # The suite runs in xdist worker processes (each its own test database and Redis key prefix:
 # tests/run_isolation.py); loadgroup keeps the tests of one xdist_group on one worker. Most
-# tests wait (on servers, processes, windows), so more workers than cores pay, up to the
-# embedded PostgreSQL's 100 connections: the process-starting tests take ~35 each (pools of
-# web, Celery and uvicorn processes), so the whole suite runs on 2, the fast part on 4.
-PYTEST_WORKERS ?= 2
+# tests wait (on servers, processes, windows), so more workers than cores pay, up to what the
+# database gives: the process-starting tests take ~35 connections each (pools of web, Celery
+# and uvicorn processes), the embedded PostgreSQL allows 300 (config/embedded.py).
+PYTEST_WORKERS ?= 3
 PYTEST_FAST_WORKERS ?= 4
 
 test: lint audit

@@ -73,6 +73,10 @@ def _start_lock(var_dir: Path) -> Iterator[None]:
 # --------------------------------------------------------------------------- PostgreSQL
 
 EMBEDDED_POSTGRES_MAJOR = 16
+# PostgreSQL's default is 100. A development machine's web, worker and beat need far fewer, but
+# the test suite's xdist workers each start pools of web, Celery and uvicorn processes (≈35
+# connections at once for the process-starting tests), and more workers than two need room.
+EMBEDDED_MAX_CONNECTIONS = 300
 
 
 def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
@@ -99,8 +103,33 @@ def ensure_postgres(var_dir: Path) -> EmbeddedPostgres:
             pgdata, cleanup_mode=None, postgres_version=EMBEDDED_POSTGRES_MAJOR
         )
         target = _embedded_target(server.get_postmaster_info())
+        if _raise_max_connections(target, pgdata):
+            target = _embedded_target(_running_postmaster(pgdata))
         create_database_if_missing(target.server, target.database)
     return target
+
+
+def _raise_max_connections(target: EmbeddedPostgres, pgdata: Path) -> bool:
+    """Give a server started here EMBEDDED_MAX_CONNECTIONS (once: ALTER SYSTEM keeps it in the
+    data folder, and a restart applies it). Returns whether the server was restarted."""
+    with maintenance_connection(target.server) as connection:
+        row = connection.execute("show max_connections").fetchone()
+        if row is not None and int(row[0]) >= EMBEDDED_MAX_CONNECTIONS:
+            return False
+        connection.execute(f"alter system set max_connections = {EMBEDDED_MAX_CONNECTIONS}")
+    pgserver = _import_pgserver()
+    # pg_ctl restart starts the server with the options it last ran with (postmaster.opts).
+    pgserver.pgexec.pgexec(
+        "pg_ctl",
+        ("-w", "-m", "fast", "-l", str(pgdata / "log"), "-D", str(pgdata), "restart"),
+        bin_path=pgserver.utils.POSTGRES_VERSIONS[EMBEDDED_POSTGRES_MAJOR],
+        user=_postgres_system_user(),
+    )
+    return True
+
+
+def _postgres_system_user() -> str | None:
+    return "pgserver" if os.geteuid() == 0 else None  # as pgserver runs it: never as root
 
 
 def _embedded_target(postmaster_info) -> EmbeddedPostgres:
@@ -144,12 +173,11 @@ def stop_postgres(var_dir: Path) -> bool:
     pgdata = (var_dir / "postgres").resolve()
     if _running_postmaster(pgdata) is None:
         return False
-    user = "pgserver" if os.geteuid() == 0 else None
     pgserver.pgexec.pgexec(
         "pg_ctl",
         ("-w", "-m", "fast", "-D", str(pgdata), "stop"),
         bin_path=pgserver.utils.POSTGRES_VERSIONS[EMBEDDED_POSTGRES_MAJOR],
-        user=user,
+        user=_postgres_system_user(),
     )
     return True
 

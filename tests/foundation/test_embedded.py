@@ -44,6 +44,7 @@ def test_embedded_postgres_is_a_real_server_reused_across_starts(var_dir):
         autocommit=True,
     ) as connection:
         version = connection.execute("show server_version_num").fetchone()[0]
+        max_connections = connection.execute("show max_connections").fetchone()[0]
         pid = connection.execute("select pg_backend_pid()").fetchone()[0]
         connection.execute("create table kept_across_runs (value text)")
         connection.execute("insert into kept_across_runs values ('still here')")
@@ -52,6 +53,8 @@ def test_embedded_postgres_is_a_real_server_reused_across_starts(var_dir):
     # folders earlier versions made stay readable.
     assert 160014 <= int(version) < 170000
     assert pid > 0
+    # Room for the test suite's xdist workers and their process pools (PostgreSQL's 100 is not).
+    assert int(max_connections) == embedded.EMBEDDED_MAX_CONNECTIONS
 
     again = embedded.ensure_postgres(var_dir)
     assert again == first
