@@ -75,8 +75,8 @@ def test_on_redis_time_the_next_call_into_a_chat_waits_a_whole_interval_after_th
     limiter, redis_client
 ):
     """Redis TIME in microseconds: the chat is free no sooner than a whole interval after the
-    release began — never a fraction of a millisecond early (a CI run's fake Bot API saw two
-    calls into the group 999.x ms apart and answered 429)."""
+    release began — never a fraction of a millisecond early (the fake Bot API, which measures
+    arrivals to the microsecond, answers 429 to a call 999.x ms after the last one)."""
     for _ in range(20):
         permit = _granted(limiter.acquire(chat_id=-1009, timeout=1))
         seconds, microseconds = redis_client.time()
