@@ -131,6 +131,15 @@ class PrivateRedis:
             self.process.wait(10)
 
 
+def flush_this_runs_keys() -> int:
+    """What a FLUSHALL does to this run: every key of its prefix goes. The shared server's other
+    runs and xdist workers keep theirs (a real FLUSHALL there wiped a parallel test's send
+    limiter and broker queues mid-test); a test that must FLUSHALL uses ``private_redis``."""
+    from tests.run_isolation import delete_keys_with_prefix
+
+    return delete_keys_with_prefix(settings.REDIS_URL, settings.REDIS_KEY_PREFIX)
+
+
 @pytest.fixture
 def private_redis(tmp_path):
     server = PrivateRedis(tmp_path)

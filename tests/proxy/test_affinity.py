@@ -15,6 +15,7 @@ from django.conf import settings
 from proxy.models import Account, RuntimeSettings
 from proxy.services.accounts import account_delete
 from telemetry.models import UsageRecord
+from tests.conftest import flush_this_runs_keys
 from tests.fakes.codex import Reply, previous_response_not_found
 from tests.proxy.conftest import make_pool_account, post_responses, reset_rotation
 
@@ -400,7 +401,7 @@ def test_flushall_mid_chain_degrades_to_normal_scheduling(
         proxy.drain()
     previous = _completed(_turn(proxy, client_key, "turn 2", previous=None))
     proxy.drain()
-    redis_client.flushall()
+    flush_this_runs_keys()
 
     after = _turn(proxy, client_key, "turn 3", prompt_cache_key="conversation-f")
     continued = _turn(proxy, client_key, "turn 4", previous=previous["id"])

@@ -20,6 +20,7 @@ from proxy import redis_keys
 from proxy.domain.client_errors import ClientError
 from proxy.services.client_api_keys import client_api_key_create
 from telemetry.models import UsageRecord
+from tests.conftest import flush_this_runs_keys
 from tests.fakes.codex import Reply
 from tests.proxy.conftest import UvicornProcess, make_pool_account, post_responses
 
@@ -165,11 +166,11 @@ def test_a_malformed_key_is_400(proxy, upstream, client_key, key):
     assert upstream.responses_requests() == []
 
 
-def test_a_flushed_redis_only_loses_the_dedupe(proxy, upstream, client_key, redis_client):
+def test_a_flushed_redis_only_loses_the_dedupe(proxy, upstream, client_key):
     make_pool_account("tok-a")
     assert _call(proxy, client_key).status_code == 200
 
-    redis_client.flushdb()
+    flush_this_runs_keys()
     again = _call(proxy, client_key)
 
     assert again.status_code == 200 and "idempotent-replayed" not in again.headers
