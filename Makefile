@@ -26,7 +26,7 @@ run: $(INSTALLED)
 # tests wait (on servers, processes, windows), so more workers than cores pay, up to what the
 # database gives: the process-starting tests take ~35 connections each (pools of web, Celery
 # and uvicorn processes), the embedded PostgreSQL allows 300 (config/embedded.py).
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 PYTEST_FAST_WORKERS ?= 4
 
 test: lint audit
