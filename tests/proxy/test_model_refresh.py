@@ -239,9 +239,11 @@ def test_the_refresh_holds_a_slot_and_skips_a_busy_account(upstream, redis_clien
     runtime_settings_ensure(now=timezone.now())
     RuntimeSettings.objects.update(max_concurrent_per_account=1, rotation_strategy="round_robin")
     busy = make_pool_account("tok-busy", plan_type="plus")
-    make_pool_account("tok-free", plan_type="plus")
+    free = make_pool_account("tok-free", plan_type="plus")
     upstream.models_by_token.update({"tok-busy": PLUS_MODELS, "tok-free": PLUS_MODELS})
     busy_slots = f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{busy.pk}"
+    # The slots of this test's two accounts only (an earlier test's accounts may have left theirs).
+    slot_keys = [busy_slots, f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{free.pk}"]
     redis_client.zadd(busy_slots, {"a-request-in-flight": int(time.time() * 1000)})
     seen_slots: list[int] = []
     original = upstream.models_by_token
@@ -249,8 +251,9 @@ def test_the_refresh_holds_a_slot_and_skips_a_busy_account(upstream, redis_clien
     class Watching(dict):
         def get(self, key, default=None):
             # while the upstream answers, the chosen account's slot is held
-            for name in redis_client.scan_iter(f"{settings.REDIS_KEY_PREFIX}scheduler:slots:*"):
-                seen_slots.append(redis_client.zcard(name))
+            seen_slots.extend(
+                redis_client.zcard(name) for name in slot_keys if redis_client.exists(name)
+            )
             return super().get(key, default)
 
     upstream.models_by_token = Watching(original)

@@ -190,10 +190,18 @@ def test_a_2000_user_broadcast_survives_two_worker_kills_within_telegrams_limits
         for earlier, later in zip(times, times[1:], strict=False)
     )
     assert closest >= 1.0
-    # ... and none inside a retry_after.
+    # ... and none inside a retry_after: of the whole bot after a 429 into a private chat, of
+    # the group after one into the group (a progress edit may meet an injected 429; the
+    # limiter then blocks the group's bucket only, as Telegram's group limit is the group's).
     for refusal in refusals:
-        inside = [c for c in calls if refusal.at < c.at < refusal.at + refusal.retry_after]
-        assert inside == []
+        blocked = refusal.params["chat_id"]
+        inside = [
+            c
+            for c in calls
+            if refusal.at < c.at < refusal.at + refusal.retry_after
+            and (blocked > 0 or c.params["chat_id"] == blocked)
+        ]
+        assert inside == [], (refusal.method, blocked)
     # The control message showed the progress on the way.
     progress = [
         tuple(int(number) for number in PROGRESS.fullmatch(call.params["text"]).groups())
