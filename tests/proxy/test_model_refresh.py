@@ -241,9 +241,9 @@ def test_the_refresh_holds_a_slot_and_skips_a_busy_account(upstream, redis_clien
     busy = make_pool_account("tok-busy", plan_type="plus")
     free = make_pool_account("tok-free", plan_type="plus")
     upstream.models_by_token.update({"tok-busy": PLUS_MODELS, "tok-free": PLUS_MODELS})
-    busy_slots = f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{busy.pk}"
+    busy_slots = redis_keys.account_slots(busy.pk)
     # The slots of this test's two accounts only (an earlier test's accounts may have left theirs).
-    slot_keys = [busy_slots, f"{settings.REDIS_KEY_PREFIX}scheduler:slots:{free.pk}"]
+    slot_keys = [busy_slots, redis_keys.account_slots(free.pk)]
     redis_client.zadd(busy_slots, {"a-request-in-flight": int(time.time() * 1000)})
     seen_slots: list[int] = []
     original = upstream.models_by_token
