@@ -12,7 +12,6 @@ all they share is PostgreSQL and Redis, as separate processes do. Time is real t
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 
@@ -20,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 from bots.models import Broadcast, ProcessedUpdate, RelayedMessage
-from tests.bots.broadcast.helpers import eligible_users, make_broadcast, run_loop
+from tests.bots.broadcast.helpers import LoopThread, eligible_users, make_broadcast
 from tests.bots.outbound_helpers import (
     deliver_at_once,
     drain_with_workers,
@@ -192,20 +191,25 @@ def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
     _deliver_and_drain(telegram, alone_ids)
     alone = _relay_rate(telegram, alone_ids)
 
-    loop = threading.Thread(target=run_loop, args=(broadcast.id,))
+    loop = LoopThread(broadcast.id)
     loop.start()
     try:
         deadline = time.monotonic() + 20
         while len(broadcast_sends()) < 30 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(broadcast_sends()) >= 30, "the broadcast never got going"
+        last_calls = [(c.method, c.params.get("chat_id"), c.ok) for c in telegram.calls()][-20:]
+        assert len(broadcast_sends()) >= 30, (
+            f"the broadcast never got going: its loop {loop.report()}; the bot's last calls: "
+            f"{last_calls}"
+        )
 
         _deliver_and_drain(telegram, user_ids)
         during = _relay_rate(telegram, user_ids)
         still_sending = len(broadcast_sends()) < BURST
     finally:
         loop.join(120)
-    assert not loop.is_alive()
+    assert not loop.is_alive(), loop.report()
+    assert loop.outcome is not None, loop.report()
 
     _assert_relayed_once(telegram, threads, [*alone_ids, *user_ids])
     # The relays kept (nearly) the pace they had alone while the broadcast, wanting all of the

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -113,6 +115,32 @@ def run_loop(broadcast_id: int | SendJob) -> str:
         else SendJob(bot_id=BOT_ID, broadcast_id=broadcast_id)
     )
     return run_send_job(job, queue=UNCONSUMED_QUEUE)
+
+
+class LoopThread(threading.Thread):
+    """``run_loop`` in a thread of its own, keeping what the run ended with (or the traceback
+    it died of) for the test's messages: a loop that ended early says why."""
+
+    def __init__(self, broadcast_id: int) -> None:
+        super().__init__(name=f"broadcast-loop-{broadcast_id}")
+        self.broadcast_id = broadcast_id
+        self.outcome: str | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            self.outcome = run_loop(self.broadcast_id)
+        except BaseException:
+            self.error = traceback.format_exc()
+            raise
+        finally:
+            connection.close()
+
+    def report(self) -> str:
+        state = "still running" if self.is_alive() else f"ended with {self.outcome!r}"
+        return state + (f", died of:\n{self.error}" if self.error else "")
 
 
 def take_queued_runs(redis_client) -> list[SendJob]:
