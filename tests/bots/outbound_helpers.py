@@ -103,3 +103,38 @@ def texts_in_topic(telegram: FakeTelegram, thread_id: int) -> list[str | None]:
 
 def person(telegram: FakeTelegram, user_id: int) -> FakeUser:
     return telegram.user(user_id, f"U{user_id}")
+
+
+def limiter_state(bot_id: int, chat_id: int) -> dict[str, object]:
+    """The shared limiter's keys for the bot and ``chat_id`` as Redis holds them now, with
+    their TTLs and Redis TIME (ms): what a test that waited in vain prints to say why."""
+    from django_redis import get_redis_connection
+
+    from bots import redis_keys
+
+    redis = get_redis_connection("default")
+    seconds, microseconds = redis.time()
+    state: dict[str, object] = {"now_ms": seconds * 1000 + microseconds // 1000}
+    keys = [
+        redis_keys.outbound_global(bot_id),
+        redis_keys.outbound_next_start(bot_id),
+        redis_keys.outbound_blocked(bot_id),
+        redis_keys.outbound_waiters(bot_id),
+        redis_keys.outbound_chat(bot_id, chat_id),
+        redis_keys.outbound_group(bot_id, chat_id),
+        redis_keys.outbound_chat_blocked(bot_id, chat_id),
+        redis_keys.outbound_chat_waiters(bot_id, chat_id),
+    ]
+    for key in keys:
+        kind = redis.type(key).decode()
+        if kind == "zset":
+            entries = redis.zrange(key, 0, -1, withscores=True)
+            # The latest few (a window holds up to its limit): the ones that decide a wait.
+            value: object = [(member.decode(), int(score)) for member, score in entries[-5:]]
+            value = {"count": len(entries), "last": value}
+        elif kind == "string":
+            value = redis.get(key).decode()
+        else:
+            continue
+        state[key.rsplit(":outbound:", 1)[-1]] = (value, redis.pttl(key))
+    return state

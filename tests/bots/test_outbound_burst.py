@@ -23,6 +23,7 @@ from tests.bots.broadcast.helpers import LoopThread, eligible_users, make_broadc
 from tests.bots.outbound_helpers import (
     deliver_at_once,
     drain_with_workers,
+    limiter_state,
     ongoing_conversations,
     person,
     texts_in_topic,
@@ -200,7 +201,8 @@ def test_live_relays_are_not_starved_by_a_broadcast_running_at_the_same_time(
         last_calls = [(c.method, c.params.get("chat_id"), c.ok) for c in telegram.calls()][-20:]
         assert len(broadcast_sends()) >= 30, (
             f"the broadcast never got going: its loop {loop.report()}; the bot's last calls: "
-            f"{last_calls}"
+            f"{last_calls}; the limiter for the group: "
+            f"{limiter_state(telegram.bot.id, telegram.support_chat_id)}"
         )
 
         _deliver_and_drain(telegram, user_ids)
