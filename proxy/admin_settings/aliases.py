@@ -34,15 +34,13 @@ class AliasRowForm(forms.Form):
         required=False,
         max_length=LONGEST_MODEL_NAME,
         label="Alias",
-        widget=forms.TextInput(attrs={"size": 30, "placeholder": "fast"}),
+        widget=forms.TextInput(attrs={"size": 30}),
     )
     target = forms.CharField(
         required=False,
         max_length=LONGEST_MODEL_NAME,
         label="Model",
-        widget=forms.TextInput(
-            attrs={"size": 30, "placeholder": "gpt-5.4-mini", "list": TARGETS_LIST_ID}
-        ),
+        widget=forms.TextInput(attrs={"size": 30, "list": TARGETS_LIST_ID}),
     )
 
     def clean(self) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
+from django.contrib.admin.widgets import AdminRadioSelect
 
 from proxy.admin_settings.aliases import alias_rows
 from proxy.models import RotationStrategy, RuntimeSettings
@@ -93,7 +95,8 @@ class RuntimeSettingsForm(forms.ModelForm):
     rotation_strategy = forms.ChoiceField(
         label="Rotation strategy",
         choices=STRATEGY_CHOICES,
-        widget=forms.RadioSelect,
+        # Django admin's radio list (class "radiolist"): one choice a line, at full width.
+        widget=AdminRadioSelect(attrs={"class": "radiolist"}),
         help_text="Which account serves the next request. A change applies to the next request.",
     )
     max_concurrent_per_account = _number_field("max_concurrent_per_account")
@@ -108,10 +111,19 @@ class RuntimeSettingsForm(forms.ModelForm):
         model = RuntimeSettings
         fields = ("rotation_strategy", *NUMBERS)
 
-    class Media:
-        # Django's own "Add another" for the alias rows (the template marks them up as a
-        # tabular inline); the admin's jQuery comes with the change page.
-        js = ("admin/js/inlines.js",)
+    @property
+    def media(self) -> forms.Media:
+        """Django's own "Add another" for the alias rows (the template marks them up as a
+        tabular inline), after the jQuery it needs, in the order Django's inlines list them."""
+        extra = "" if settings.DEBUG else ".min"
+        inlines = forms.Media(
+            js=[
+                f"admin/js/vendor/jquery/jquery{extra}.js",
+                "admin/js/jquery.init.js",
+                "admin/js/inlines.js",
+            ]
+        )
+        return super().media + inlines
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
