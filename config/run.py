@@ -229,7 +229,13 @@ def run_all() -> int:
     connections.close_all()
     # The worker and beat mark their start here (config/run_messages.py).
     ready_directory = Path(tempfile.mkdtemp(prefix="cpr-run-ready-"))
-    environment = {**os.environ, READY_SIGNAL_DIRECTORY: str(ready_directory)}
+    # Unbuffered: through a pipe too (`make run | tee run.log`), the children's own banners are
+    # out before they signal their start, so the ready banner comes after them.
+    environment = {
+        "PYTHONUNBUFFERED": "1",
+        **os.environ,
+        READY_SIGNAL_DIRECTORY: str(ready_directory),
+    }
     children = {
         name: subprocess.Popen([sys.executable, "-m", "config.run", name], env=environment)
         for name in PROCESSES

@@ -54,12 +54,14 @@ def _read_until(process: subprocess.Popen, pattern: str, timeout: float) -> str:
 
 def test_run_all_serves_health_and_admin_and_stops_on_one_ctrl_c(scratch_database, tmp_path):
     port = free_port()
+    environment = _environment(
+        scratch_database, tmp_path, PORT=str(port), CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
+    )
+    environment.pop("PYTHONUNBUFFERED", None)  # `all` makes its children unbuffered itself
     process = subprocess.Popen(
-        [sys.executable, "-m", "config.run", "all"],
+        [sys.executable, "-u", "-m", "config.run", "all"],
         cwd=PROJECT_ROOT,
-        env=_environment(
-            scratch_database, tmp_path, PORT=str(port), CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
-        ),
+        env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
