@@ -81,6 +81,12 @@ def bot_current_id() -> int | None:
     )
 
 
+def bot_id_of_token() -> int | None:
+    """The id of the bot whose token is configured (a token starts with it), or None: the id
+    the ``bots`` row will have once setwebhook has recorded the bot."""
+    return _token_bot_id()
+
+
 def _token_bot_id() -> int | None:
     token = raw_setting("TELEGRAM_BOT_TOKEN")
     if not token or ":" not in token:

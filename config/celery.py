@@ -6,11 +6,12 @@ import sys
 import threading
 
 from celery import Celery
-from celery.signals import beat_init, worker_shutting_down
+from celery.signals import beat_init, worker_ready, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 from config.bootstrap import prepare  # noqa: E402
+from config.run_messages import mark_ready  # noqa: E402
 
 
 def _started_by_the_celery_command() -> bool:
@@ -44,6 +45,13 @@ def send_startup_tasks(sender=None, **kwargs) -> None:
 
     for name, countdown in STARTUP_TASKS:
         app.send_task(name, countdown=countdown)
+    mark_ready("beat")  # `make run`'s ready banner waits for it (config/run_messages.py)
+
+
+@worker_ready.connect
+def tell_run_all_the_worker_started(**_) -> None:
+    """`make run`'s ready banner waits for this (after the worker's own banner)."""
+    mark_ready("worker")
 
 
 @worker_shutting_down.connect

@@ -17,12 +17,25 @@ WORKER_DRAIN_TIMEOUT_SECONDS and hands the rest back to the queue; beat saves it
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from config.run_messages import (
+    READY_SIGNAL_DIRECTORY,
+    local_base_url,
+    not_ready,
+    ready_banner,
+    stopped_notice,
+    stopping_notice,
+)
 
 PROCESSES = ("web", "worker", "beat")
 # `all` waits this long beyond the longer drain for its children before killing them.
@@ -160,19 +173,33 @@ def prepare() -> None:
         sys.exit(2)
 
 
-def _wait_until_healthy(port: int, children: dict[str, subprocess.Popen]) -> bool:
+def _web_is_healthy(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/healthz", timeout=2) as reply:  # noqa: S310
+            return reply.status == 204
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _wait_until_ready(
+    base_url: str,
+    children: dict[str, subprocess.Popen],
+    ready_directory: Path,
+    stop_requested: Callable[[], bool],
+) -> list[str] | None:
+    """Wait (up to 120 s) for web's /healthz and the worker's and beat's start signals; the
+    ones still starting then ([] when all are), or None when a child exited or a stop was
+    asked for meanwhile."""
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if any(child.poll() is not None for child in children.values()):
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:  # noqa: S310
-                if reply.status == 204:
-                    return True
-        except (urllib.error.URLError, OSError):
-            pass
+    healthy = False
+    while True:
+        if stop_requested() or any(child.poll() is not None for child in children.values()):
+            return None
+        healthy = healthy or _web_is_healthy(base_url)
+        waiting = ([] if healthy else ["web"]) + not_ready(ready_directory)
+        if not waiting or time.monotonic() > deadline:
+            return waiting
         time.sleep(0.3)
-    return False
 
 
 def _stop(children: dict[str, subprocess.Popen]) -> None:
@@ -200,39 +227,55 @@ def run_all() -> int:
     from django.db import connections
 
     connections.close_all()
+    # The worker and beat mark their start here (config/run_messages.py).
+    ready_directory = Path(tempfile.mkdtemp(prefix="cpr-run-ready-"))
+    # Unbuffered: through a pipe too (`make run | tee run.log`), the children's own banners are
+    # out before they signal their start, so the ready banner comes after them.
+    environment = {
+        "PYTHONUNBUFFERED": "1",
+        **os.environ,
+        READY_SIGNAL_DIRECTORY: str(ready_directory),
+    }
     children = {
-        name: subprocess.Popen([sys.executable, "-m", "config.run", name]) for name in PROCESSES
+        name: subprocess.Popen([sys.executable, "-m", "config.run", name], env=environment)
+        for name in PROCESSES
     }
     stopping = False
+    interrupted = False
 
     def request_stop(signum, frame):
-        nonlocal stopping
-        stopping = True
+        nonlocal stopping, interrupted
+        stopping = interrupted = True
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
 
-    if _wait_until_healthy(settings.PORT, children):
-        base = f"http://127.0.0.1:{settings.PORT}"
-        print(
-            f"\n  Ready: web, worker and beat are running.\n"
-            f"  Django admin:  {base}/admin/   (user '{settings.CPR_ADMIN_USERNAME}')\n"
-            f"  Health:        {base}/healthz\n"
-            f"  Stop all three with Ctrl-C.\n",
-            flush=True,
+    try:
+        waiting = _wait_until_ready(
+            local_base_url(settings.HOST, settings.PORT),
+            children,
+            ready_directory,
+            lambda: stopping,
         )
-    exit_code = 0
-    while not stopping:
-        for name, child in children.items():
-            code = child.poll()
-            if code is not None:
-                print(f"{name} exited with status {code}; stopping the others", file=sys.stderr)
-                exit_code = code or 1
-                stopping = True
-                break
-        time.sleep(0.2)
-    _stop(children)
-    return exit_code
+        if waiting is not None:
+            print(ready_banner(settings, waiting_for=waiting), flush=True)
+        exit_code = 0
+        while not stopping:
+            for name, child in children.items():
+                code = child.poll()
+                if code is not None:
+                    print(f"{name} exited with status {code}; stopping the others", file=sys.stderr)
+                    exit_code = code or 1
+                    stopping = True
+                    break
+            time.sleep(0.2)
+        if interrupted:
+            print(stopping_notice(settings), flush=True)
+        _stop(children)
+        print(stopped_notice(settings), flush=True)
+        return exit_code
+    finally:
+        shutil.rmtree(ready_directory, ignore_errors=True)
 
 
 METRICS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -247,8 +290,6 @@ def prepare_metrics_directory(command: str) -> None:
     imported: it reads the variable once. The children of ``all`` inherit it as it is."""
     if command not in ("all", "web") or os.environ.get(_METRICS_DIRECTORY_PREPARED):
         return
-    from pathlib import Path
-
     from config.env import env_str
 
     default_var_dir = Path(__file__).resolve().parent.parent / "var"
@@ -284,8 +325,6 @@ def main(argv: list[str]) -> int:
 
 def stop_embedded() -> int:
     """Stop the embedded servers without ``bootstrap.prepare()`` (which would start them)."""
-    from pathlib import Path
-
     from config import embedded
     from config.env import env_str
 

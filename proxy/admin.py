@@ -17,8 +17,8 @@ from proxy.admin_account_forms import AccountAddForm, AccountForm
 from proxy.admin_account_policy import burn_text
 from proxy.admin_key_policy import KeyPolicyInline, save_policy_formset
 from proxy.admin_pages import AccountPagesMixin, ClientKeyPagesMixin
+from proxy.admin_settings import console as _settings_console  # noqa: F401 (registers it)
 from proxy.daily_burn import daily_burns
-from proxy.forms import RuntimeSettingsForm
 from proxy.models import (
     Account,
     AccountCookie,
@@ -30,7 +30,6 @@ from proxy.models import (
     ClientApiKeyPolicy,
     Fingerprint,
     FingerprintUpdateHistory,
-    RuntimeSettings,
 )
 from proxy.runtime_state.refresh_leases import refresh_leases_held
 from proxy.services.account_tokens import (
@@ -42,7 +41,6 @@ from proxy.services.accounts import (
     account_update_by_admin,
 )
 from proxy.services.client_api_keys import client_api_key_create
-from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
 from telemetry.admin_helpers import ReadOnlyAdmin, masked
 
 
@@ -53,51 +51,6 @@ class AdminUserAdmin(ReadOnlyAdmin):
 
     list_display = ("id", "created_at", "updated_at", "last_login")
     fields = ("id", "created_at", "updated_at", "last_login")
-
-
-@admin.register(RuntimeSettings)
-class RuntimeSettingsAdmin(admin.ModelAdmin):
-    form = RuntimeSettingsForm
-    list_display = (
-        "rotation_strategy",
-        "max_concurrent_per_account",
-        "request_interval_ms",
-        "usage_retention_days",
-        "ops_error_retention_days",
-        "bucket_retention_days",
-        "updated_at",
-    )
-    fields = (
-        "rotation_strategy",
-        "max_concurrent_per_account",
-        "request_interval_ms",
-        "refresh_margin_seconds",
-        "refresh_concurrency",
-        "model_aliases_json",
-        "usage_retention_days",
-        "ops_error_retention_days",
-        "bucket_retention_days",
-        "admin_api_key_enabled",
-        "updated_at",
-    )
-    readonly_fields = ("admin_api_key_enabled", "updated_at")
-
-    @admin.display(boolean=True, description="admin API key enabled")
-    def admin_api_key_enabled(self, obj: RuntimeSettings) -> bool:
-        # The hash cannot be shown masked; only whether a key is set (seed §4.4).
-        return obj.admin_api_key_hash is not None
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def save_model(self, request, obj, form, change) -> None:
-        changes = {
-            name: form.cleaned_data[name] for name in form.changed_data if name in EDITABLE_FIELDS
-        }
-        runtime_settings_update(changes=changes, now=timezone.now())
 
 
 class ClientApiKeyForm(forms.ModelForm):

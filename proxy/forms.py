@@ -1,4 +1,5 @@
-"""The operators' console's own forms: log-in, password change, runtime settings."""
+"""The operators' console's own forms: log-in and password change (the runtime settings' form
+is ``proxy.admin_settings.forms``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.admin.forms import AdminPasswordChangeForm as DjangoPasswordChangeForm
 from django.utils import timezone
 
-from proxy.models import RuntimeSettings
-from proxy.models_catalog import InvalidAliases, checked_aliases
 from proxy.services.admin_login import LoginOutcome, admin_login_attempt
 from proxy.services.admin_users import admin_user_set_password
 
@@ -61,18 +60,3 @@ class AdminPasswordChangeForm(DjangoPasswordChangeForm):
         # The view re-hashes the session with this instance: give it the new password hash.
         self.user.refresh_from_db()
         return self.user
-
-
-class RuntimeSettingsForm(forms.ModelForm):
-    """The runtime settings page: model aliases are checked as the admin API checks them
-    (``proxy.models_catalog.checked_aliases``: an alias equal to its target is refused)."""
-
-    class Meta:
-        model = RuntimeSettings
-        fields = ("model_aliases_json",)
-
-    def clean_model_aliases_json(self) -> dict[str, str]:
-        try:
-            return checked_aliases(self.cleaned_data.get("model_aliases_json"))
-        except InvalidAliases as error:
-            raise forms.ValidationError(str(error)) from None

@@ -19,6 +19,7 @@ from bots.selectors import (
     VERIFY_ENABLED,
     VERIFY_MODE,
     bot_current_id,
+    bot_id_of_token,
     verification_settings_get,
 )
 from bots.services.settings import verification_setting_change
@@ -76,7 +77,12 @@ class SettingAdmin(ReadOnlyAdmin):
                 "verify_mode": switches.mode,
             }
         )
-        context = {**(extra_context or {}), "switches": switches, "verification_form": form}
+        context = {
+            **(extra_context or {}),
+            "switches": switches,
+            "verification_form": form,
+            "bot_recorded": bot_current_id() is not None,
+        }
         return super().changelist_view(request, context)
 
     def verification_view(self, request: HttpRequest) -> HttpResponse:
@@ -88,21 +94,20 @@ class SettingAdmin(ReadOnlyAdmin):
             self.message_user(request, "Not allowed.", messages.ERROR)
             return changelist
         form = VerificationSwitchesForm(request.POST)
-        bot_id = bot_current_id()
         if not form.is_valid():
             self.message_user(request, f"Nothing changed: {form.errors.as_text()}", messages.ERROR)
-        elif bot_id is None:
-            self.message_user(
-                request, "Nothing changed: no bot yet (run setwebhook first).", messages.ERROR
-            )
-        else:
-            enabled_changed = verification_setting_change(
-                bot_id=bot_id, key=VERIFY_ENABLED, value=form.cleaned_data["verify_enabled"]
-            )
-            mode_changed = verification_setting_change(
-                bot_id=bot_id, key=VERIFY_MODE, value=form.cleaned_data["verify_mode"]
-            )
-            switched_on = form.cleaned_data["verify_enabled"] == ENABLED
+            return changelist
+        # The switches are global: they can be set before setwebhook has recorded the bot (a
+        # fresh install), the audit row then names the bot of the configured token.
+        bot_id = bot_current_id() or bot_id_of_token()
+        enabled_changed = verification_setting_change(
+            bot_id=bot_id, key=VERIFY_ENABLED, value=form.cleaned_data["verify_enabled"]
+        )
+        mode_changed = verification_setting_change(
+            bot_id=bot_id, key=VERIFY_MODE, value=form.cleaned_data["verify_mode"]
+        )
+        switched_on = form.cleaned_data["verify_enabled"] == ENABLED
+        if bot_id is not None:
             audit_from_console(
                 request,
                 bot_id=bot_id,
@@ -113,9 +118,12 @@ class SettingAdmin(ReadOnlyAdmin):
                     f" mode {form.cleaned_data['verify_mode']}"
                 ),
             )
-            if enabled_changed or mode_changed:
-                text = "Switches saved; outstanding challenges were voided."
-            else:
-                text = "Switches unchanged (same values): nothing voided."
-            self.message_user(request, text, messages.SUCCESS)
+        if enabled_changed or mode_changed:
+            text = "Switches saved; outstanding challenges were voided."
+        else:
+            text = "Switches unchanged (same values): nothing voided."
+        if bot_id is None:
+            # admin_audit_log rows belong to a bot; with no token there is none to name.
+            text += " No bot is configured yet (TELEGRAM_BOT_TOKEN), so the audit trail has no row."
+        self.message_user(request, text, messages.SUCCESS)
         return changelist

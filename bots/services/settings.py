@@ -60,9 +60,13 @@ def _value_in_effect(switches: VerificationSettings, key: str) -> str:
 
 
 @transaction.atomic
-def verification_setting_change(*, bot_id: int, key: str, value: str) -> bool:
+def verification_setting_change(*, bot_id: int | None, key: str, value: str) -> bool:
     """Set the switch ``key`` (``verify_enabled`` ``'1'``/``'0'``, or ``verify_mode``) to
     ``value``; True when the value really changed (challenges voided, generation advanced).
+
+    The switches are global (``settings`` has no bot_id); the challenges voided are those of
+    ``bot_id``'s users, or every user's with None (the console before setwebhook recorded a
+    bot: there is no bot to scope to).
 
     Takes the switches' transaction-level advisory lock. Raises InvalidSwitchValue for an
     unknown key or value (nothing written).
@@ -75,9 +79,10 @@ def verification_setting_change(*, bot_id: int, key: str, value: str) -> bool:
     changed = _value_in_effect(switches, key) != value
     rows = [Setting(key=key, value=value)]
     if changed:
-        BotUser.objects.filter(_HAS_PENDING_CHALLENGE, bot_id=bot_id).update(
-            **PENDING_CHALLENGE_CLEARED
-        )
+        pending = BotUser.objects.filter(_HAS_PENDING_CHALLENGE)
+        if bot_id is not None:
+            pending = pending.filter(bot_id=bot_id)
+        pending.update(**PENDING_CHALLENGE_CLEARED)
         rows.insert(0, Setting(key=VERIFY_GENERATION, value=str(switches.generation + 1)))
     Setting.objects.bulk_create(
         rows, update_conflicts=True, unique_fields=["key"], update_fields=["value"]

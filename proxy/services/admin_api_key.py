@@ -60,3 +60,17 @@ def admin_api_key_matches(key: str) -> bool:
     if not stored:
         return False
     return hmac.compare_digest(admin_api_key_hash(key).encode(), stored.encode())
+
+
+FINGERPRINT_LENGTH = 8
+
+
+def admin_api_key_fingerprint() -> str | None:
+    """The first characters of the key's SHA-256 (what ``sha256sum`` prints for it), or None
+    when no key is set: tells which key is in use without showing it."""
+    stored = (
+        RuntimeSettings.objects.filter(id=RuntimeSettings.SINGLETON_ID)
+        .values_list("admin_api_key_hash", flat=True)
+        .first()
+    )
+    return stored[:FINGERPRINT_LENGTH] if stored else None

@@ -45,6 +45,19 @@ def runtime_settings_ensure(*, now: datetime) -> RuntimeSettings:
 
 EDITABLE_FIELDS = frozenset(RUNTIME_SETTINGS_DEFAULTS) - {"admin_api_key_hash"}
 
+# The values an operator may give each number (admin API and console alike), inclusive. Wider
+# than the seed's CHECKs (> 0, >= 0) only in having a ceiling: a retention of millions of days
+# would overflow the trim's date arithmetic, a refresh margin past a year refreshes on every scan.
+SETTING_BOUNDS: dict[str, tuple[int, int]] = {
+    "refresh_margin_seconds": (1, 365 * 86400),
+    "refresh_concurrency": (1, 100),
+    "max_concurrent_per_account": (1, 1000),
+    "request_interval_ms": (0, 600_000),
+    "usage_retention_days": (1, 3650),
+    "ops_error_retention_days": (1, 3650),
+    "bucket_retention_days": (1, 3650),
+}
+
 
 def runtime_settings_update(*, changes: dict[str, Any], now: datetime) -> RuntimeSettings:
     """Apply ``changes`` to the singleton and bump the settings version key in Redis.

@@ -54,22 +54,33 @@ def _read_until(process: subprocess.Popen, pattern: str, timeout: float) -> str:
 
 def test_run_all_serves_health_and_admin_and_stops_on_one_ctrl_c(scratch_database, tmp_path):
     port = free_port()
+    environment = _environment(
+        scratch_database, tmp_path, PORT=str(port), CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
+    )
+    environment.pop("PYTHONUNBUFFERED", None)  # `all` makes its children unbuffered itself
     process = subprocess.Popen(
-        [sys.executable, "-m", "config.run", "all"],
+        [sys.executable, "-u", "-m", "config.run", "all"],
         cwd=PROJECT_ROOT,
-        env=_environment(
-            scratch_database, tmp_path, PORT=str(port), CPR_ADMIN_DEFAULT_PASSWORD=ADMIN_PASSWORD
-        ),
+        env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
     try:
-        output = _read_until(
-            process, r"Django admin:\s+http://127\.0\.0\.1:\d+/admin/", timeout=150
+        output = _read_until(process, r"Stop:\s+Ctrl-C.*\n.*\n", timeout=150)
+        assert f"Django admin:    http://127.0.0.1:{port}/admin/   (user 'admin')" in output
+        # After the worker's and beat's own start-up banners, where it stays on screen; where
+        # the admin password is, never the password.
+        ready = output.index("Ready: web, worker and beat are running.")
+        assert output.index("-------------- worker@") < ready
+        assert output.index("celery beat v") < ready
+        assert (
+            "Admin password:  the value of CPR_ADMIN_DEFAULT_PASSWORD, unless it was changed since"
+            in output
         )
-        assert f"http://127.0.0.1:{port}/admin/" in output
+        assert ADMIN_PASSWORD not in output
+        assert "External PostgreSQL (DATABASE_URL) and Redis (REDIS_URL)" in output
 
         base = f"http://127.0.0.1:{port}"
         health = requests.get(f"{base}/healthz", timeout=5)
@@ -99,7 +110,14 @@ def test_run_all_serves_health_and_admin_and_stops_on_one_ctrl_c(scratch_databas
 
         descendants = psutil.Process(process.pid).children(recursive=True)
         os.killpg(process.pid, signal.SIGINT)  # what one Ctrl-C in the terminal does
-        assert process.wait(timeout=60) == 0
+        rest, _ = process.communicate(timeout=60)
+        assert process.returncode == 0
+        # It says what it stops, then that it stopped and what it left running.
+        assert "Stopping web, worker and beat" in rest
+        assert (
+            "Stopped web, worker and beat. External PostgreSQL (DATABASE_URL) and Redis "
+            "(REDIS_URL): not ours to stop, left as they are." in rest
+        )
         gone, alive = psutil.wait_procs(descendants, timeout=30)
         assert alive == []
     finally:

@@ -91,6 +91,7 @@ PROXY_FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
                 "admin_api",
                 "admin_key_policy",
                 "admin_pages",
+                "admin_settings",
                 "admin_site",
                 "apps",
                 "auth_backend",

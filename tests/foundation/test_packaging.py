@@ -9,7 +9,21 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_TOP_LEVEL = ("common", "config", "bots", "proxy", "telemetry")
 
 
-def test_every_python_package_is_listed_in_pyproject():
+def package_data_folders() -> set[str]:
+    """Dotted names of the folders that hold files other than Python's (the Lua scripts, the
+    catalogue, the dashboard's files): setuptools wants them listed as packages too."""
+    return {
+        ".".join(path.parent.relative_to(PROJECT_ROOT).parts)
+        for top in SHIPPED_TOP_LEVEL
+        for path in (PROJECT_ROOT / top).rglob("*")
+        if path.is_file()
+        and path.suffix not in (".py", ".pyc")
+        and "__pycache__" not in path.parts
+        and not (path.parent / "__init__.py").exists()
+    }
+
+
+def test_every_python_package_and_data_folder_is_listed_in_pyproject():
     listed = set(
         tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
             "packages"
@@ -19,7 +33,7 @@ def test_every_python_package_is_listed_in_pyproject():
         ".".join(init.parent.relative_to(PROJECT_ROOT).parts)
         for top in SHIPPED_TOP_LEVEL
         for init in (PROJECT_ROOT / top).rglob("__init__.py")
-    }
+    } | package_data_folders()
 
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages"
     assert listed - on_disk == set(), "these listed packages do not exist"

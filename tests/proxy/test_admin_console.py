@@ -193,6 +193,14 @@ def test_an_operator_can_still_disable_a_banned_account(operator):
     assert Account.objects.get(pk=account.pk).status == "disabled"
 
 
+def _alias_rows(*rows: tuple[str, str]) -> dict[str, str]:
+    """The settings page's model alias rows as posted (none stored before)."""
+    data = {"alias-TOTAL_FORMS": str(len(rows)), "alias-INITIAL_FORMS": "0"}
+    for index, (alias, target) in enumerate(rows):
+        data.update({f"alias-{index}-alias": alias, f"alias-{index}-target": target})
+    return data
+
+
 def test_runtime_settings_are_edited_through_the_service(
     operator, redis_client, settings, django_capture_on_commit_callbacks
 ):
@@ -201,7 +209,7 @@ def test_runtime_settings_are_edited_through_the_service(
     before = int(redis_client.get(version_key) or 0)
     form = operator.get("/admin/proxy/runtimesettings/1/change/").context["adminform"].form
     data = {name: form.initial.get(name) for name in form.fields}
-    data.update({"rotation_strategy": "sticky", "model_aliases_json": '{"fast": "gpt-5.4-mini"}'})
+    data.update({"rotation_strategy": "sticky", **_alias_rows(("fast", "gpt-5.4-mini"))})
 
     with django_capture_on_commit_callbacks(execute=True):
         response = operator.post("/admin/proxy/runtimesettings/1/change/", data)
@@ -222,13 +230,15 @@ def test_an_alias_equal_to_its_target_is_refused_by_the_settings_page(
     before = int(redis_client.get(version_key) or 0)
     form = operator.get("/admin/proxy/runtimesettings/1/change/").context["adminform"].form
     data = {name: form.initial.get(name) for name in form.fields}
-    data.update({"rotation_strategy": "sticky", "model_aliases_json": '{"gpt-5.4": "gpt-5.4"}'})
+    data.update({"rotation_strategy": "sticky", **_alias_rows(("gpt-5.4", "gpt-5.4"))})
 
     response = operator.post("/admin/proxy/runtimesettings/1/change/", data)
 
     assert response.status_code == 200  # the form again, with its error
-    errors = response.context["adminform"].form.errors
-    assert errors == {"model_aliases_json": ["the alias 'gpt-5.4' cannot be its own target"]}
+    rows = response.context["adminform"].form.aliases
+    assert rows.errors[0] == {
+        "target": ["An alias cannot be its own model: it would rename nothing."]
+    }
     stored = RuntimeSettings.objects.get()
     assert (stored.rotation_strategy, stored.model_aliases_json) == ("smart", {})
     assert int(redis_client.get(version_key) or 0) == before

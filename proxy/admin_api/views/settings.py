@@ -24,9 +24,19 @@ from proxy.services.admin_api_key import (
     admin_api_key_exists,
     admin_api_key_regenerate,
 )
-from proxy.services.runtime_settings import runtime_settings_ensure, runtime_settings_update
+from proxy.services.runtime_settings import (
+    SETTING_BOUNDS,
+    runtime_settings_ensure,
+    runtime_settings_update,
+)
 
 logger = logging.getLogger(__name__)
+
+
+def _bounded(column: str) -> serializers.IntegerField:
+    """An optional whole number within the column's bounds (the console's too)."""
+    lowest, highest = SETTING_BOUNDS[column]
+    return serializers.IntegerField(min_value=lowest, max_value=highest, required=False)
 
 
 class SettingsSerializer(serializers.Serializer):
@@ -34,12 +44,10 @@ class SettingsSerializer(serializers.Serializer):
         child=serializers.CharField(max_length=LONGEST_MODEL_NAME, allow_blank=False),
         required=False,
     )
-    refreshMarginSeconds = serializers.IntegerField(
-        min_value=1, max_value=365 * 86400, required=False
-    )
-    refreshConcurrency = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    maxConcurrentPerAccount = serializers.IntegerField(min_value=1, max_value=1000, required=False)
-    requestIntervalMs = serializers.IntegerField(min_value=0, max_value=600_000, required=False)
+    refreshMarginSeconds = _bounded("refresh_margin_seconds")
+    refreshConcurrency = _bounded("refresh_concurrency")
+    maxConcurrentPerAccount = _bounded("max_concurrent_per_account")
+    requestIntervalMs = _bounded("request_interval_ms")
     rotationStrategy = serializers.ChoiceField(choices=RotationStrategy.values, required=False)
 
     def validate_modelAliases(self, aliases: dict) -> dict:
