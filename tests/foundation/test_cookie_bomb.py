@@ -23,8 +23,10 @@ ROUTES = [
     ("get", "/v1/models"),
 ]
 # "a=\"\1\1…\"": CPython 3.11.7 spends O(n²) on such a value; its bound here is correctness,
-# not speed (the quadratic parse of the 60 KB one takes several seconds on this machine).
-ANSWER_WITHIN_SECONDS = 1.0
+# not speed: the quadratic parse of the 60 KB one takes several seconds here idle, 27 s at a
+# load of 9, where a safe answer took up to 1.5 s (a 1 s bound failed there). 5 s tells the
+# two apart on a loaded machine.
+ANSWER_WITHIN_SECONDS = 5.0
 
 
 def _bomb(length: int) -> str:
@@ -41,7 +43,7 @@ def web(transactional_db, tmp_path):
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(("method", "path"), ROUTES)
-def test_a_60_kb_cookie_bomb_is_answered_within_a_second(web, method, path):
+def test_a_60_kb_cookie_bomb_is_answered_at_once(web, method, path):
     started = time.monotonic()
     response = requests.request(
         method, f"{web.url}{path}", headers={"Cookie": _bomb(60_000)}, timeout=30

@@ -318,7 +318,8 @@ def test_a_dripping_token_endpoint_ends_the_call_by_the_auth_timeout(oauth, sett
         refresh_tokens(account.refresh_token)
     elapsed = time.monotonic() - started
 
-    assert elapsed < 1 + 0.6
+    # (a minute without the deadline; the slack is for a loaded machine)
+    assert elapsed < 1 + 5
     assert account.refresh_token not in str(raised.value)
     # The next call (same pooled session) works normally.
     assert refresh_tokens(account.refresh_token).access_token == oauth.issued_access_tokens[-1]

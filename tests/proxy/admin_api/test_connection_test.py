@@ -140,7 +140,7 @@ def test_a_dripping_upstream_stops_the_test_at_its_deadline(
         "error": "no complete answer within 2 s; test stopped",
     }
     assert "test_complete" not in [event["type"] for event in events]
-    assert took < 6, took
+    assert took < 12, took  # the whole answer takes 20 s; the slack is for a loaded machine
     assert Account.objects.get(pk=account.pk).status == "active"
 
 
