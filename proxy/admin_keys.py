@@ -48,6 +48,11 @@ class ClientApiKeyForm(forms.ModelForm):
     class Meta:
         model = ClientApiKey
         fields = ("name", "label", "enabled")
+        # Text columns, but one line each (Django's default for them is a textarea).
+        widgets = {
+            "name": forms.TextInput(attrs={"size": 40}),
+            "label": forms.TextInput(attrs={"size": 40}),
+        }
 
 
 @dataclass(frozen=True)
@@ -106,14 +111,16 @@ def bars_html(bars: list[Bar]) -> SafeString:
 
 
 def period_html(period: PeriodTotals) -> SafeString:
-    failed = f" ({number(period.failed)} failed)" if period.failed else ""
+    """The cost on top, the requests (and failures) under it."""
+    failed = f", {number(period.failed)} failed" if period.failed else ""
     return format_html(
-        '<span class="key-period" data-requests="{}" data-cost="{}">{} requests{} · {}</span>',
+        '<span class="key-period" data-requests="{}" data-cost="{}">'
+        '<span class="key-cost">{}</span><br>{} requests{}</span>',
         period.requests,
         round(period.cost_usd, 6),
+        usd(period.cost_usd),
         number(period.requests),
         failed,
-        usd(period.cost_usd),
     )
 
 
@@ -147,21 +154,26 @@ def _policy(key: ClientApiKey) -> ClientApiKeyPolicy | None:
     return getattr(key, "policy", None)
 
 
+def _totals(key: ClientApiKey) -> KeyTotals:
+    """What ``KeyChangeList`` read for ``key`` (the list's columns only appear there)."""
+    totals: KeyTotals | None = getattr(key, "console_totals", None)
+    return totals if totals is not None else KeyTotals(day=PeriodTotals(), month=PeriodTotals())
+
+
 @admin.register(ClientApiKey)
 class ClientApiKeyAdmin(ClientKeyPagesMixin, admin.ModelAdmin):
     """The full key is shown only on its own pages; lists show the prefix."""
 
     form = ClientApiKeyForm
+    # Readable at 1366 px beside the filter: the key's prefix and label under its name, the
+    # creation time on the key's page.
     list_display = (
-        "name",
-        "masked_key",
-        "label",
+        "name_and_label",
         "enabled",
         "today",
         "this_month",
         "limits",
         "last_used",
-        "created_at",
         "use_link",
     )
     list_filter = ("enabled",)
@@ -190,21 +202,31 @@ class ClientApiKeyAdmin(ClientKeyPagesMixin, admin.ModelAdmin):
             return ("name", "label", "enabled")
         return ("id", "name", "label", "enabled", "key", "prefix", "created_at", "last_used_at")
 
+    @admin.display(description="name · key", ordering="name")
+    def name_and_label(self, obj: ClientApiKey) -> SafeString:
+        label = format_html(' · <span class="quiet">{}</span>', obj.label) if obj.label else ""
+        return format_html(
+            '<span class="key-name">{}</span><br><code class="key-prefix">{}</code>{}',
+            obj.name,
+            self.masked_key(obj),
+            label,
+        )
+
     @admin.display(description="key")
     def masked_key(self, obj: ClientApiKey) -> str:
         return f"{obj.prefix}…"
 
     @admin.display(description="today (UTC)")
     def today(self, obj: ClientApiKey) -> SafeString:
-        return period_html(obj.console_totals.day)
+        return period_html(_totals(obj).day)
 
-    @admin.display(description="this month (UTC)")
+    @admin.display(description="month (UTC)")
     def this_month(self, obj: ClientApiKey) -> SafeString:
-        return period_html(obj.console_totals.month)
+        return period_html(_totals(obj).month)
 
     @admin.display(description="budgets and limits")
     def limits(self, obj: ClientApiKey) -> SafeString:
-        bars = key_bars(_policy(obj), obj.console_live, obj.console_totals)
+        bars = key_bars(_policy(obj), getattr(obj, "console_live", None), _totals(obj))
         if not bars:
             return format_html('<span class="key-unlimited">{}</span>', "unlimited")
         return bars_html(bars)

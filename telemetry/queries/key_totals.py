@@ -70,7 +70,7 @@ def key_totals(
         .order_by()
     )
     for row in failures:
-        key = totals[row["client_api_key_id"]]
+        key = totals[str(row["client_api_key_id"])]
         for period in (key.month, key.day) if row["in_day"] else (key.month,):
             period.requests += row["count"]
             period.failed += row["count"]

@@ -202,10 +202,14 @@ def test_the_key_list_shows_spend_budgets_limits_and_last_use(operator):
         page = operator.get("/admin/proxy/clientapikey/").content.decode()
 
     row = _row_of(page, team)
-    periods = re.findall(r'data-requests="(\d+)" data-cost="([\d.]+)">([^<]+)<', row)
+    periods = re.findall(
+        r'data-requests="(\d+)" data-cost="([\d.]+)"><span class="key-cost">([^<]+)</span>'
+        r"<br>([^<]+)<",
+        row,
+    )
     assert periods == [
-        ("3", "0.8", "3 requests (1 failed) · $0.8000"),
-        ("8", "2.8", "8 requests (1 failed) · $2.80"),
+        ("3", "0.8", "$0.8000", "3 requests, 1 failed"),
+        ("8", "2.8", "$2.80", "8 requests, 1 failed"),
     ]
     bars = re.findall(
         r'data-limit="([^"]+)">.*?<meter min="0" max="([\d.]+)" value="([\d.]+)".*?'
