@@ -9,6 +9,7 @@ import functools
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
@@ -40,6 +41,11 @@ from proxy.services.accounts import (
 )
 from proxy.services.runtime_settings import EDITABLE_FIELDS, runtime_settings_update
 from telemetry.admin_helpers import ReadOnlyAdmin, masked
+
+# One operator, who may do everything (proxy.models_admin.AdminUser): auth's groups mean nothing
+# here (django.contrib.auth's admin, loaded first, registered them).
+if admin.site.is_registered(Group):
+    admin.site.unregister(Group)
 
 
 @admin.register(AdminUser)
