@@ -46,14 +46,14 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "sk_"
 TOUCH_DEBOUNCE_SECONDS = 1.0
 
-# Both statements read the key whether or not it is enabled (its first column says), so a
+# Both statements read the key whether or not it is enabled (their last column says), so a
 # disabled key is told so; the unique index on ``key`` is used all the same.
 _KEY_AND_VERSION_SQL = (
-    "select k.enabled, k.id, "
+    "select k.id, "
     + POLICY_COLUMNS_SQL
     + ", "
     + POOL_VERSION_SQL
-    + """
+    + """, k.enabled
 from client_api_keys k
 left join client_api_key_policies p on p.key_id = k.id
 where k.key = %(key)s
@@ -61,7 +61,7 @@ where k.key = %(key)s
 )
 # The models routes need only the key and the aliases (no candidates, no fingerprint).
 _KEY_AND_ALIASES_SQL = """
-select k.enabled, k.id, s.model_aliases_json, p.allowed_models
+select k.id, s.model_aliases_json, p.allowed_models, k.enabled
 from client_api_keys k
 left join runtime_settings s on s.id = 1
 left join client_api_key_policies p on p.key_id = k.id
@@ -126,7 +126,7 @@ class KeyLookupUnavailable(Exception):
 
 
 async def _key_row(authorization: str | None, sql: str) -> tuple[Any, ...]:
-    """The row of ``sql`` for the enabled key of ``authorization`` without its first column
+    """The row of ``sql`` for the enabled key of ``authorization`` without its last column
     (``enabled``); the key's use is recorded.
 
     Raises KeyRefused when the header carries no key (``missing``), a token that is no key of
@@ -165,10 +165,10 @@ async def _key_row(authorization: str | None, sql: str) -> tuple[Any, ...]:
             raise KeyLookupUnavailable from error
     if row is None:
         raise KeyRefused(KeyRefusal.UNKNOWN)
-    if not row[0]:
+    if not row[-1]:
         raise KeyRefused(KeyRefusal.DISABLED)
-    _touches.get_or_create().touch(row[1])
-    return tuple(row[1:])
+    _touches.get_or_create().touch(row[0])
+    return tuple(row[:-1])
 
 
 async def authenticate_key(authorization: str | None) -> KeyHolder:
