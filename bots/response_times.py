@@ -2,8 +2,9 @@
 
 A **wait** starts with a user's message that follows an admin's answer (or nothing: the
 conversation's first message) and ends with the next admin message in that conversation;
-its length is the *time to first admin reply*. A wait still open has no end yet. Per UTC day
-(the day the wait started, and the day a message was relayed): messages in and out, the
+its length is the *time to first admin reply*. A wait still open has no end yet. Per day of the
+console's time zone (``TIME_ZONE`` = ``CONSOLE_TIME_ZONE``; the day the wait started, and the day
+a message was relayed): messages in and out, the
 conversations that wrote, the waits started, answered and their mean and median time to first
 reply. Per conversation: the same totals, and since when it waits (if it does). *Open
 conversations* are the bindings whose topic is open.
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
+from django.utils import timezone
 
 from bots.models import Topic, TopicStatus
 
@@ -47,7 +49,7 @@ order by s.asked_at, s.user_id
 """
 
 _COUNTS = """
-select user_id, (created_at at time zone 'UTC')::date as day, direction, count(*)
+select user_id, (created_at at time zone %(zone)s)::date as day, direction, count(*)
 from messages
 where bot_id = %(bot_id)s and created_at >= %(since)s and created_at < %(until)s
 group by 1, 2, 3
@@ -99,14 +101,21 @@ class ResponseTimes:
 
 
 def response_times(*, bot_id: int, until: datetime, days: int) -> ResponseTimes:
-    """The figures of the ``days`` UTC days ending with ``until``'s day (at most MAX_DAYS)."""
+    """The figures of the ``days`` days (the console's time zone) ending with ``until``'s day
+    (at most MAX_DAYS)."""
     days = max(1, min(days, MAX_DAYS))
-    last_day = until.astimezone(UTC).date()
-    end = datetime.combine(last_day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    since = end - timedelta(days=days)
-    by_day = {since.date() + timedelta(days=offset): Figures() for offset in range(days)}
+    zone = timezone.get_default_timezone()
+    last_day = until.astimezone(zone).date()
+    first_day = last_day - timedelta(days=days - 1)
+    since, end = _midnight(first_day, zone), _midnight(last_day + timedelta(days=1), zone)
+    by_day = {first_day + timedelta(days=offset): Figures() for offset in range(days)}
     by_user: dict[int, Figures] = {}
-    parameters: dict[str, Any] = {"bot_id": bot_id, "since": since, "until": end}
+    parameters: dict[str, Any] = {
+        "bot_id": bot_id,
+        "since": since,
+        "until": end,
+        "zone": str(zone),
+    }
     with connection.cursor() as cursor:
         cursor.execute(_COUNTS, parameters)
         for user_id, day, direction, count in cursor.fetchall():
@@ -119,7 +128,7 @@ def response_times(*, bot_id: int, until: datetime, days: int) -> ResponseTimes:
                 by_day[day].conversations.add(user_id)
         cursor.execute(_WAITS, parameters)
         for user_id, asked_at, answered_at in cursor.fetchall():
-            day = by_day[asked_at.astimezone(UTC).date()]
+            day = by_day[asked_at.astimezone(zone).date()]
             conversation = by_user.setdefault(user_id, Figures())
             for figures in (day, conversation):
                 figures.waits += 1
@@ -135,3 +144,8 @@ def response_times(*, bot_id: int, until: datetime, days: int) -> ResponseTimes:
         conversations=by_user,
         open_conversations=open_count,
     )
+
+
+def _midnight(day: date, zone) -> datetime:
+    """The first moment of ``day`` in ``zone`` (aware)."""
+    return timezone.make_aware(datetime.combine(day, datetime.min.time()), zone)

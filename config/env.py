@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import zoneinfo
 from collections.abc import Mapping
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -103,6 +104,21 @@ def env_choice(
     if lowered not in choices:
         raise InvalidEnvironmentValue(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return lowered
+
+
+def env_time_zone(name: str, default: str, *, environ: Mapping[str, str] | None = None) -> str:
+    """Return ``name`` if it is an IANA time zone this machine knows (``Asia/Shanghai``,
+    ``UTC``, ``Europe/Berlin``…), else raise naming it."""
+    value = _raw(name, environ)
+    if value is None:
+        return default
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InvalidEnvironmentValue(
+            f"{name} must be an IANA time zone such as Asia/Shanghai or UTC, got {value!r}"
+        ) from None
+    return value
 
 
 def env_networks(

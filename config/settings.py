@@ -24,6 +24,7 @@ from config.env import (
     env_list,
     env_networks,
     env_str,
+    env_time_zone,
     redis_url_with_password,
 )
 
@@ -291,7 +292,11 @@ TEMPLATES = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The one time zone of the console: every page of /admin/ (shown in its header) and the admin
+# API's times and "today" (spec §0 uses China time; issue 38). Django renders in it; the
+# database connection, the stored values and the key budgets' days stay UTC.
+CONSOLE_TIME_ZONE = env_time_zone("CONSOLE_TIME_ZONE", "Asia/Shanghai")
+TIME_ZONE = CONSOLE_TIME_ZONE
 USE_I18N = True
 USE_TZ = True
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import functools
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from proxy import admin_keys  # noqa: F401 (the client keys' screen: importing registers it)
 from proxy.admin_account_forms import AccountAddForm, AccountForm
 from proxy.admin_account_policy import burn_text
-from proxy.admin_key_policy import KeyPolicyInline, save_policy_formset
-from proxy.admin_pages import AccountPagesMixin, ClientKeyPagesMixin
+from proxy.admin_pages import AccountPagesMixin
 from proxy.admin_settings import console as _settings_console  # noqa: F401 (registers it)
 from proxy.daily_burn import daily_burns
 from proxy.models import (
@@ -26,8 +26,6 @@ from proxy.models import (
     AccountUsage,
     AdminLoginEvent,
     AdminUser,
-    ClientApiKey,
-    ClientApiKeyPolicy,
     Fingerprint,
     FingerprintUpdateHistory,
 )
@@ -40,8 +38,12 @@ from proxy.services.accounts import (
     account_delete,
     account_update_by_admin,
 )
-from proxy.services.client_api_keys import client_api_key_create
 from telemetry.admin_helpers import ReadOnlyAdmin, masked
+
+# One operator, who may do everything (proxy.models_admin.AdminUser): auth's groups mean nothing
+# here (django.contrib.auth's admin, loaded first, registered them).
+if admin.site.is_registered(Group):
+    admin.site.unregister(Group)
 
 
 @admin.register(AdminUser)
@@ -53,61 +55,6 @@ class AdminUserAdmin(ReadOnlyAdmin):
     fields = ("id", "created_at", "updated_at", "last_login")
 
 
-class ClientApiKeyForm(forms.ModelForm):
-    class Meta:
-        model = ClientApiKey
-        fields = ("name", "label", "enabled")
-
-
-@admin.register(ClientApiKey)
-class ClientApiKeyAdmin(ClientKeyPagesMixin, admin.ModelAdmin):
-    """The full key is shown only on its own pages; lists show the prefix."""
-
-    form = ClientApiKeyForm
-    list_display = (
-        "name",
-        "masked_key",
-        "label",
-        "enabled",
-        "created_at",
-        "last_used_at",
-        "use_link",
-    )
-    list_filter = ("enabled",)
-    search_fields = ("name", "label", "prefix", "=id")
-    ordering = ("-created_at", "-id")
-    readonly_fields = ("id", "key", "prefix", "created_at", "last_used_at")
-
-    def get_inlines(self, request, obj=None):
-        return [KeyPolicyInline] if obj is not None else []
-
-    def save_formset(self, request, form, formset, change) -> None:
-        if formset.model is ClientApiKeyPolicy:
-            save_policy_formset(formset, form.instance)
-            return
-        super().save_formset(request, form, formset, change)
-
-    def get_fields(self, request, obj=None):
-        if obj is None:
-            return ("name", "label", "enabled")
-        return ("id", "name", "label", "enabled", "key", "prefix", "created_at", "last_used_at")
-
-    @admin.display(description="key")
-    def masked_key(self, obj: ClientApiKey) -> str:
-        return f"{obj.prefix}…"
-
-    def save_model(self, request, obj, form, change) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        created = client_api_key_create(
-            name=form.cleaned_data["name"],
-            label=form.cleaned_data.get("label"),
-            enabled=form.cleaned_data.get("enabled", True),
-            now=timezone.now(),
-        )
-        obj.pk = created.pk
-        messages.info(request, "Key created: copy it from its page.")
 
 
 class AccountChangeList(ChangeList):

@@ -11,7 +11,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.http.response import HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils import timezone
 
+from proxy.admin_api.display import console_zone_label
 from proxy.admin_secrets import SecretLookupGuard
 from proxy.forms import TOO_MANY_ATTEMPTS, AdminLoginForm, AdminPasswordChangeForm
 
@@ -44,6 +46,14 @@ class OperatorsAdminSite(admin.AdminSite):
             return protected(request, *args, **kwargs)
 
         return refusing_nul
+
+    def each_context(self, request: HttpRequest) -> dict:
+        """Django's, plus the console's time zone for the header, and the dashboard as the
+        header's first link (the proxy serves no page at ``/``)."""
+        context = super().each_context(request)
+        context["console_time_zone"] = console_zone_label(timezone.now())
+        context["site_url"] = reverse("admin:dashboard", current_app=self.name)
+        return context
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         dashboard = path("dashboard/", self.admin_view(self.dashboard), name="dashboard")

@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from bots.admin.people import console_name
 from bots.conf import load_config
 from bots.models import AuditAction, AuditOutcome, AuditSurface
 from bots.pipeline.context import BotContext
@@ -37,7 +38,7 @@ def telegram_context(bot_id: int) -> BotContext | None:
 def console_actor(request: HttpRequest) -> AuditActor:
     """The operator, for an outcome recorded by a job (a purge continued in Celery) or with a
     status change (a broadcast stopped while sending)."""
-    return AuditActor(surface=AuditSurface.CONSOLE, actor_name=request.user.get_username())
+    return AuditActor(surface=AuditSurface.CONSOLE, actor_name=console_name(request))
 
 
 def audit_from_console(
@@ -56,7 +57,7 @@ def audit_from_console(
         action=action,
         outcome=outcome,
         now=timezone.now(),
-        actor_name=request.user.get_username(),
+        actor_name=console_name(request),
         target_user_id=user_id,
         detail=detail,
     )

@@ -19,7 +19,9 @@ from bots.admin.common import (
     telegram_context,
 )
 from bots.admin.deletion import TopicPurgeViews, UserDeletionViews
-from bots.models import AuditAction, AuditOutcome, BotUserListing, Topic, TopicListing
+from bots.admin.people import PROFILE, profile_user, user_link, with_user_profiles
+from bots.models import AuditAction, AuditOutcome, BotUser, BotUserListing, Topic, TopicListing
+from bots.pipeline.card import display_name
 from bots.pipeline.moderation import set_note
 from bots.selectors import topic_get_for_thread
 from bots.services.topics import NOTE_MAX_LENGTH, topic_set_note
@@ -28,10 +30,8 @@ from bots.services.topics import NOTE_MAX_LENGTH, topic_set_note
 @admin.register(BotUserListing)
 class BotUserAdmin(UserDeletionViews, UserActions, CurrentBotAdmin):
     list_display = (
+        "name",
         "user_id",
-        "first_name",
-        "last_name",
-        "username",
         "status",
         "is_verified",
         "is_banned",
@@ -40,7 +40,7 @@ class BotUserAdmin(UserDeletionViews, UserActions, CurrentBotAdmin):
         "ledger",
         "last_seen_at",
     )
-    list_display_links = ("user_id",)
+    list_display_links = ("name",)
     list_filter = ("is_banned", "is_risk", "is_verified", "status")
     search_fields = ("user_id", "first_name", "last_name", "username")
     search_help_text = "A user id (exact), or part of a name or @username."
@@ -112,6 +112,18 @@ class BotUserAdmin(UserDeletionViews, UserActions, CurrentBotAdmin):
                 matches |= Q(user_id=int(term))
             conditions &= matches
         return queryset.filter(conditions), False
+
+    @admin.display(description="name", ordering="first_name")
+    def name(self, obj: BotUserListing) -> str:
+        """As the user's card names them: first and last name (@username)."""
+        return display_name(
+            BotUser(
+                user_id=obj.user_id,
+                first_name=obj.first_name,
+                last_name=obj.last_name,
+                username=obj.username,
+            )
+        )
 
     @admin.display(description="topic")
     def topic(self, obj: BotUserListing) -> str:
@@ -217,10 +229,12 @@ class TopicAdmin(TopicPurgeViews, UserActions, CurrentBotAdmin):
         else:
             set_note(ctx, topic=topic, note=note)
 
-    @admin.display(description="user")
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return with_user_profiles(super().get_queryset(request), user_field="user_id")
+
+    @admin.display(description="user", ordering="user_id")
     def user(self, obj: TopicListing) -> str:
-        url = reverse("admin:bots_botuserlisting_change", args=[obj.user_id])
-        return format_html('<a href="{}">{}</a>', url, obj.user_id)
+        return user_link(obj.user_id, profile_user(obj.user_id, getattr(obj, PROFILE, None)))
 
     @admin.display(description="ledger")
     def ledger(self, obj: TopicListing) -> str:

@@ -8,8 +8,11 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
+from bots.admin.charts import Series, bar_chart
 from bots.admin.common import CurrentBotAdmin, ReadOnlyAdmin, is_id
+from bots.admin.people import PROFILE, profile_user, user_link, users_by_id, with_user_profiles
 from bots.models import Bot, ProcessedUpdateListing, RelayedMessage
 from bots.response_times import MAX_DAYS, ResponseTimes, response_times
 from bots.selectors import bot_current_id
@@ -18,7 +21,8 @@ from bots.selectors import bot_current_id
 PERIODS = (7, 30, 90)
 # Conversations listed on it (those waiting longest first, then the busiest).
 LISTED_CONVERSATIONS = 50
-CHART_WIDTH, CHART_HEIGHT = 600, 120
+MEDIAN, MEAN = "#417690", "#f5a623"
+MESSAGES_IN, MESSAGES_OUT = "#79aec8", "#2f6f3e"
 
 
 @admin.register(RelayedMessage)
@@ -28,7 +32,7 @@ class RelayedMessageAdmin(ReadOnlyAdmin, CurrentBotAdmin):
         "created_at",
         "direction",
         "content_type",
-        "user_id",
+        "user",
         "thread_id",
         "group_msg_id",
         "private_msg_id",
@@ -38,6 +42,13 @@ class RelayedMessageAdmin(ReadOnlyAdmin, CurrentBotAdmin):
     search_help_text = "A user id or a thread id (exact)."
     ordering = ("-created_at", "-id")
     change_list_template = "bots/admin/ledger_change_list.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return with_user_profiles(super().get_queryset(request), user_field="user_id")
+
+    @admin.display(description="user", ordering="user_id")
+    def user(self, obj: RelayedMessage) -> SafeString:
+        return user_link(obj.user_id, profile_user(obj.user_id, getattr(obj, PROFILE, None)))
 
     def get_urls(self) -> list[URLPattern]:
         page = path(
@@ -70,10 +81,14 @@ class RelayedMessageAdmin(ReadOnlyAdmin, CurrentBotAdmin):
             "days": days,
             "periods": PERIODS,
             "max_days": MAX_DAYS,
+            "time_zone": str(timezone.get_default_timezone()),
             "figures": figures,
             "rows": _day_rows(figures) if figures else [],
-            "conversations": _conversation_rows(figures) if figures else [],
-            "chart": _chart(figures) if figures else None,
+            "conversations": (
+                _conversation_rows(figures, bot_id=bot_id) if figures and bot_id is not None else []
+            ),
+            "reply_chart": _reply_chart(figures) if figures else None,
+            "messages_chart": _messages_chart(figures) if figures else None,
         }
         return TemplateResponse(request, "bots/admin/response_times.html", context)
 
@@ -135,7 +150,7 @@ def _day_rows(figures: ResponseTimes) -> list[dict]:
     ]
 
 
-def _conversation_rows(figures: ResponseTimes) -> list[dict]:
+def _conversation_rows(figures: ResponseTimes, *, bot_id: int) -> list[dict]:
     def order(item: tuple) -> tuple:
         user_id, conversation = item
         waiting = conversation.waiting_since
@@ -146,9 +161,11 @@ def _conversation_rows(figures: ResponseTimes) -> list[dict]:
         )
 
     rows = sorted(figures.conversations.items(), key=order)[:LISTED_CONVERSATIONS]
+    users = users_by_id(bot_id=bot_id, user_ids=[user_id for user_id, _ in rows])
     return [
         {
             "user_id": user_id,
+            "user": user_link(user_id, users.get(user_id)),
             "messages_in": conversation.messages_in,
             "messages_out": conversation.messages_out,
             "waits": conversation.waits,
@@ -161,26 +178,39 @@ def _conversation_rows(figures: ResponseTimes) -> list[dict]:
     ]
 
 
-def _chart(figures: ResponseTimes) -> dict:
-    """Bars of the daily median time to first reply (SVG coordinates, drawn by the template)."""
-    medians = [day.median_reply_seconds for day in figures.days.values()]
-    highest = max((value for value in medians if value is not None), default=0) or 1
-    width = CHART_WIDTH / max(1, len(medians))
-    bars = []
-    for index, (day, value) in enumerate(zip(figures.days, medians, strict=True)):
-        height = 0 if value is None else max(1, round(value / highest * (CHART_HEIGHT - 20)))
-        bars.append(
-            {
-                "x": round(index * width, 1),
-                "y": CHART_HEIGHT - height,
-                "width": max(1, round(width - 1, 1)),
-                "height": height,
-                "label": f"{day.isoformat()}: {_minutes(value)} min",
-            }
-        )
-    return {
-        "width": CHART_WIDTH,
-        "height": CHART_HEIGHT,
-        "bars": bars,
-        "highest": _minutes(highest),
-    }
+def _day_labels(figures: ResponseTimes) -> list[str]:
+    return [day.strftime("%m-%d") for day in figures.days]
+
+
+def _reply_chart(figures: ResponseTimes) -> dict:
+    """The median and mean time to first reply of each day, in minutes."""
+    days = list(figures.days.values())
+    return bar_chart(
+        title="Time to first admin reply per day",
+        unit="min",
+        labels=_day_labels(figures),
+        series=[
+            Series("median", MEDIAN, [_in_minutes(day.median_reply_seconds) for day in days]),
+            Series("mean", MEAN, [_in_minutes(day.mean_reply_seconds) for day in days]),
+        ],
+    )
+
+
+def _messages_chart(figures: ResponseTimes) -> dict:
+    """Messages in (from users) and out (from admins) of each day."""
+    days = list(figures.days.values())
+    return bar_chart(
+        title="Messages per day",
+        unit="messages",
+        labels=_day_labels(figures),
+        series=[
+            Series("in (users)", MESSAGES_IN, [float(day.messages_in) for day in days]),
+            Series("out (admins)", MESSAGES_OUT, [float(day.messages_out) for day in days]),
+        ],
+        shown=lambda value: f"{value:g}",
+        counts=True,
+    )
+
+
+def _in_minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds / 60

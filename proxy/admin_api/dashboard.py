@@ -6,7 +6,7 @@
 * today's cost and the latest records — ``usage_records`` (priced per request, never stored);
 * accounts, pool and capacity — ``accounts``, the refresh leases and the scheduler's slots.
 
-"Today" is the China day (spec §0).
+"Today" is the console's day (``CONSOLE_TIME_ZONE``; China by default, spec §0).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from django.db.models.functions import Coalesce
 
 from proxy.admin_api import pool
 from proxy.admin_api.display import (
-    CHINA,
     china_midnight,
     china_time,
+    console_zone,
     milliseconds,
     number,
     percent,
@@ -154,13 +154,15 @@ def _hour_point(hour: int, slots: list[BucketSums]) -> dict:
 
 
 def trend(*, now: datetime, kind: str) -> dict:
-    """Today's China hours up to the current one, and three summary figures for ``kind``."""
+    """Today's hours (the console's zone) up to the current one, and three summary figures
+    for ``kind``."""
     midnight = china_midnight(now)
     slots = bucket_slots(start=midnight, end=midnight + timedelta(days=1))
-    current_hour = now.astimezone(CHINA).hour
+    zone = console_zone()
+    current_hour = now.astimezone(zone).hour
     by_hour: dict[int, list[BucketSums]] = {hour: [] for hour in range(current_hour + 1)}
     for start, sums in slots.items():
-        hour = start.astimezone(CHINA).hour
+        hour = start.astimezone(zone).hour
         if hour in by_hour:
             by_hour[hour].append(sums)
     points = [_hour_point(hour, by_hour[hour]) for hour in sorted(by_hour)]
@@ -220,8 +222,8 @@ def health_timeline(*, now: datetime) -> dict:
     reliability = ratio_percent(total.success, total.requests)
     return {
         "title": "Request health today",
-        "description": "One cell per 15 minutes (China time): grey no traffic, red all failed, "
-        "orange under 90 % success, yellow under 3 successes, green healthy.",
+        "description": f"One cell per 15 minutes ({console_zone()} time): grey no traffic, red "
+        "all failed, orange under 90 % success, yellow under 3 successes, green healthy.",
         "reliability": reliability,
         "reliabilityDisplay": percent(reliability) if reliability is not None else "-",
         "points": points,

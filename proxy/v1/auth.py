@@ -5,6 +5,9 @@ of the pool snapshot (``proxy.pool_snapshot``: the hot runtime settings, the fin
 the candidate accounts, kept in memory and read again only when that version moved), so a
 request costs one PostgreSQL round trip before the first byte; the models routes read only the
 key and the aliases. ``last_used_at`` is touched in batches after a 1 s debounce.
+
+A refused key says which of missing, unknown or disabled it is (``KeyRefused``; issue 38 — the
+original answers all three alike, spec §1.2); the key itself is never echoed or logged.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import psycopg
@@ -42,24 +46,26 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "sk_"
 TOUCH_DEBOUNCE_SECONDS = 1.0
 
+# Both statements read the key whether or not it is enabled (their last column says), so a
+# disabled key is told so; the unique index on ``key`` is used all the same.
 _KEY_AND_VERSION_SQL = (
     "select k.id, "
     + POLICY_COLUMNS_SQL
     + ", "
     + POOL_VERSION_SQL
-    + """
+    + """, k.enabled
 from client_api_keys k
 left join client_api_key_policies p on p.key_id = k.id
-where k.key = %(key)s and k.enabled
+where k.key = %(key)s
 """
 )
 # The models routes need only the key and the aliases (no candidates, no fingerprint).
 _KEY_AND_ALIASES_SQL = """
-select k.id, s.model_aliases_json, p.allowed_models
+select k.id, s.model_aliases_json, p.allowed_models, k.enabled
 from client_api_keys k
 left join runtime_settings s on s.id = 1
 left join client_api_key_policies p on p.key_id = k.id
-where k.key = %(key)s and k.enabled
+where k.key = %(key)s
 """
 
 
@@ -94,28 +100,46 @@ class AuthenticatedClient(KeyHolder):
 
 
 def bearer_token(authorization: str | None) -> str | None:
-    """The key of ``Authorization: Bearer <key>`` (exact ``Bearer `` prefix), or None."""
+    """The token of ``Authorization: Bearer <token>`` (exact ``Bearer `` prefix, trimmed), or
+    None when the header carries none."""
     if not authorization or not authorization.startswith("Bearer "):
         return None
-    token = authorization[len("Bearer ") :].strip()
-    return token if token.startswith(KEY_PREFIX) else None
+    return authorization[len("Bearer ") :].strip() or None
+
+
+class KeyRefusal(StrEnum):
+    MISSING = "missing"  # no ``Authorization: Bearer <token>``
+    UNKNOWN = "unknown"  # a token that is no key of this proxy
+    DISABLED = "disabled"  # a key an operator disabled
+
+
+class KeyRefused(Exception):
+    """The request carries no usable client key; ``reason`` says why (never the key)."""
+
+    def __init__(self, reason: KeyRefusal) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
 
 
 class KeyLookupUnavailable(Exception):
     """The key could not be checked because the database did not answer (not a bad key)."""
 
 
-async def _key_row(authorization: str | None, sql: str) -> tuple[Any, ...] | None:
-    """The row of ``sql`` for the enabled key of ``authorization`` (its use is recorded), or
-    None when the header carries no enabled key (every such case is the same 401, spec §1.2).
+async def _key_row(authorization: str | None, sql: str) -> tuple[Any, ...]:
+    """The row of ``sql`` for the enabled key of ``authorization`` without its last column
+    (``enabled``); the key's use is recorded.
 
+    Raises KeyRefused when the header carries no key (``missing``), a token that is no key of
+    ours (``unknown``; one without the ``sk_`` prefix is not looked up) or a disabled key.
     Raises KeyLookupUnavailable when the database fails: a connection that died while idle is
     retried once on a fresh one; after that the client is told the truth (503), not that its
     key is wrong.
     """
     token = bearer_token(authorization)
     if token is None:
-        return None
+        raise KeyRefused(KeyRefusal.MISSING)
+    if not token.startswith(KEY_PREFIX):
+        raise KeyRefused(KeyRefusal.UNKNOWN)
     parameters = {"key": token, "now": timezone.now()}
     for attempt in (1, 2):
         try:
@@ -139,17 +163,18 @@ async def _key_row(authorization: str | None, sql: str) -> tuple[Any, ...] | Non
         except psycopg.Error as error:
             logger.warning("client key lookup failed: %s", type(error).__name__)
             raise KeyLookupUnavailable from error
-    if row is not None:
-        _touches.get_or_create().touch(row[0])
-    return row
-
-
-async def authenticate_key(authorization: str | None) -> KeyHolder | None:
-    """The enabled key and its aliases, or None when there is none (the models routes).
-    Raises KeyLookupUnavailable when the database fails."""
-    row = await _key_row(authorization, _KEY_AND_ALIASES_SQL)
     if row is None:
-        return None
+        raise KeyRefused(KeyRefusal.UNKNOWN)
+    if not row[-1]:
+        raise KeyRefused(KeyRefusal.DISABLED)
+    _touches.get_or_create().touch(row[0])
+    return tuple(row[:-1])
+
+
+async def authenticate_key(authorization: str | None) -> KeyHolder:
+    """The enabled key and its aliases (the models routes). Raises KeyRefused when the header
+    carries no enabled key, KeyLookupUnavailable when the database fails."""
+    row = await _key_row(authorization, _KEY_AND_ALIASES_SQL)
     key_id, aliases, allowed = row
     aliases = clean_aliases(aliases)
     return KeyHolder(
@@ -157,12 +182,11 @@ async def authenticate_key(authorization: str | None) -> KeyHolder | None:
     )
 
 
-async def authenticate(authorization: str | None) -> AuthenticatedClient | None:
-    """The enabled key's client, the current settings and the candidate accounts, or None when
-    the header carries no enabled key. Raises KeyLookupUnavailable when the database fails."""
+async def authenticate(authorization: str | None) -> AuthenticatedClient:
+    """The enabled key's client, the current settings and the candidate accounts. Raises
+    KeyRefused when the header carries no enabled key, KeyLookupUnavailable when the database
+    fails."""
     row = await _key_row(authorization, _KEY_AND_VERSION_SQL)
-    if row is None:
-        return None
     key_id = row[0]
     policy_columns = row[1 : 1 + POLICY_COLUMN_COUNT]
     snapshot = await _snapshot(int(row[-1]))

@@ -26,13 +26,19 @@ from proxy.ledger.entries import LedgerEntry
 from proxy.metrics.recording import record_refused_before_dispatch
 from proxy.models_catalog import Catalog, resolve_alias
 from proxy.policies import admission
-from proxy.v1.auth import AuthenticatedClient, KeyHolder, KeyLookupUnavailable, authenticate
+from proxy.v1.auth import (
+    AuthenticatedClient,
+    KeyHolder,
+    KeyLookupUnavailable,
+    KeyRefused,
+    authenticate,
+)
 from proxy.v1.errors import (
     DATABASE_RETRY_AFTER_SECONDS,
     DATABASE_UNAVAILABLE,
     INTERNAL,
     INVALID_REQUEST,
-    MISSING_KEY,
+    KEY_REFUSALS,
     MODEL_NOT_FOUND,
     UNENCODABLE_TEXT,
     error_response,
@@ -55,25 +61,25 @@ Response = TypeVar("Response", bound=HttpResponseBase)
 async def authenticated(request: HttpRequest) -> tuple[str, AuthenticatedClient]: ...
 @overload
 async def authenticated(
-    request: HttpRequest, lookup: Callable[[str | None], Awaitable[Client | None]]
+    request: HttpRequest, lookup: Callable[[str | None], Awaitable[Client]]
 ) -> tuple[str, Client]: ...
 async def authenticated(
     request: HttpRequest,
-    lookup: Callable[[str | None], Awaitable[KeyHolder | None]] = authenticate,
+    lookup: Callable[[str | None], Awaitable[KeyHolder]] = authenticate,
 ) -> tuple[str, KeyHolder]:
     """The request id and the client ``lookup`` verifies from ``Authorization``. Raises
-    ClientFailure: 401 for a missing or unknown key (spec §1.2, §1.3), 503 with
-    ``Retry-After`` when the database could not say."""
+    ClientFailure: 401 for a missing, unknown or disabled key, each with its message (spec
+    §1.2, §1.3; ``KEY_REFUSALS``), 503 with ``Retry-After`` when the database could not say."""
     request_id = request_id_for(request)
     try:
         client = await lookup(request.headers.get("authorization"))
+    except KeyRefused as refused:
+        raise ClientFailure(KEY_REFUSALS[refused.reason]) from None
     except KeyLookupUnavailable:
         ledger.submit(_key_lookup_failure_entry(request, request_id))
         raise ClientFailure(
             DATABASE_UNAVAILABLE, retry_after=DATABASE_RETRY_AFTER_SECONDS
         ) from None
-    if client is None:
-        raise ClientFailure(MISSING_KEY)
     return request_id, client
 
 

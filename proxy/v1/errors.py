@@ -21,7 +21,23 @@ from proxy.v1.failures import record_unexpected_failure
 
 logger = logging.getLogger("proxy.v1")
 
+# The three 401s of a refused client key (issue 38; the original sends the first for all three,
+# spec §1.2): same type and code, a message that says which — never the key itself.
 MISSING_KEY = ClientError(401, "invalid_request_error", "invalid_api_key", "Missing client API key")
+UNKNOWN_KEY = ClientError(
+    401,
+    "invalid_request_error",
+    "invalid_api_key",
+    "Incorrect client API key provided: it is no key of this proxy",
+)
+DISABLED_KEY = ClientError(
+    401,
+    "invalid_request_error",
+    "invalid_api_key",
+    "This client API key is disabled: an operator can enable it again in the console",
+)
+# By ``proxy.v1.auth.KeyRefusal`` (a StrEnum: its members are these strings).
+KEY_REFUSALS = {"missing": MISSING_KEY, "unknown": UNKNOWN_KEY, "disabled": DISABLED_KEY}
 INVALID_REQUEST = ClientError(
     400, "invalid_request_error", "invalid_request", "Invalid responses request"
 )

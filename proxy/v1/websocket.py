@@ -41,14 +41,14 @@ from proxy.domain.sse import stream_disconnected_event
 from proxy.domain.upstream_request import InvalidHeaderValue, read_client_identity
 from proxy.models_catalog import resolve_alias
 from proxy.policies import admission
-from proxy.v1.auth import AuthenticatedClient, KeyLookupUnavailable, authenticate
+from proxy.v1.auth import AuthenticatedClient, KeyLookupUnavailable, KeyRefused, authenticate
 from proxy.v1.body_memory import SERVER_BUSY, BodyHold
 from proxy.v1.common import ALLOWED_SUBAGENTS, ValidRequest, model_catalog_or_404, resolved
 from proxy.v1.errors import (
     DATABASE_UNAVAILABLE,
     INTERNAL,
     INVALID_REQUEST,
-    MISSING_KEY,
+    KEY_REFUSALS,
     UNENCODABLE_TEXT,
     request_id_from,
 )
@@ -112,11 +112,11 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         self._running: DispatchRequest | None = None
         try:
             client = await authenticate(self._headers.get("authorization"))
+        except KeyRefused as refused:
+            await self._refuse(KEY_REFUSALS[refused.reason])
+            return
         except KeyLookupUnavailable:
             await self._refuse(DATABASE_UNAVAILABLE)
-            return
-        if client is None:
-            await self._refuse(MISSING_KEY)
             return
         self._client: AuthenticatedClient = client
         await self.accept()
@@ -232,10 +232,10 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         The key is read again: a key disabled since the upgrade stops here."""
         try:
             client = await authenticate(self._headers.get("authorization"))
+        except KeyRefused as refused:
+            raise ClientFailure(KEY_REFUSALS[refused.reason]) from None
         except KeyLookupUnavailable:
             raise ClientFailure(DATABASE_UNAVAILABLE) from None
-        if client is None:
-            raise ClientFailure(MISSING_KEY)
         self._client = client
         requested_model = body["model"]
         valid = ValidRequest(request_id=request_id, client=client, body=body)

@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from django.db.models import (
     Avg,
@@ -28,11 +27,11 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce, Concat, Least, TruncDate
+from django.utils import timezone
 
 from telemetry.billing import LONG_CONTEXT_INPUT_TOKENS, prices_for, tier_of, tokens_cost
 from telemetry.models import OpsErrorLog, UsageRecord
 
-CHINA_ZONE = ZoneInfo("Asia/Shanghai")
 TOP_INSIGHTS = 8
 
 USAGE_EQUALITY_FILTERS = {
@@ -249,8 +248,10 @@ def _top(groups: dict) -> list[tuple[str, CostSums]]:
 
 
 def daily_usage(records: QuerySet) -> list[tuple[Any, CostSums]]:
-    """Per China day (oldest first): token sums, latency and cost."""
-    groups = cost_groups(records, by={"day": TruncDate("created_at", tzinfo=CHINA_ZONE)})
+    """Per day of the console's time zone (``TIME_ZONE`` = ``CONSOLE_TIME_ZONE``; oldest
+    first): token sums, latency and cost."""
+    zone = timezone.get_default_timezone()
+    groups = cost_groups(records, by={"day": TruncDate("created_at", tzinfo=zone)})
     return sorted(groups.items(), key=lambda item: item[0])
 
 

@@ -1,5 +1,7 @@
 """Response-time numbers from the ledger (issue #24): for a seeded ledger the figures equal
-those worked out by hand, per day and per conversation; the console page shows them."""
+those worked out by hand, per day and per conversation; the console page shows them, users by
+name, with charts whose bars and axes carry the figures (issue 38). Days are the console's time
+zone's: the hand-worked figures below are for a console on UTC, and one test moves it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from django.urls import reverse
 
-from bots.models import RelayedMessage, Topic
+from bots.models import BotUser, RelayedMessage, Topic
 from bots.response_times import response_times
 from proxy.services.admin_users import admin_user_create_default
 from tests.bots.conftest import START
@@ -40,6 +42,11 @@ LEDGER = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def console_on_utc(settings):
+    settings.TIME_ZONE = "UTC"  # what CONSOLE_TIME_ZONE=UTC sets
+
+
 @pytest.fixture
 def ledger(bot_row):
     RelayedMessage.objects.bulk_create(
@@ -59,6 +66,9 @@ def ledger(bot_row):
         bot_id=bot_row.bot_id + 1, user_id=ANN, thread_id=1, direction="in", created_at=DAY_1
     )
     Topic.objects.create(bot_id=bot_row.bot_id, user_id=ANN, thread_id=1501, created_at=DAY_1)
+    BotUser.objects.create(  # Ben has no users row any more
+        bot_id=bot_row.bot_id, user_id=ANN, first_name="Ann", last_name="Lee", username="ann"
+    )
     Topic.objects.create(
         bot_id=bot_row.bot_id, user_id=BEN, thread_id=1502, status="closed", created_at=DAY_1
     )
@@ -98,6 +108,18 @@ def test_only_the_periods_messages_count(ledger):
     assert figures.conversations[BEN].messages_out == 2
 
 
+def test_the_days_are_the_console_time_zones(ledger, settings):
+    settings.TIME_ZONE = "Asia/Shanghai"  # UTC+8: Ben's 23:50 UTC is 07:50 the next day
+
+    figures = response_times(bot_id=ledger, until=_at(DAY_2, "12:00"), days=2)
+
+    first, second = figures.days[date(2026, 10, 1)], figures.days[date(2026, 10, 2)]
+    assert (first.messages_in, first.messages_out, first.conversations) == (3, 2, {ANN})
+    assert (second.messages_in, second.messages_out, second.conversations) == (2, 2, {ANN, BEN})
+    assert second.reply_seconds == [1200.0]  # Ben's wait, started on his day 2
+    assert figures.since == datetime(2026, 9, 30, 16, tzinfo=UTC)
+
+
 def test_the_console_page_shows_the_figures_and_a_chart(client, ledger, clock):
     clock.now = _at(DAY_2, "12:00")
     client.force_login(
@@ -108,7 +130,8 @@ def test_the_console_page_shows_the_figures_and_a_chart(client, ledger, clock):
 
     assert response.status_code == 200
     page = response.content.decode()
-    assert page.count("<rect ") == 7
+    assert "(days in UTC)" in page
+    assert page.count('<rect class="bar"') == 4 * 7  # two charts of two series, a bar a day
     rows = response.context["rows"]
     assert [row["day"] for row in rows[:2]] == ["2026-10-02", "2026-10-01"]
     assert rows[1] | {} == {
@@ -122,6 +145,9 @@ def test_the_console_page_shows_the_figures_and_a_chart(client, ledger, clock):
         "median": "20.0",
     }
     assert [row["user_id"] for row in response.context["conversations"]] == [ANN, BEN]
+    # Ann has a profile, Ben's row is gone: a name where there is one, the id where not.
+    assert 'Ann Lee (@ann)</a> <span class="quiet">1001</span>' in page
+    assert '1002 <span class="quiet">(no profile)</span>' in page
     assert "<td>1</td>" in page  # one open conversation
     assert client.get(reverse("admin:bots_relayedmessage_changelist")).status_code == 200
     assert PAGE in client.get(reverse("admin:bots_relayedmessage_changelist")).content.decode()
@@ -157,13 +183,20 @@ WEEK_REPLY_MINUTES = {
     date(2026, 10, 1): [20, 30, 20],  # Ann's two, and Ben's that was answered after midnight
     date(2026, 10, 2): [],  # Ann's 09:00 is unanswered
 }
-_RECT = re.compile(
-    r'<rect x="(?P<x>[\d.]+)" y="(?P<y>[\d.]+)" width="[\d.]+" height="(?P<height>\d+)"'
-    r"\s+[^>]*><title>(?P<title>[^<]*)</title></rect>"
+_BAR = re.compile(
+    r'<rect class="bar" x="(?P<x>[\d.]+)" y="(?P<y>[\d.]+)" width="[\d.]+" '
+    r'height="(?P<height>[\d.]+)"\s+fill="[^"]+" data-series="(?P<series>[^"]+)" '
+    r'data-label="(?P<label>[^"]+)"\s+data-value="(?P<value>[^"]*)"><title>(?P<title>[^<]*)</title>'
 )
+_TEXT = re.compile(r'<text class="(?P<kind>[\w-]+)"[^>]*>(?P<text>[^<]*)</text>')
 
 
-def test_the_chart_draws_each_days_median_time_to_first_reply(client, ledger, clock):
+def _chart(page: str, chart_id: str) -> str:
+    start = page.index(f'<svg id="{chart_id}"')
+    return page[start : page.index("</svg>", start)]
+
+
+def test_the_chart_draws_each_days_median_and_mean_time_to_first_reply(client, ledger, clock):
     RelayedMessage.objects.bulk_create(
         RelayedMessage(
             bot_id=ledger, user_id=CAL, thread_id=1503, direction=direction, created_at=when
@@ -177,24 +210,56 @@ def test_the_chart_draws_each_days_median_time_to_first_reply(client, ledger, cl
 
     page = client.get(PAGE, {"days": "7"}).content.decode()
 
-    start = page.index('<svg id="response-chart"')
-    chart = page[start : page.index("</svg>", start)]
-    bars = sorted(_RECT.finditer(chart), key=lambda bar: float(bar["x"]))
+    chart = _chart(page, "response-chart")
+    bars = [bar.groupdict() for bar in _BAR.finditer(chart)]
+    texts = [(text["kind"], text["text"]) for text in _TEXT.finditer(chart)]
     medians = {
         day: statistics.median(minutes) if minutes else None
         for day, minutes in WEEK_REPLY_MINUTES.items()
     }
-    highest = max(value for value in medians.values() if value is not None)
-    assert highest == 40
-    # One bar a day, oldest on the left; its tooltip names the day and its median; its height
-    # is the median against the week's highest (the chart's 100 px), standing on the baseline.
-    assert [bar["title"] for bar in bars] == [
-        f"{day.isoformat()}: {'—' if value is None else f'{value:.1f}'} min"
-        for day, value in medians.items()
-    ]
-    assert [int(bar["height"]) for bar in bars] == [
-        0 if value is None else round(value / highest * 100) for value in medians.values()
-    ]
-    assert [int(bar["height"]) for bar in bars] == [0, 0, 50, 0, 100, 50, 0]
-    assert {float(bar["y"]) + int(bar["height"]) for bar in bars} == {120}
-    assert "highest 40.0 min" in page
+    means = {
+        day: statistics.fmean(minutes) if minutes else None
+        for day, minutes in WEEK_REPLY_MINUTES.items()
+    }
+    labels = [day.strftime("%m-%d") for day in WEEK_REPLY_MINUTES]
+    # Every day is labelled on the x axis; the y axis counts minutes in round steps up to the
+    # week's highest (40 min: Cal's one wait on 09-30); a legend names the two series.
+    assert [text for kind, text in texts if kind == "x-label"] == labels
+    assert [text for kind, text in texts if kind == "y-tick"] == ["0", "10", "20", "30", "40"]
+    assert [text for kind, text in texts if kind == "legend"] == ["median", "mean"]
+    assert ">min</text>" in chart
+    # One median and one mean bar a day, oldest on the left, carrying the day's figure.
+    for series, expected in (("median", medians), ("mean", means)):
+        drawn = [bar for bar in bars if bar["series"] == series]
+        assert [bar["label"] for bar in drawn] == labels
+        assert [float(bar["value"]) if bar["value"] else None for bar in drawn] == [
+            None if value is None else round(value, 3) for value in expected.values()
+        ]
+        # Heights against the axis' top (40 min = the plot's 202 px), standing on the baseline.
+        assert [float(bar["height"]) for bar in drawn] == [
+            0.0 if value is None else round(value / 40 * 202, 1) for value in expected.values()
+        ]
+        assert {round(float(bar["y"]) + float(bar["height"]), 1) for bar in drawn} == {216.0}
+    median_titles = [bar["title"] for bar in bars if bar["series"] == "median"]
+    assert median_titles[2] == "09-28 · median: 20 min"
+    assert median_titles[0] == "09-26 · median: none"
+
+
+def test_the_messages_chart_draws_the_messages_in_and_out_of_each_day(client, ledger, clock):
+    clock.now = _at(DAY_2, "12:00")
+    client.force_login(
+        admin_user_create_default(password="a long operator passphrase 7", now=START)
+    )
+
+    page = client.get(PAGE, {"days": "7"}).content.decode()
+
+    bars = [bar.groupdict() for bar in _BAR.finditer(_chart(page, "messages-chart"))]
+    by_series = {
+        series: [bar["value"] for bar in bars if bar["series"] == series]
+        for series in ("in (users)", "out (admins)")
+    }
+    # LEDGER: day 1 has 4 in and 2 out, day 2 1 in and 2 out; the week's other days none.
+    assert by_series == {
+        "in (users)": ["0.0"] * 5 + ["4.0", "1.0"],
+        "out (admins)": ["0.0"] * 5 + ["2.0", "2.0"],
+    }

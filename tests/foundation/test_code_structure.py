@@ -90,6 +90,7 @@ PROXY_FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
                 "admin_account_policy",
                 "admin_api",
                 "admin_key_policy",
+                "admin_keys",
                 "admin_pages",
                 "admin_settings",
                 "admin_site",

@@ -48,7 +48,7 @@ def test_sdk_sees_the_proxy_error_envelope(proxy, upstream, client_key):
 
     assert raised.value.status_code == 401
     assert raised.value.body == {
-        "message": "Missing client API key",
+        "message": "Incorrect client API key provided: it is no key of this proxy",
         "type": "invalid_request_error",
         "code": "invalid_api_key",
     }

@@ -87,11 +87,25 @@ def test_non_stream_returns_the_terminal_response_object(proxy, upstream, client
     assert sent.json()["stream"] is False  # forwarded as the client sent it
 
 
+MISSING = "Missing client API key"
+UNKNOWN = "Incorrect client API key provided: it is no key of this proxy"
+
+
 @pytest.mark.parametrize(
-    "authorization",
-    [None, "", "Bearer", "bearer sk_x", "Bearer nope", "Bearer sk_unknown", "Basic abc"],
+    ("authorization", "message"),
+    [
+        (None, MISSING),
+        ("", MISSING),
+        ("Bearer", MISSING),
+        ("bearer sk_x", MISSING),  # the prefix is exactly "Bearer " (spec §1.2)
+        ("Basic abc", MISSING),
+        ("Bearer nope", UNKNOWN),
+        ("Bearer sk_unknown", UNKNOWN),
+    ],
 )
-def test_every_authentication_failure_is_the_same_401(proxy, upstream, client_key, authorization):
+def test_an_authentication_failure_is_a_401_saying_which(
+    proxy, upstream, client_key, authorization, message
+):
     make_pool_account("tok-a")
     headers = {"Content-Type": "application/json"}
     if authorization is not None:
@@ -103,11 +117,7 @@ def test_every_authentication_failure_is_the_same_401(proxy, upstream, client_ke
 
     assert response.status_code == 401
     assert response.json() == {
-        "error": {
-            "message": "Missing client API key",
-            "type": "invalid_request_error",
-            "code": "invalid_api_key",
-        }
+        "error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}
     }
     assert upstream.responses_requests() == []
 
@@ -120,8 +130,10 @@ def test_a_disabled_key_stops_working_at_once(proxy, upstream, client_key):
     client_key.enabled = False
     client_key.save()
 
-    assert (
-        post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False}).status_code == 401
+    refused = post_responses(proxy, client_key, {"model": "gpt-5.4", "stream": False})
+    assert refused.status_code == 401
+    assert refused.json()["error"]["message"] == (
+        "This client API key is disabled: an operator can enable it again in the console"
     )
 
 

@@ -262,7 +262,7 @@ TREND_DAYS = 60
 class UsageTrendView(AdminAPIView):
     @extend_schema(
         tags=["usage"],
-        summary="Per China day: tokens, cache hit rate, cost and latency (last 60 days)",
+        summary="Per console day: tokens, cache hit rate, cost and latency (last 60 days)",
         parameters=_filter_parameters(USAGE_EQUALITY_FILTERS)[3:],
         responses={200: ANY_DATA},
     )
