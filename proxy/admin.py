@@ -55,8 +55,6 @@ class AdminUserAdmin(ReadOnlyAdmin):
     fields = ("id", "created_at", "updated_at", "last_login")
 
 
-
-
 class AccountChangeList(ChangeList):
     """Reads which accounts of the page are being refreshed in one MGET of their leases, and
     their burn today (two queries for the page)."""
