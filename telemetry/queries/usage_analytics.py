@@ -25,6 +25,7 @@ from telemetry.billing import prices_for, tier_of, tokens_cost
 from telemetry.models import UNKNOWN_DIMENSION
 from telemetry.queries.usage_analytics_sql import (
     FactCondition,
+    FactSelection,
     SampleRow,
     bucket_rows,
     ops_fact_rows,
@@ -207,15 +208,15 @@ def _bucket_pieces(usage_range: UsageRange, by: str, filters: AnalyticsFilters, 
 
 
 def _fact_pieces(usage_range: UsageRange, by: str, filters: AnalyticsFilters, seen):
-    arguments = {
-        "start": usage_range.start,
-        "end": usage_range.end,
-        "period_starts": usage_range.period_starts,
-        "by": by,
-        "conditions": filters.conditions(),
-    }
+    selection = FactSelection(
+        start=usage_range.start,
+        end=usage_range.end,
+        period_starts=usage_range.period_starts,
+        by=by,
+        conditions=filters.conditions(),
+    )
     if filters.status != STATUS_FAILED:
-        for period, group, model, tier, long_context, *counts in usage_fact_rows(**arguments):
+        for period, group, model, tier, long_context, *counts in usage_fact_rows(selection):
             seen["model"].add(model)
             requests, input_tokens, output_tokens, cached, capped, reasoning, *latencies = counts
             sums = UsageSums(
@@ -233,7 +234,7 @@ def _fact_pieces(usage_range: UsageRange, by: str, filters: AnalyticsFilters, se
                 ),
             )
     if filters.status != STATUS_SUCCEEDED:
-        for period, group, errors in ops_fact_rows(**arguments):
+        for period, group, errors in ops_fact_rows(selection):
             yield period, group, UsageSums(errors=errors, reasoning_tokens=0)
 
 

@@ -78,18 +78,24 @@ def _where(conditions: Sequence[FactCondition], *, start: datetime, end: datetim
     return " and ".join(clauses), parameters
 
 
-def usage_fact_rows(
-    *,
-    start: datetime,
-    end: datetime,
-    period_starts: Sequence[datetime],
-    by: str,
-    conditions: Sequence[FactCondition],
-) -> list:
+@dataclass(frozen=True)
+class FactSelection:
+    """Facts created in [start, end) matching ``conditions``, grouped per period (the starts)
+    and per the column of the breakdown ``by``."""
+
+    start: datetime
+    end: datetime
+    period_starts: Sequence[datetime]
+    by: str
+    conditions: Sequence[FactCondition]
+
+
+def usage_fact_rows(selection: FactSelection) -> list:
     """Per (period index, group, model, service tier, long context): requests, input, output,
     cached (as stored), cached (at most the input, for the price), reasoning, first-token sum,
-    count, latency sum, count, max, min — usage records in [start, end)."""
-    where, parameters = _where(conditions, start=start, end=end)
+    count, latency sum, count, max, min — usage records of ``selection``."""
+    by, period_starts = selection.by, selection.period_starts
+    where, parameters = _where(selection.conditions, start=selection.start, end=selection.end)
     with connection.cursor() as cursor:
         cursor.execute(
             "select width_bucket(created_at, %s::timestamptz[]) - 1,"  # noqa: S608 - columns
@@ -106,16 +112,10 @@ def usage_fact_rows(
         return [_numbers(row) for row in cursor.fetchall()]
 
 
-def ops_fact_rows(
-    *,
-    start: datetime,
-    end: datetime,
-    period_starts: Sequence[datetime],
-    by: str,
-    conditions: Sequence[FactCondition],
-) -> list:
-    """Per (period index, group): failures in ops errors in [start, end)."""
-    where, parameters = _where(conditions, start=start, end=end)
+def ops_fact_rows(selection: FactSelection) -> list:
+    """Per (period index, group): failures in ops errors of ``selection``."""
+    by, period_starts = selection.by, selection.period_starts
+    where, parameters = _where(selection.conditions, start=selection.start, end=selection.end)
     with connection.cursor() as cursor:
         cursor.execute(
             "select width_bucket(created_at, %s::timestamptz[]) - 1,"  # noqa: S608 - constants

@@ -92,6 +92,7 @@ PROXY_FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
                 "admin_key_policy",
                 "admin_pages",
                 "admin_site",
+                "admin_usage",
                 "apps",
                 "auth_backend",
                 "forms",
