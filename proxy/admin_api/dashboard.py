@@ -129,9 +129,12 @@ def _hour_point(hour: int, slots: list[BucketSums]) -> dict:
             setattr(total, name, getattr(total, name) + getattr(sums, name))
         if sums.average_first_token_ms is not None:
             averages.append(sums.average_first_token_ms)
-    latency = total.average_first_token_ms
-    success_rate = ratio_percent(total.success, total.requests)
-    hit_rate = ratio_percent(total.cached_tokens, total.input_tokens)
+    # The original's points are numbers in every hour (f64 in its dashboard.rs), and its console
+    # plots them: an hour without traffic says 0, not null.
+    latency = total.average_first_token_ms or 0.0
+    success_rate = ratio_percent(total.success, total.requests) or 0.0
+    hit_rate = ratio_percent(total.cached_tokens, total.input_tokens) or 0.0
+    slowest, fastest = (max(averages), min(averages)) if averages else (0.0, 0.0)
     return {
         "time": f"{hour:02d}",
         **_pair("requests", total.requests),
@@ -143,11 +146,11 @@ def _hour_point(hour: int, slots: list[BucketSums]) -> dict:
         "cacheHitRateValue": hit_rate,
         **_pair("errors", total.errors),
         "latency": milliseconds(latency),
-        "latencyValue": round(latency, 1) if latency is not None else None,
-        "maxLatency": milliseconds(max(averages) if averages else None),
-        "maxLatencyValue": round(max(averages), 1) if averages else None,
-        "minLatency": milliseconds(min(averages) if averages else None),
-        "minLatencyValue": round(min(averages), 1) if averages else None,
+        "latencyValue": round(latency, 1),
+        "maxLatency": milliseconds(slowest),
+        "maxLatencyValue": round(slowest, 1),
+        "minLatency": milliseconds(fastest),
+        "minLatencyValue": round(fastest, 1),
         "successRate": percent(success_rate),
         "successRateValue": success_rate,
     }
