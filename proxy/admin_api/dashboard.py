@@ -17,6 +17,7 @@ from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
 from proxy.admin_api import pool
+from proxy.admin_api.dashboard_range import dashboard_range, range_block
 from proxy.admin_api.display import (
     CHINA,
     china_midnight,
@@ -41,6 +42,7 @@ from telemetry.queries.buckets import (
     slot_starts,
 )
 from telemetry.queries.usage import FactFilters, cost_groups, usage_records
+from telemetry.queries.usage_ranges import UsageRange
 
 SLOTS_PER_DAY = 96
 SLOT = timedelta(minutes=15)
@@ -336,8 +338,11 @@ def capacity(*, now: datetime) -> tuple[dict, str]:
     )
 
 
-def dashboard_summary(*, now: datetime, kind: str) -> dict:
+def dashboard_summary(*, now: datetime, kind: str, chosen_range: UsageRange | None = None) -> dict:
+    """Everything the dashboard shows; ``range`` is ``chosen_range``'s cards and points (today's
+    when None; ``proxy.admin_api.dashboard_range``)."""
     capacity_info, strategy = capacity(now=now)
+    chosen_range = chosen_range or dashboard_range(None, now=now, first_day=None, last_day=None)
     return {
         "cards": cards(now=now),
         "trend": trend(now=now, kind=kind),
@@ -349,5 +354,6 @@ def dashboard_summary(*, now: datetime, kind: str) -> dict:
         "capacityInfo": capacity_info,
         "rotationStrategy": strategy,
         "quotaRunway": quota_runway(now=now),
+        "range": range_block(chosen_range),
         "generatedAt": china_time(now),
     }
