@@ -7,18 +7,20 @@ array of period starts, right for any time zone) and per the dimensions the pric
 service tier, long context), so the caller prices each group and adds them up. Every read
 ranges over the leading column of an index: ``bucket_start`` (the buckets' primary key) or
 ``created_at`` (``idx_*_created_id``, or a dimension's ``(column, created_at desc)`` index when
-that dimension is filtered).
+that dimension is filtered). Each runs in its own transaction with a larger ``work_mem``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from telemetry.billing import LONG_CONTEXT_INPUT_TOKENS
 from telemetry.models import UNKNOWN_DIMENSION
@@ -44,20 +46,51 @@ class FactCondition:
     value: str | int | None
 
 
+# Room for each grouping to hash in memory (PostgreSQL's default 4 MB spills a month of facts to
+# disk and sorts them there), and no JIT compilation (it costs more than it saves at these sizes).
+_SESSION = ("set local work_mem = '64MB'", "set local jit = off")
+
+
+@contextmanager
+def _cursor() -> Iterator[CursorWrapper]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        for statement in _SESSION:
+            cursor.execute(statement)
+        yield cursor
+
+
 def _numbers(row: Sequence[Any]) -> list[Any]:
-    # sum(bigint) is numeric in PostgreSQL (a Decimal here); the sums are whole numbers.
-    return [int(value) if isinstance(value, Decimal) else value for value in row]
+    """The row with its sums as whole numbers. The sums are taken over float8 (``_sum``) or
+    come as numeric (a Decimal here): both hold whole numbers exactly."""
+    return [int(value) if isinstance(value, Decimal | float) else value for value in row]
+
+
+def _sum(expression: str) -> str:
+    """``sum()`` in float8: PostgreSQL adds bigints up in numeric, which costs a year of buckets
+    a third of its time; float8 is exact for whole sums below 2⁵³ (9·10¹⁵ tokens)."""
+    return f"coalesce(sum(({expression})::float8), 0)"
+
+
+_BUCKET_SUMS = (
+    "success_count",
+    "error_count",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "first_token_latency_sum",
+    "first_token_latency_count",
+    "latency_sum",
+    "latency_count",
+)
 
 
 def bucket_rows(*, start: datetime, end: datetime, period_starts: Sequence[datetime]) -> list:
     """Per (period index, account, model, service tier): success, errors, input, output,
     cached, first-token sum, count, latency sum, count, max, min — buckets in [start, end)."""
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
-            "select width_bucket(bucket_start, %s::timestamptz[]) - 1, account_id, model,"
-            " service_tier, sum(success_count), sum(error_count), sum(input_tokens),"
-            " sum(output_tokens), sum(cached_tokens), sum(first_token_latency_sum),"
-            " sum(first_token_latency_count), sum(latency_sum), sum(latency_count),"
+            "select width_bucket(bucket_start, %s::timestamptz[]) - 1, account_id, model,"  # noqa: S608
+            f" service_tier, {', '.join(_sum(column) for column in _BUCKET_SUMS)},"
             " max(max_latency_ms), min(min_latency_ms)"
             " from request_time_buckets where bucket_start >= %s and bucket_start < %s"
             " group by 1, 2, 3, 4",
@@ -96,16 +129,16 @@ def usage_fact_rows(selection: FactSelection) -> list:
     count, latency sum, count, max, min — usage records of ``selection``."""
     by, period_starts = selection.by, selection.period_starts
     where, parameters = _where(selection.conditions, start=selection.start, end=selection.end)
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             "select width_bucket(created_at, %s::timestamptz[]) - 1,"  # noqa: S608 - columns
             f" coalesce({USAGE_COLUMNS[by]}, %s), model, service_tier,"  # are constants
-            " coalesce(input_tokens, 0) > %s, count(*), coalesce(sum(input_tokens), 0),"
-            " coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0),"
-            " coalesce(sum(least(coalesce(cached_tokens, 0), coalesce(input_tokens, 0))), 0),"
-            " coalesce(sum(reasoning_tokens), 0), coalesce(sum(first_token_ms), 0),"
-            " count(first_token_ms), coalesce(sum(latency_ms), 0), count(latency_ms),"
-            " coalesce(max(latency_ms), 0), min(latency_ms)"
+            f" coalesce(input_tokens, 0) > %s, count(*), {_sum('input_tokens')},"
+            f" {_sum('output_tokens')}, {_sum('cached_tokens')},"
+            f" {_sum('least(coalesce(cached_tokens, 0), coalesce(input_tokens, 0))')},"
+            f" {_sum('reasoning_tokens')}, {_sum('first_token_ms')}, count(first_token_ms),"
+            f" {_sum('latency_ms')}, count(latency_ms), coalesce(max(latency_ms), 0),"
+            " min(latency_ms)"
             f" from usage_records where {where} group by 1, 2, 3, 4, 5",
             [list(period_starts), UNKNOWN_DIMENSION, LONG_CONTEXT_INPUT_TOKENS, *parameters],
         )
@@ -116,7 +149,7 @@ def ops_fact_rows(selection: FactSelection) -> list:
     """Per (period index, group): failures in ops errors of ``selection``."""
     by, period_starts = selection.by, selection.period_starts
     where, parameters = _where(selection.conditions, start=selection.start, end=selection.end)
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             "select width_bucket(created_at, %s::timestamptz[]) - 1,"  # noqa: S608 - constants
             f" coalesce({OPS_COLUMNS[by]}, %s), count(*)"
@@ -150,7 +183,7 @@ def usage_sample_rows(
     index): per group and for all of them, the latency and first-token percentiles, the
     reasoning tokens and the oldest record's time."""
     where, parameters = _where(conditions, start=start, end=end)
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(
             "with sample as ("  # noqa: S608 - the columns are constants
             f" select coalesce({USAGE_COLUMNS[by]}, %s) as name, latency_ms, first_token_ms,"
