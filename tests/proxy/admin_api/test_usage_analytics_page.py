@@ -51,7 +51,7 @@ def _csv(operator: Client, query: str) -> list[dict]:
     assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith('attachment; filename="usage-')
-    return list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
 
 
 def test_the_page_and_its_export_need_the_admin_log_in(db):
