@@ -51,7 +51,10 @@ def _options(selection: Selection, analysis: UsageAnalysis, names: dict[str, str
     """(value, label) choices of each filter: what the range holds, the pool's accounts and
     keys, the /v1 routes, and whatever is chosen now."""
     filters = selection.filters
-    accounts = {account.pk: str(account) for account in Account.objects.all()}
+    accounts = {
+        account_id: label or email or account_id
+        for account_id, label, email in Account.objects.values_list("id", "label", "email")
+    }
     accounts.update({value: value for value in analysis.seen["account"] if value not in accounts})
     keys = {key_id: name for key_id, name in ClientApiKey.objects.values_list("id", "name")}
     routes = {route: route for route, _, _ in POST_ROUTES}
