@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from proxy.admin_api.display import console_zone_label
 from proxy.admin_secrets import SecretLookupGuard
+from proxy.admin_usage.views import usage_urls
 from proxy.forms import TOO_MANY_ATTEMPTS, AdminLoginForm, AdminPasswordChangeForm
 
 # The dashboard page loads only its own files (the vendored Chart.js included) and talks only to
@@ -57,7 +58,7 @@ class OperatorsAdminSite(admin.AdminSite):
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         dashboard = path("dashboard/", self.admin_view(self.dashboard), name="dashboard")
-        return [dashboard, *super().get_urls()]
+        return [dashboard, *usage_urls(self), *super().get_urls()]
 
     def dashboard(self, request: HttpRequest) -> HttpResponse:
         """The proxy's dashboard: drawn in the browser from /api/admin/dashboard/summary (the

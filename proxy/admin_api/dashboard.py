@@ -17,6 +17,7 @@ from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
 from proxy.admin_api import pool
+from proxy.admin_api.dashboard_range import dashboard_range, range_block
 from proxy.admin_api.display import (
     china_midnight,
     china_time,
@@ -41,6 +42,7 @@ from telemetry.queries.buckets import (
     slot_starts,
 )
 from telemetry.queries.usage import FactFilters, cost_groups, usage_records
+from telemetry.queries.usage_ranges import UsageRange
 
 SLOTS_PER_DAY = 96
 SLOT = timedelta(minutes=15)
@@ -129,9 +131,12 @@ def _hour_point(hour: int, slots: list[BucketSums]) -> dict:
             setattr(total, name, getattr(total, name) + getattr(sums, name))
         if sums.average_first_token_ms is not None:
             averages.append(sums.average_first_token_ms)
-    latency = total.average_first_token_ms
-    success_rate = ratio_percent(total.success, total.requests)
-    hit_rate = ratio_percent(total.cached_tokens, total.input_tokens)
+    # The original's points are numbers in every hour (f64 in its dashboard.rs), and its console
+    # plots them: an hour without traffic says 0, not null.
+    latency = total.average_first_token_ms or 0.0
+    success_rate = ratio_percent(total.success, total.requests) or 0.0
+    hit_rate = ratio_percent(total.cached_tokens, total.input_tokens) or 0.0
+    slowest, fastest = (max(averages), min(averages)) if averages else (0.0, 0.0)
     return {
         "time": f"{hour:02d}",
         **_pair("requests", total.requests),
@@ -143,11 +148,11 @@ def _hour_point(hour: int, slots: list[BucketSums]) -> dict:
         "cacheHitRateValue": hit_rate,
         **_pair("errors", total.errors),
         "latency": milliseconds(latency),
-        "latencyValue": round(latency, 1) if latency is not None else None,
-        "maxLatency": milliseconds(max(averages) if averages else None),
-        "maxLatencyValue": round(max(averages), 1) if averages else None,
-        "minLatency": milliseconds(min(averages) if averages else None),
-        "minLatencyValue": round(min(averages), 1) if averages else None,
+        "latencyValue": round(latency, 1),
+        "maxLatency": milliseconds(slowest),
+        "maxLatencyValue": round(slowest, 1),
+        "minLatency": milliseconds(fastest),
+        "minLatencyValue": round(fastest, 1),
         "successRate": percent(success_rate),
         "successRateValue": success_rate,
     }
@@ -335,8 +340,11 @@ def capacity(*, now: datetime) -> tuple[dict, str]:
     )
 
 
-def dashboard_summary(*, now: datetime, kind: str) -> dict:
+def dashboard_summary(*, now: datetime, kind: str, chosen_range: UsageRange | None = None) -> dict:
+    """Everything the dashboard shows; ``range`` is ``chosen_range``'s cards and points (today's
+    when None; ``proxy.admin_api.dashboard_range``)."""
     capacity_info, strategy = capacity(now=now)
+    chosen_range = chosen_range or dashboard_range(None, now=now, first_day=None, last_day=None)
     return {
         "cards": cards(now=now),
         "trend": trend(now=now, kind=kind),
@@ -348,5 +356,6 @@ def dashboard_summary(*, now: datetime, kind: str) -> dict:
         "capacityInfo": capacity_info,
         "rotationStrategy": strategy,
         "quotaRunway": quota_runway(now=now),
+        "range": range_block(chosen_range),
         "generatedAt": china_time(now),
     }

@@ -94,6 +94,7 @@ PROXY_FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
                 "admin_pages",
                 "admin_settings",
                 "admin_site",
+                "admin_usage",
                 "apps",
                 "auth_backend",
                 "forms",

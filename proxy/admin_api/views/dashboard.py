@@ -6,12 +6,19 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 
 from proxy.admin_api.dashboard import TREND_KINDS, dashboard_summary, trend
-from proxy.admin_api.envelope import bad_request, ok
+from proxy.admin_api.dashboard_range import dashboard_range
+from proxy.admin_api.envelope import ApiError, BodyCode, bad_request, ok
 from proxy.admin_api.runway import quota_runway
 from proxy.admin_api.schema import ANY_DATA, query
 from proxy.admin_api.views.base import AdminAPIView
+from telemetry.queries.usage_ranges import RANGE_NAMES, RangeError
 
 KIND = query("kind", "usage (default) | latency | errors")
+RANGE = [
+    query("range", "The range of `range` (cards and points): today (default) | 7d | 30d | custom"),
+    query("startDate", "custom: the first day (YYYY-MM-DD, China time)"),
+    query("endDate", "custom: the last day (YYYY-MM-DD, China time), at most 366 days on"),
+]
 
 
 def _kind(request) -> str:
@@ -21,15 +28,33 @@ def _kind(request) -> str:
     return kind
 
 
+def _range(request, now):
+    name = request.query_params.get("range") or "today"
+    if name not in RANGE_NAMES:
+        raise bad_request("range must be today|7d|30d|custom")
+    try:
+        return dashboard_range(
+            name,
+            now=now,
+            first_day=request.query_params.get("startDate"),
+            last_day=request.query_params.get("endDate"),
+        )
+    except RangeError as error:
+        raise ApiError(BodyCode.INVALID_TIME_RANGE, str(error)) from None
+
+
 class DashboardSummaryView(AdminAPIView):
     @extend_schema(
         tags=["dashboard"],
-        summary="Cards, hourly trend, health timeline, accounts, pool and capacity (today)",
-        parameters=[KIND],
+        summary="Cards, hourly trend, health timeline, accounts, pool and capacity (today); "
+        "`range`: the cards and points of the chosen range",
+        parameters=[KIND, *RANGE],
         responses={200: ANY_DATA},
     )
     def get(self, request):
-        return ok(dashboard_summary(now=timezone.now(), kind=_kind(request)))
+        now = timezone.now()
+        kind, chosen = _kind(request), _range(request, now)
+        return ok(dashboard_summary(now=now, kind=kind, chosen_range=chosen))
 
 
 class DashboardTrendView(AdminAPIView):

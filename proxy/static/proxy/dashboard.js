@@ -1,5 +1,6 @@
 // The operators' dashboard: reads /api/admin/dashboard/summary with the admin's session cookie
-// and draws it with the vendored Chart.js; refreshes itself every data-refresh-seconds.
+// and draws it with the vendored Chart.js; refreshes itself every data-refresh-seconds. The range
+// tabs choose the cards' and charts' range (the summary's `range`).
 (function () {
   "use strict";
   const root = document.getElementById("dashboard");
@@ -40,37 +41,42 @@
 
   function cards(data) {
     const c = data.cards;
+    const now = data.range.cards;
+    const before = data.range.previous;
     text("card-accounts", c.accounts.totalValue);
     text("card-accounts-detail", c.accounts.enabledValue + " active, " + c.accounts.abnormalValue + " not active");
-    text("card-requests", c.traffic.todayRequests);
-    text("card-requests-detail", "yesterday " + c.traffic.yesterdayRequests + " · lifetime " + c.traffic.totalRequests);
-    text("card-tokens", c.tokens.todayTokens);
-    text("card-tokens-detail", "cost " + c.tokens.todayCostUsd + " · yesterday " + c.tokens.yesterdayTokens);
-    text("card-cache", c.cache.todayHitRate);
-    text("card-cache-detail", "first token " + c.cache.averageFirstTokenLatencyMs + " · lifetime " + c.cache.totalHitRate);
+    text("card-requests", now.requests);
+    text("card-requests-detail", now.errors + " failed · " + before.label + " " + before.cards.requests +
+      " · lifetime " + c.traffic.totalRequests);
+    text("card-tokens", now.tokens);
+    text("card-tokens-detail", "cost " + now.costUsd + " · " + before.label + " " + before.cards.tokens);
+    text("card-cache", now.cacheHitRate);
+    text("card-cache-detail", "first token " + now.averageFirstTokenMs + " · lifetime " + c.cache.totalHitRate);
   }
 
-  function trends(trend) {
-    const hours = trend.points.map(function (p) { return p.time + ":00"; });
-    const pick = function (name) { return trend.points.map(function (p) { return p[name]; }); };
+  function trends(range) {
+    const labels = range.points.map(function (p) { return range.period === "hour" ? p.time : p.time.slice(5); });
+    const pick = function (name) { return range.points.map(function (p) { return p[name]; }); };
+    document.querySelectorAll(".dash-period").forEach(function (element) { element.textContent = range.period; });
+    text("dashboard-range-label", range.label);
     chart("chart-requests", {
       type: "bar",
-      data: { labels: hours, datasets: [
+      data: { labels: labels, datasets: [
         { label: "requests", data: pick("requestsValue"), backgroundColor: colours.requests },
         { label: "errors", data: pick("errorsValue"), backgroundColor: colours.errors },
       ] },
     });
     chart("chart-latency", {
       type: "line",
-      data: { labels: hours, datasets: [
-        line("average", pick("latencyValue"), colours.latency),
-        line("slowest 15 min", pick("maxLatencyValue"), colours.max),
-        line("fastest 15 min", pick("minLatencyValue"), colours.min),
+      data: { labels: labels, datasets: [
+        line("first token (average)", pick("firstTokenLatencyValue"), colours.latency),
+        line("end to end (average)", pick("latencyValue"), colours.min),
+        line("slowest request", pick("maxLatencyValue"), colours.max),
       ] },
     });
     chart("chart-tokens", {
       type: "bar",
-      data: { labels: hours, datasets: [
+      data: { labels: labels, datasets: [
         { label: "input", data: pick("inputTokensValue"), backgroundColor: colours.input, stack: "t" },
         { label: "output", data: pick("outputTokensValue"), backgroundColor: colours.output, stack: "t" },
         { label: "cached (part of input)", data: pick("cachedTokensValue"), backgroundColor: colours.cached },
@@ -166,7 +172,7 @@
 
   function render(data) {
     cards(data);
-    trends(data.trend);
+    trends(data.range);
     pool(data);
     health(data.healthTimeline);
     runway(data);
@@ -181,13 +187,58 @@
     text("dashboard-updated", "Updated " + data.generatedAt + ".");
   }
 
+  // The range tab: ?range=7d (or range=custom&startDate=…&endDate=…) in the page's own address,
+  // so a reload keeps it; passed on to the summary as it is.
+  const RANGE_PARAMETERS = ["range", "startDate", "endDate"];
+
+  function rangeQuery() {
+    const own = new URLSearchParams(window.location.search);
+    const query = new URLSearchParams();
+    RANGE_PARAMETERS.forEach(function (name) { if (own.get(name)) query.set(name, own.get(name)); });
+    return query;
+  }
+
+  function markTab() {
+    const chosen = rangeQuery().get("range") || "today";
+    document.querySelectorAll("#dashboard-range-tabs [data-range]").forEach(function (tab) {
+      tab.classList.toggle("selected", tab.dataset.range === chosen);
+    });
+    const query = rangeQuery();
+    if (query.get("startDate")) document.getElementById("dashboard-range-start").value = query.get("startDate");
+    if (query.get("endDate")) document.getElementById("dashboard-range-end").value = query.get("endDate");
+  }
+
+  function choose(range) {
+    const query = new URLSearchParams();
+    if (range !== "today") query.set("range", range);
+    if (range === "custom") {
+      query.set("startDate", document.getElementById("dashboard-range-start").value);
+      query.set("endDate", document.getElementById("dashboard-range-end").value);
+    }
+    const search = query.toString();
+    window.history.replaceState(null, "", window.location.pathname + (search ? "?" + search : ""));
+    markTab();
+    root.dataset.state = "loading";
+    refresh();
+  }
+
+  document.querySelectorAll("#dashboard-range-tabs [data-range]").forEach(function (tab) {
+    tab.addEventListener("click", function () { choose(tab.dataset.range); });
+  });
+
+  // Answers can overtake each other after a tab click: only the newest asked is drawn.
+  let asked = 0;
+
   function refresh() {
-    fetch(root.dataset.summaryUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
+    const query = rangeQuery().toString();
+    const number = ++asked;
+    fetch(root.dataset.summaryUrl + (query ? "?" + query : ""), { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (response.status === 401) { window.location.reload(); throw new Error("logged out"); }
         return response.json();
       })
       .then(function (body) {
+        if (number !== asked) return;
         if (body.code !== 200) throw new Error(body.message);
         render(body.data);
         text("dashboard-error", "");
@@ -195,11 +246,13 @@
         root.dataset.refreshes = String(Number(root.dataset.refreshes) + 1);
       })
       .catch(function (error) {
+        if (number !== asked) return;
         text("dashboard-error", "Could not refresh: " + error.message);
         if (root.dataset.state === "loading") root.dataset.state = "error";
       });
   }
 
+  markTab();
   refresh();
   window.setInterval(refresh, Math.max(1, Number(root.dataset.refreshSeconds)) * 1000);
 })();
