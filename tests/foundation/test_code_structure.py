@@ -86,8 +86,10 @@ PROXY_FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {
                 "admin",
+                "admin_account_actions",
                 "admin_account_forms",
                 "admin_account_policy",
+                "admin_accounts_glance",
                 "admin_api",
                 "admin_key_policy",
                 "admin_pages",
