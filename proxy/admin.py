@@ -363,3 +363,8 @@ class AdminLoginEventAdmin(ReadOnlyAdmin):
     search_fields = ("=client_ip",)
     search_help_text = "A client IP (exact)."
     ordering = ("-created_at", "-id")
+
+
+# The request lists with names, filters and formatted pages replace the ledger's own (which
+# cannot name accounts or keys): registered on import.
+from proxy import admin_requests  # noqa: E402, F401
