@@ -169,7 +169,6 @@ class AccountAdmin(AccountGlanceMixin, AccountRowActionsMixin, AccountPagesMixin
         "glance_weekly",
         "glance_today",
         "glance_last_used",
-        "glance_token",
         "glance_actions",
     )
     list_display_links = None  # the account's name links to its page

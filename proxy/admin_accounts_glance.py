@@ -25,7 +25,6 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from proxy.admin_account_policy import burn_text
 from proxy.admin_api.display import relative
 from proxy.admin_api.eligibility import eligibility_verdict
 from proxy.admin_api.quota_windows import HIGH_USAGE_PERCENT, QuotaWindow, quota_windows
@@ -128,6 +127,27 @@ def _until_text(until: str | None, *, now: datetime) -> str:
     return f" until {local_time(datetime.fromisoformat(until), now=now)}"
 
 
+def _burn_figure(burn: DailyBurn) -> str:
+    """``1,200 / 5,000 tokens`` (``· capped until 00:00 UTC`` over the cap), or
+    ``1,200 (no cap)``."""
+    if burn.cap_tokens is None:
+        return f"{burn.burned_tokens:,} (no cap)"
+    text = f"{burn.burned_tokens:,} / {burn.cap_tokens:,} tokens"
+    return text + (" · capped until 00:00 UTC" if burn.over_cap else "")
+
+
+def _token_refresh_text(account: Account, *, refreshing: bool) -> str:
+    """The token refresh's display state (spec §4.2): running, when the next is due, or why
+    there is none."""
+    if refreshing:
+        return "token refresh running"
+    if not account.refresh_token:
+        return "no refresh token"
+    if account.next_refresh_at is None:
+        return "token refresh not scheduled"
+    return f"next token refresh {timezone.localtime(account.next_refresh_at):%Y-%m-%d %H:%M}"
+
+
 def quota_bar(window: QuotaWindow | None, *, fetched: bool, now: datetime) -> SafeString:
     """A ``<meter>`` of the window's use with ``42% · resets 16:20`` under it."""
     if window is None:
@@ -187,8 +207,9 @@ class AccountGlanceMixin(_ModelAdminMixin):
         glance = _glance(obj)
         verdict = glance.verdict
         shown = "refreshing" if glance.refreshing else obj.status
+        # The badge says the status: its check's detail without the "status is …: " part.
         reasons = [
-            check["detail"]
+            check["detail"].removeprefix(f"status is {obj.status}: ")
             for check in verdict["checks"]
             if not check["passed"] and check["name"] in ("status", "accessToken")
         ]
@@ -200,6 +221,7 @@ class AccountGlanceMixin(_ModelAdminMixin):
                 str(part) for part in (failure["statusCode"], failure["failureClass"]) if part
             )
             lines.append((f"last failure {local_time(at, now=now)}: {what or failure['message']}",))
+        lines.append((_token_refresh_text(obj, refreshing=glance.refreshing),))
         return format_html(
             '<span class="glance-status glance-status-{}">{}</span>'
             '<div class="glance-verdict glance-{}">{}{}</div>{}',
@@ -238,7 +260,7 @@ class AccountGlanceMixin(_ModelAdminMixin):
         return format_html(
             '<div class="glance-today">{}<span class="glance-figure">{}</span></div>',
             meter,
-            burn_text(burn) if burn.cap_tokens else f"{burn.burned_tokens:,} (no cap)",
+            _burn_figure(burn),
         )
 
     @admin.display(description="last used")
@@ -249,14 +271,6 @@ class AccountGlanceMixin(_ModelAdminMixin):
         return format_html(
             '<span title="{}">{}</span>', full_time(used), relative(used, now=timezone.now())
         )
-
-    @admin.display(description="token refresh")
-    def glance_token(self, obj: Account) -> str:
-        if _glance(obj).refreshing:
-            return "refreshing"
-        if obj.next_refresh_at is None:
-            return "—" if not obj.refresh_token else "not scheduled"
-        return timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M")
 
     @admin.display(description="actions")
     def glance_actions(self, obj: Account) -> SafeString:

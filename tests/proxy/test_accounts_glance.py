@@ -146,12 +146,13 @@ def test_each_row_shows_the_account_at_a_glance(operator):
     weekly_reset = (datetime(noon.year, 1, 1, 9, tzinfo=UTC) + timedelta(days=400)).strftime(
         "%Y-%m-%d %H:%M"
     )
+    next_refresh = (noon + timedelta(hours=20)).strftime("%Y-%m-%d %H:%M")
     assert _row(page, main) == (
         "main main@example.com plus active Eligible: serves requests "
+        f"next token refresh {next_refresh} "
         "42% · resets 14:20 "
         f"10% · resets {weekly_reset} "
-        "1200 / 5000 tokens 5 minutes ago "
-        f"{(noon + timedelta(hours=20)).strftime('%Y-%m-%d %H:%M')} "
+        "1,200 / 5,000 tokens 5 minutes ago "
         "test read quota refresh token disable | actions: read-quota refresh-token disable"
     )
     two_days = (noon + timedelta(days=2)).strftime("%m-%d %H:%M")
@@ -160,16 +161,17 @@ def test_each_row_shows_the_account_at_a_glance(operator):
     assert _row(page, tired) == (
         "tired@example.com team quota exhausted "
         "Held back: its quota limit is reached until 13:00 "
-        "status is quota_exhausted: its quota is exhausted until the quota check lifts it "
-        "last failure 11:30: 429 rate_limited "
+        "its quota is exhausted until the quota check lifts it "
+        "last failure 11:30: 429 rate_limited no refresh token "
         "100% · resets 13:00 "
         f"64% · resets {two_days} "
-        "0 (no cap) never — test read quota disable | actions: read-quota disable"
+        "0 (no cap) never test read quota disable | actions: read-quota disable"
     )
     assert _row(page, resting) == (
         "rest@example.com plan not known disabled Held back: its status is not active "
-        "status is disabled: disabled by an operator (or after repeated Cloudflare path blocks) "
-        "opaque access token without a known expiry not read yet not read yet 0 (no cap) never — "
+        "disabled by an operator (or after repeated Cloudflare path blocks) "
+        "opaque access token without a known expiry no refresh token "
+        "not read yet not read yet 0 (no cap) never "
         "test read quota enable | actions: read-quota enable"
     )
     # The bars carry the figures as numbers (what the browser test reads back).

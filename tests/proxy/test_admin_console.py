@@ -383,7 +383,7 @@ def test_an_operator_sets_changes_and_clears_an_accounts_daily_burn_cap(operator
 
     # then
     assert (capped.status_code, relabelled.status_code, cleared.status_code) == (302, 302, 302)
-    assert "2500 / 2000 tokens · capped until 00:00 UTC" in listed
+    assert "2,500 / 2,000 tokens · capped until 00:00 UTC" in listed
     assert kept == 2000
     assert refused.status_code == 200
     assert refused.context["adminform"].form.errors["daily_burn_cap_tokens"] == [
