@@ -254,3 +254,18 @@ def test_a_secret_in_an_old_rows_metadata_is_masked_on_its_page(operator, db):
     assert leaked not in page
     assert "bad token [masked]" in page
     assert "note · authorization" in page
+
+
+def test_an_id_shaped_search_finds_exact_ids_only(operator, ledger):
+    error = OpsErrorLog.objects.get(request_id="req_0")
+    usage_record_create(
+        created_at=timezone.now(),
+        account_id="acct_other",
+        model="gpt-5.4",
+        message="retried after req_0 failed",  # the id in words: not what an id search means
+    )
+
+    assert _count(operator, USAGE, q="req_0") == 1
+    assert _count(operator, ERRORS, q="req_0") == 1
+    assert _count(operator, ERRORS, q=error.pk) == 1
+    assert _count(operator, USAGE, q="retried") == 1  # words still search the message
