@@ -182,6 +182,8 @@ class AccountAdmin(AccountGlanceMixin, AccountRowActionsMixin, AccountPagesMixin
     ordering = ("-added_at", "-id")
     readonly_fields = (
         "burned_today",  # next to the cap field
+        "glance_status",  # what the list shows of it, first
+        "glance_quota",
         "id",
         "email",
         "chatgpt_account_id",
@@ -191,7 +193,6 @@ class AccountAdmin(AccountGlanceMixin, AccountRowActionsMixin, AccountPagesMixin
         "masked_refresh_token",
         "access_token_expires_at",
         "next_refresh_at",
-        "quota_json",
         "quota_fetched_at",
         "quota_limit_reached",
         "quota_verify_required",

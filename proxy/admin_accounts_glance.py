@@ -243,6 +243,20 @@ class AccountGlanceMixin(_ModelAdminMixin):
         window = _glance(obj).windows.get(WEEKLY_KEY)
         return quota_bar(window, fetched=obj.quota_fetched_at is not None, now=timezone.now())
 
+    @admin.display(description="quota")
+    def glance_quota(self, obj: Account) -> SafeString:
+        """Every window of the stored snapshot (the account's page), with its reset."""
+        now = timezone.now()
+        windows = list(_glance(obj).windows.values())
+        if not windows:
+            text = "not read yet" if obj.quota_fetched_at is None else "no window in the snapshot"
+            return format_html('<span class="glance-quiet">{}</span>', text)
+        return format_html_join(
+            "",
+            '<div class="glance-window"><strong>{}</strong> {}</div>',
+            ((window.label, quota_bar(window, fetched=True, now=now)) for window in windows),
+        )
+
     @admin.display(description="tokens today (UTC) / cap")
     def glance_today(self, obj: Account) -> SafeString:
         burn = _glance(obj).burn

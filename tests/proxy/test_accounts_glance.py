@@ -281,3 +281,28 @@ def test_row_actions_are_posts_with_the_csrf_token_and_return_only_to_the_list(o
     assert unknown.status_code == 404
     assert (elsewhere.status_code, elsewhere["Location"]) == (302, LIST)
     assert Account.objects.get(pk=account.pk).status == "disabled"  # by the last, valid post
+
+
+def test_the_account_page_shows_its_quota_windows_and_verdict_not_raw_json(operator):
+    now = timezone.now()
+    account = make_account(
+        label="paged",
+        access_token_expires_at=now + timedelta(days=1),
+        quota_fetched_at=now,
+        quota_json=_quota(
+            five_hour=42,
+            weekly=10,
+            five_hour_reset=now + timedelta(hours=2),
+            weekly_reset=now + timedelta(days=3),
+        ),
+    )
+    unread = make_account(label="unread")
+
+    page = operator.get(f"/admin/proxy/account/{quote(account.pk)}/change/").content.decode()
+    empty = operator.get(f"/admin/proxy/account/{quote(unread.pk)}/change/").content.decode()
+
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert "5-hour 42% · resets" in text and "Weekly 10% · resets" in text
+    assert "Eligible: serves requests" in text
+    assert "Quota json" not in page and "snapshots" not in page
+    assert "not read yet" in empty

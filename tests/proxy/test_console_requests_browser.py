@@ -5,7 +5,7 @@ seeded figures, the row actions read the quota, disable an account and refresh t
 request lists show names, their filters narrow the rows; a request's page links to its failed
 attempt, whose page shows the upstream's answer with secrets masked and links back.
 
-Screenshots (var/screenshots/): accounts-glance.png, accounts-actions.png,
+Screenshots (var/screenshots/): accounts-glance.png, accounts-actions.png, account-page.png,
 requests-usage.png, requests-errors.png, request-detail.png, error-detail.png."""
 
 from __future__ import annotations
@@ -262,6 +262,19 @@ def test_accounts_at_a_glance_and_requests_you_can_follow(browser, https_live_se
     _click_row_action(browser, "carol@example.com", "refresh-token", "were refreshed")
     assert Account.objects.get(pk=seeded["carol"].pk).access_token != before
     browser.screenshot("accounts-actions")
+    _go(
+        browser,
+        "document.querySelector(`a.glance-name[href$='/${arguments[0]}/change/']`).click()",
+        quote(seeded["main"].pk),
+        until="!!document.querySelector('.glance-window')",
+    )
+    windows = browser.script(
+        "return Array.from(document.querySelectorAll('.glance-window'))"
+        ".map(w => w.querySelector('strong').textContent + ' ' + w.querySelector('.glance-quota')"
+        ".dataset.used)"
+    )
+    assert windows == ["5-hour 35", "Weekly 12"]
+    browser.screenshot("account-page")
 
     # The usage records: names, not ids; the filters narrow the rows.
     laptop = seeded["keys"][0]
