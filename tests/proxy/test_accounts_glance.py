@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from common import clock
-from proxy.models import Account, AccountUsage
+from proxy.models import Account, AccountUsage, AdminUser
 from proxy.services.account_policies import account_policy_set
 from proxy.services.admin_users import admin_user_create_default
 from proxy.services.runtime_settings import runtime_settings_ensure
@@ -92,6 +92,8 @@ def _usage_json(used: float, *, reset: datetime) -> dict:
 def test_each_row_shows_the_account_at_a_glance(operator):
     noon = timezone.now().replace(hour=12, minute=0, second=0, microsecond=0)
     with clock.frozen(noon):
+        # Logged in at the pinned time: the session's idle limit counts business time.
+        operator.force_login(AdminUser.objects.get())
         # given: a capped active account in use, a quota-limited one, a disabled one
         main = make_account(
             label="main",
