@@ -170,6 +170,8 @@ def test_a_custom_range_keeps_the_other_filters(operator, ledger):
     form = page[page.index('id="time-range-form"') :].split("</form>")[0]
     assert f'name="key" value="{ledger["laptop"].pk}"' in form
     assert 'name="created"' not in form  # the range replaces the preset
+    refused = operator.get(USAGE, {"created_from": "yesterday-ish"})
+    assert (refused.status_code, refused["Location"]) == (302, f"{USAGE}?e=1")
 
 
 def test_the_error_filters_narrow_the_rows(operator, ledger):
