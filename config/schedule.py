@@ -37,6 +37,11 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "task": "proxy.refresh_quotas",
         "schedule": float(settings.PROXY_QUOTA_REFRESH_INTERVAL_SECONDS),
     },
+    # Issue 38: read the quota of active accounts (15 min by default; 0 turns it off, below).
+    "proxy-read-active-quotas": {
+        "task": "proxy.read_active_quotas",
+        "schedule": float(settings.PROXY_QUOTA_READ_INTERVAL_SECONDS),
+    },
     # codex-proxy spec §2.2: follow the Codex Desktop appcast, every 72 h.
     "proxy-update-fingerprint": {
         "task": "proxy.update_fingerprint",
@@ -75,6 +80,9 @@ BEAT_SCHEDULE: dict[str, dict] = {
         "schedule": 60.0,
     },
 }
+
+if not settings.PROXY_QUOTA_READ_INTERVAL_SECONDS:
+    del BEAT_SCHEDULE["proxy-read-active-quotas"]
 
 # (task name, countdown seconds): sent once when beat starts. spec §4.5: the model refresh 1 s
 # after start (it retries itself); spec §2.2: the first appcast check at start-up.

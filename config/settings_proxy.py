@@ -26,6 +26,11 @@ PROXY_REFRESH_SCAN_INTERVAL_SECONDS = env_int(
 PROXY_QUOTA_REFRESH_INTERVAL_SECONDS = env_int(
     "PROXY_QUOTA_REFRESH_INTERVAL_SECONDS", 300, minimum=1, maximum=86400
 )
+# The scheduled quota read of active accounts (issue 38): every this many seconds, each active
+# account whose quota was not read (or changed by a passive sync) within it is read; 0: off.
+PROXY_QUOTA_READ_INTERVAL_SECONDS = env_int(
+    "PROXY_QUOTA_READ_INTERVAL_SECONDS", 900, minimum=0, maximum=86400
+)
 # Seconds to establish an upstream connection, and the longest silence between two chunks of an
 # upstream stream before it counts as dead (models may think for minutes between events).
 CODEX_CONNECT_TIMEOUT_SECONDS = env_int("CODEX_CONNECT_TIMEOUT_SECONDS", 15, minimum=1)

@@ -8,14 +8,15 @@ from __future__ import annotations
 import functools
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
 from proxy import admin_keys  # noqa: F401 (the client keys' screen: importing registers it)
+from proxy.admin_account_actions import AccountRowActionsMixin
 from proxy.admin_account_forms import AccountAddForm, AccountForm
 from proxy.admin_account_policy import burn_text
+from proxy.admin_accounts_glance import AccountGlanceChangeList, AccountGlanceMixin
 from proxy.admin_pages import AccountPagesMixin
 from proxy.admin_settings import console as _settings_console  # noqa: F401 (registers it)
 from proxy.daily_burn import daily_burns
@@ -29,7 +30,6 @@ from proxy.models import (
     Fingerprint,
     FingerprintUpdateHistory,
 )
-from proxy.runtime_state.refresh_leases import refresh_leases_held
 from proxy.services.account_tokens import (
     account_rotate_tokens,
     account_upsert_from_tokens,
@@ -55,43 +55,33 @@ class AdminUserAdmin(ReadOnlyAdmin):
     fields = ("id", "created_at", "updated_at", "last_login")
 
 
-class AccountChangeList(ChangeList):
-    """Reads which accounts of the page are being refreshed in one MGET of their leases, and
-    their burn today (two queries for the page)."""
-
-    def get_results(self, request) -> None:
-        super().get_results(request)
-        held = refresh_leases_held(account.pk for account in self.result_list)
-        burns = daily_burns([account.pk for account in self.result_list], now=timezone.now())
-        for account in self.result_list:
-            account.refresh_lease_held = account.pk in held
-            account.daily_burn = burns.get(account.pk)
-
-
 @admin.register(Account)
-class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
+class AccountAdmin(AccountGlanceMixin, AccountRowActionsMixin, AccountPagesMixin, admin.ModelAdmin):
     form = AccountForm
     change_list_template = "admin/proxy/account_change_list.html"
+    # At a glance (proxy.admin_accounts_glance), readable at 1366 px.
     list_display = (
-        "id",
-        "email",
-        "label",
-        "plan_type",
-        "status",
-        "refresh_state",
-        "quota_limit_reached",
-        "access_token_expires_at",
-        "burned_today",
-        "masked_access_token",
-        "added_at",
-        "row_actions",
+        "glance_account",
+        "glance_status",
+        "glance_five_hour",
+        "glance_weekly",
+        "glance_today",
+        "glance_last_used",
+        "glance_actions",
     )
+    list_display_links = None  # the account's name links to its page
+
+    class Media:
+        css = {"all": ("proxy/console_lists.css",)}
+
     actions = ("refresh_tokens_now", "enable_accounts", "disable_accounts")
     list_filter = ("status", "plan_type", "quota_limit_reached", "quota_verify_required")
     search_fields = ("=id", "email", "label", "=chatgpt_account_id", "=chatgpt_user_id")
     ordering = ("-added_at", "-id")
     readonly_fields = (
         "burned_today",  # next to the cap field
+        "glance_status",  # what the list shows of it, first
+        "glance_quota",
         "id",
         "email",
         "chatgpt_account_id",
@@ -101,7 +91,6 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
         "masked_refresh_token",
         "access_token_expires_at",
         "next_refresh_at",
-        "quota_json",
         "quota_fetched_at",
         "quota_limit_reached",
         "quota_verify_required",
@@ -124,7 +113,7 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
         )
 
     def get_changelist(self, request, **kwargs):
-        return AccountChangeList
+        return AccountGlanceChangeList
 
     @admin.display(description="burned today (UTC) / cap")
     def burned_today(self, obj: Account) -> str:
@@ -132,16 +121,6 @@ class AccountAdmin(AccountPagesMixin, admin.ModelAdmin):
         if burn is None:
             burn = daily_burns([obj.pk], now=timezone.now()).get(obj.pk)
         return burn_text(burn)
-
-    @admin.display(description="token refresh")
-    def refresh_state(self, obj: Account) -> str:
-        """``refreshing`` while a refresh holds the account's lease, else when the next one is
-        due (spec §4.2's display state)."""
-        if getattr(obj, "refresh_lease_held", False):
-            return "refreshing"
-        if obj.next_refresh_at is None:
-            return "—" if not obj.refresh_token else "not scheduled"
-        return timezone.localtime(obj.next_refresh_at).strftime("%Y-%m-%d %H:%M")
 
     @admin.action(description="Refresh tokens now")
     def refresh_tokens_now(self, request, queryset) -> None:
@@ -282,3 +261,8 @@ class AdminLoginEventAdmin(ReadOnlyAdmin):
     search_fields = ("=client_ip",)
     search_help_text = "A client IP (exact)."
     ordering = ("-created_at", "-id")
+
+
+# The request lists with names, filters and formatted pages replace the ledger's own (which
+# cannot name accounts or keys): registered on import.
+from proxy import admin_requests  # noqa: E402, F401

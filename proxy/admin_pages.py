@@ -70,13 +70,7 @@ else:
 
 
 class AccountPagesMixin(_ModelAdminMixin):
-    """Added to the Account admin: the list's action links and the two pages."""
-
-    @admin.display(description="actions")
-    def row_actions(self, obj: Account) -> str:
-        return format_html(
-            '<a href="{}">test</a>', reverse("admin:proxy_account_test", args=[obj.pk])
-        )
+    """Added to the Account admin: the import and connection test pages."""
 
     def get_urls(self) -> list[URLPattern]:
         pages = [

@@ -113,6 +113,28 @@ def refresh_quotas_task() -> dict:
     }
 
 
+@shared_task(name="proxy.read_active_quotas", soft_time_limit=600, time_limit=660)
+def read_active_quotas_task() -> dict:
+    """Every PROXY_QUOTA_READ_INTERVAL_SECONDS (when not 0): read the usage of the active
+    accounts whose quota was not read within that interval, so the console's quota bars stay
+    current (issue 38). Idempotent: a second run reads only what is due again."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from proxy.services.quota_reads import quota_read_active
+
+    interval = timedelta(seconds=settings.PROXY_QUOTA_READ_INTERVAL_SECONDS)
+    report = quota_read_active(now=timezone.now(), interval=interval)
+    if report.read or report.failed:
+        logger.info("quota read of active accounts: %s", report)
+    return {
+        "read": len(report.read),
+        "limit_reached": len(report.limit_reached),
+        "failed": len(report.failed),
+    }
+
+
 @shared_task(name="proxy.update_fingerprint", soft_time_limit=120, time_limit=150)
 def update_fingerprint_task() -> dict:
     """Every 72 h and once at start-up: follow the Codex Desktop appcast (spec §2.2)."""

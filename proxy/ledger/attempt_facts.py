@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.secret_masking import mask_secrets, masked_excerpt
 from proxy.domain.failures import AttemptFailure, FailureKind, json_or_none
 from proxy.ledger.answer_metadata import answer_metadata, effective_model, image_tokens
 from proxy.services.account_usage import AccountUsageIncrement
 
 # How much of the upstream's failure text an ops row keeps.
 SHORT_DETAIL = 200
+# How much of the upstream's error body an ops row keeps (``upstreamBody``, secrets masked).
+UPSTREAM_BODY_EXCERPT = 1000
 
 # In-stream failures whose headers may update the quota: those that leave the account's state
 # alone. A rate-limited or quota failure sets its own cooldown (proxy.dispatch.account_effects),
@@ -71,11 +74,28 @@ def counted_usage(
 
 
 def failure_metadata(failure: AttemptFailure, request_model: str) -> dict[str, Any]:
-    """What a failed attempt's answer contributes to its ops row (spec §7.1)."""
-    return {
+    """What a failed attempt's answer contributes to its ops row (spec §7.1): its short
+    ``error`` text and, when the upstream answered with a body, ``upstreamBody`` (its first
+    1,000 characters, ``upstreamBodyTruncated`` when there was more) — both with secrets
+    masked (``common.secret_masking``). The upstream's status is the row's
+    ``upstream_status_code`` column."""
+    metadata = {
         "effectiveModel": effective_model(failure.headers, request_model),
         **answer_metadata(failure.headers, failure.websocket_pool),
+        "error": mask_secrets(failure.short_text()),
     }
+    if failure.body:
+        excerpt, truncated = masked_excerpt(
+            failure.body.decode("utf-8", "replace"), limit=UPSTREAM_BODY_EXCERPT
+        )
+        metadata["upstreamBody"] = excerpt
+        metadata["upstreamBodyTruncated"] = truncated
+    return metadata
+
+
+def masked_detail(text: str | None) -> str | None:
+    """An upstream failure message as an ops row keeps it: secrets masked, 200 characters."""
+    return mask_secrets(text)[:SHORT_DETAIL] if text else None
 
 
 def failure_event(failure: AttemptFailure) -> str:

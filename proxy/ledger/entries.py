@@ -20,10 +20,10 @@ from proxy.domain.sse import STREAM_DISCONNECTED_CODE, STREAM_DISCONNECTED_MESSA
 from proxy.ledger.answer_metadata import answer_metadata, image_tool_declared
 from proxy.ledger.attempt_facts import (
     QUOTA_SYNCED_FAILURES,
-    SHORT_DETAIL,
     counted_usage,
     failure_event,
     failure_metadata,
+    masked_detail,
     upstream_request_id,
     usage_tokens,
 )
@@ -212,7 +212,6 @@ def _record_attempt_failures(
                         **base_metadata,
                         **failure_metadata(failure, request.model),
                         "errorKind": failure.kind.value,
-                        "error": failure.short_text(),
                         "failureSource": "upstream",
                     },
                 )
@@ -236,7 +235,7 @@ def _record_dispatch_failure(
         **base_metadata,
         "failed": True,
         "errorKind": failure_class,
-        "error": (failure.short_text() if failure else error.message),
+        "error": error.message,  # with a failure, its own text (failure_metadata)
         "upstreamCode": failure.code if failure else None,
         "exhaustedCount": report.exhausted_count
         if failure and failure.kind in ROTATING_KINDS
@@ -249,7 +248,7 @@ def _record_dispatch_failure(
         if failure.kind == FailureKind.RESPONSE_FAILED:
             # The upstream's own words; the client got the original's fixed message.
             metadata["failureEvent"] = failure_event(failure)
-            metadata["failureMessage"] = failure.detail[:SHORT_DETAIL]
+            metadata["failureMessage"] = masked_detail(failure.detail) or ""
     entry.errors.append(
         ErrorFact(
             request_id=request.request_id,
@@ -395,10 +394,10 @@ def build_entry(report: DispatchReport) -> LedgerEntry:
                 "errorKind": failure_class,
                 "upstreamCode": upstream_code,
                 "failureEvent": failure_event,
-                "failureMessage": (failure_message or "")[:SHORT_DETAIL] or None,
+                "failureMessage": masked_detail(failure_message),
                 "failureSource": source,
                 "synthetic": end.synthetic_failure,
-                "failureDetail": detail[:SHORT_DETAIL],
+                "failureDetail": masked_detail(detail) or "",
                 "firstTokenMs": progress.first_token_ms,
             },
         )

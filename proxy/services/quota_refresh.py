@@ -42,13 +42,13 @@ class QuotaRefreshReport:
 
 
 @dataclass(frozen=True)
-class _Candidate:
+class UsageCandidate:
     id: str
     access_token: str
     chatgpt_account_id: str | None
 
 
-def quota_refresh_candidates(*, now: datetime) -> list[_Candidate]:
+def quota_refresh_candidates(*, now: datetime) -> list[UsageCandidate]:
     """The accounts to check now, in insertion order (spec §4.4's rules)."""
     rows = (
         Account.objects.filter(
@@ -70,7 +70,7 @@ def quota_refresh_candidates(*, now: datetime) -> list[_Candidate]:
         fetched = row["quota_fetched_at"]
         if not cooldown_passed and fetched is not None and fetched > now - MINIMUM_INTERVAL:
             continue
-        picked.append(_Candidate(row["id"], row["access_token"], row["chatgpt_account_id"]))
+        picked.append(UsageCandidate(row["id"], row["access_token"], row["chatgpt_account_id"]))
     return picked
 
 
@@ -84,8 +84,8 @@ def usage_headers(account, fingerprint: dict) -> list[tuple[str, str]]:
     )
 
 
-async def _check_all(
-    candidates: list[_Candidate],
+async def check_quota_of(
+    candidates: list[UsageCandidate],
     fingerprint: dict,
     *,
     now: datetime,
@@ -115,7 +115,7 @@ def quota_refresh(
     candidates = quota_refresh_candidates(now=now)
     if not candidates:
         return report
-    outcome = run_coroutine(_check_all(candidates, current_fingerprint(), now=now, sleep=sleep))
+    outcome = run_coroutine(check_quota_of(candidates, current_fingerprint(), now=now, sleep=sleep))
     statuses = dict(Account.objects.filter(pk__in=list(outcome)).values_list("id", "status"))
     for account_id, limited in outcome.items():
         report.checked.append(account_id)

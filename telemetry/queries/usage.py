@@ -256,13 +256,17 @@ def daily_usage(records: QuerySet) -> list[tuple[Any, CostSums]]:
 
 
 def latest_error_by_account(account_ids: list[str]) -> dict[str, OpsErrorLog]:
-    """Each account's newest ops error (one query on ``idx_ops_error_logs_account``)."""
+    """Each account's newest ops error: one query, the newest entry of each account on
+    ``idx_ops_error_logs_account`` (a lateral probe per account, not a walk through all of an
+    account's errors)."""
     if not account_ids:
         return {}
     rows = OpsErrorLog.objects.raw(
-        "select distinct on (account_id) * from ops_error_logs"
-        " where account_id = any(%s) order by account_id, created_at desc, id desc",
-        [list(account_ids)],
+        "select e.* from unnest(%s::text[]) as wanted(account_id)"
+        " cross join lateral (select * from ops_error_logs o"
+        " where o.account_id = wanted.account_id"
+        " order by o.created_at desc, o.id desc limit 1) e",
+        [list(dict.fromkeys(account_ids))],
     )
     # Every row has one (``account_id = any(...)``).
     return {row.account_id: row for row in rows if row.account_id is not None}

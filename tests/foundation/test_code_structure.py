@@ -86,12 +86,17 @@ PROXY_FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {
                 "admin",
+                "admin_account_actions",
                 "admin_account_forms",
                 "admin_account_policy",
+                "admin_accounts_glance",
                 "admin_api",
                 "admin_key_policy",
                 "admin_keys",
                 "admin_pages",
+                "admin_request_detail",
+                "admin_request_filters",
+                "admin_requests",
                 "admin_settings",
                 "admin_site",
                 "admin_usage",
