@@ -338,6 +338,9 @@ SPECTACULAR_SETTINGS = {
 # --------------------------------------------------------------------------- Celery
 
 CELERY_BROKER_URL = REDIS_URL
+# Beat's crontabs (the daily trims at 03:xx) in UTC, as before the console got its own zone:
+# Celery would otherwise follow TIME_ZONE (the console's).
+CELERY_TIMEZONE = "UTC"
 CELERY_RESULT_BACKEND = REDIS_URL
 # Celery's broker keys (queues, bindings, unacked sets) and result keys carry the prefix too.
 CELERY_BROKER_TRANSPORT_OPTIONS = {

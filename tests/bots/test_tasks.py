@@ -37,3 +37,12 @@ def test_the_trim_runs_daily_from_the_beat_schedule():
     assert entry["task"] == processed_updates_trim_task.name
     assert entry["schedule"].hour == {3}
     assert entry["schedule"].minute == {23}
+
+
+def test_the_beats_daily_hours_are_utc_whatever_the_consoles_time_zone(settings):
+    """The README's "03:23 UTC": Celery follows Django's TIME_ZONE (the console's,
+    Asia/Shanghai by default) unless told otherwise."""
+    from config.celery import app
+
+    assert settings.TIME_ZONE != "UTC"
+    assert str(app.timezone) == "UTC"
