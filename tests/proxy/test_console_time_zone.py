@@ -58,8 +58,18 @@ def test_the_default_is_china_time_as_the_spec_says(settings):
 @pytest.mark.parametrize(
     ("zone", "header", "shown_in_list", "shown_by_the_api"),
     [
-        ("Asia/Shanghai", "Asia/Shanghai (UTC+08:00)", "8 p.m.", "2026-05-15 20:00:00"),
-        ("America/New_York", "America/New_York (UTC-04:00)", "8 a.m.", "2026-05-15 08:00:00"),
+        (
+            "Asia/Shanghai",
+            "Asia/Shanghai (UTC+08:00)",
+            "2026-05-15 20:00:00",
+            "2026-05-15 20:00:00",
+        ),
+        (
+            "America/New_York",
+            "America/New_York (UTC-04:00)",
+            "2026-05-15 08:00:00",
+            "2026-05-15 08:00:00",
+        ),
     ],
 )
 def test_every_page_shows_its_zone_and_the_lists_agree_with_the_dashboard(
@@ -96,7 +106,7 @@ def test_every_page_shows_its_zone_and_the_lists_agree_with_the_dashboard(
             page
         ), url
     usage_list = pages[reverse("admin:telemetry_usagerecord_changelist")]
-    assert f"May 15, 2026, {shown_in_list}" in usage_list
+    assert shown_in_list in usage_list
     [record] = records["items"]
     assert record["createdAtDisplay"] == shown_by_the_api
     # The dashboard's hourly trend puts the request in the hour the list shows it in.

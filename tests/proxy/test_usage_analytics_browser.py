@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 from datetime import UTC, timedelta
-from datetime import timezone as fixed_timezone
 
 import pytest
 from django.db import connection
@@ -24,8 +23,17 @@ from tests.proxy.usage_month import seed_month
 from tests.telemetry.month_of_facts import midnight
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+
+
+@pytest.fixture(autouse=True)
+def console_in_utc(settings):
+    """The figures below are written in UTC days and hours; the console's zone is a setting
+    (CONSOLE_TIME_ZONE, Asia/Shanghai by default), followed by every page
+    (tests/proxy/test_console_time_zone.py)."""
+    settings.TIME_ZONE = "UTC"
+
+
 PASSWORD = "correct horse battery staple"
-CHINA = fixed_timezone(timedelta(hours=8))
 
 
 @pytest.fixture
@@ -156,7 +164,7 @@ def test_usage_analytics_and_the_dashboard_tabs_over_a_seeded_month(
         for row in csv.DictReader(io.StringIO(exported))
     } == buckets
 
-    # The dashboard's 7-day tab: China days, from the same buckets.
+    # The dashboard's 7-day tab: the console's days (UTC here), from the same buckets.
     browser.open(f"{https_live_server.url}/admin/dashboard/")
     browser.wait_until(
         lambda: (
@@ -164,7 +172,7 @@ def test_usage_analytics_and_the_dashboard_tabs_over_a_seeded_month(
         ),
         what="the dashboard's first data",
     )
-    assert _text(browser, "card-requests") == f"{_count(facts, CHINA, 1):,}"
+    assert _text(browser, "card-requests") == f"{_count(facts, UTC, 1):,}"
     browser.driver.find_element("css selector", "#dashboard-range-tabs [data-range='7d']").click()
     browser.wait_until(
         lambda: (
@@ -174,7 +182,7 @@ def test_usage_analytics_and_the_dashboard_tabs_over_a_seeded_month(
         ),
         what="the 7-day tab",
     )
-    seven = _count(facts, CHINA, 7)
+    seven = _count(facts, UTC, 7)
     assert _text(browser, "card-requests") == f"{seven:,}"
     assert sum(_data(browser, "chart-requests", 0)) == seven
     assert len(_data(browser, "chart-requests", 0)) == 7

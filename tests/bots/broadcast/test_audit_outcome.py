@@ -48,7 +48,7 @@ def confirmed(webhook, telegram, admin, people, django_capture_on_commit_callbac
 def operator(client, db):
     admin_user = admin_user_create_default(password="a long operator passphrase 7", now=START)
     client.force_login(admin_user)
-    client.username = admin_user.get_username()
+    client.username = str(admin_user)  # the log-in name the audit trail records
     return client
 
 
