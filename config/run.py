@@ -77,7 +77,10 @@ def _uvicorn_log_config() -> dict:
         "disable_existing_loggers": False,
         "filters": {"skip_healthz": {"()": "config.logging_filters.SkipHealthzAccessLog"}},
         "formatters": {
-            "plain": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"}
+            "plain": {
+                "class": "config.logging_filters.UtcFormatter",
+                "format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
+            }
         },
         "handlers": {
             "console": {

@@ -371,7 +371,10 @@ LOGGING: dict = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"},
+        "plain": {
+            "class": "config.logging_filters.UtcFormatter",
+            "format": "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
+        },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

@@ -117,6 +117,12 @@ def _value(value: Any) -> Any:
     return mask_secrets(str(value))
 
 
+def _identifier(value: str | None) -> SafeString | None:
+    """An id the proxy wrote or checked (``req_…``, ``resp_…``): shown whole, escaped — the
+    masking's long-run rule would otherwise hide the very id a client reports."""
+    return format_html("{}", value) if value else None
+
+
 def _rows(pairs: Iterable[Row]) -> list[Row]:
     return [(label, _value(value)) for label, value in pairs]
 
@@ -227,9 +233,9 @@ def _usage_sections(record: UsageRecord, names: FactNames) -> tuple[str, list[Se
                     ("kind", record.kind),
                     ("transport", record.transport),
                     ("served on attempt", record.attempt_index),
-                    ("request id", record.request_id),
-                    ("response id", record.response_id),
-                    ("upstream request id", record.upstream_request_id),
+                    ("request id", _identifier(record.request_id)),
+                    ("response id", _identifier(record.response_id)),
+                    ("upstream request id", _identifier(record.upstream_request_id)),
                     ("stream", metadata.get("stream")),
                 ]
             ),
@@ -345,8 +351,8 @@ def _error_sections(error: OpsErrorLog, names: FactNames) -> tuple[str, list[Sec
                     ("model", error.model),
                     ("model it ran as", metadata.get("effectiveModel")),
                     ("attempt", error.attempt_index),
-                    ("request id", error.request_id),
-                    ("response id", error.response_id),
+                    ("request id", _identifier(error.request_id)),
+                    ("response id", _identifier(error.response_id)),
                     ("time until it failed", milliseconds(error.latency_ms)),
                 ]
             ),

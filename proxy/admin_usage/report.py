@@ -236,6 +236,16 @@ def source_notes(analysis: UsageAnalysis, *, now: datetime) -> list[str]:
     return notes
 
 
+# A cell a spreadsheet would run as a formula (OWASP's CSV injection): an account's e-mail comes
+# from its token's unverified claims, so a name may start with one of these.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """``text`` as a CSV cell a spreadsheet shows as text: a leading ``'`` before a formula."""
+    return f"'{text}" if text.startswith(_FORMULA_STARTS) else text
+
+
 def csv_rows(analysis: UsageAnalysis, names: dict[str, str]) -> Iterator[list]:
     """One row per period and group that had requests, oldest period first (the header is
     ``CSV_COLUMNS``)."""
@@ -249,8 +259,8 @@ def csv_rows(analysis: UsageAnalysis, names: dict[str, str]) -> Iterator[list]:
         latency, first_token = sums.average_latency_ms, sums.average_first_token_ms
         yield [
             start.isoformat(),
-            group,
-            names[group],
+            spreadsheet_safe(group),
+            spreadsheet_safe(names[group]),
             sums.requests,
             sums.success,
             sums.errors,

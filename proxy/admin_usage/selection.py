@@ -49,7 +49,7 @@ class Selection:
 def _status(value: str) -> str | None:
     if value in (STATUS_SUCCEEDED, STATUS_FAILED):
         return value
-    if value.isdigit() and 100 <= int(value) <= 599:
+    if value.isascii() and value.isdigit() and 100 <= int(value) <= 599:
         return str(int(value))
     return None
 

@@ -7,7 +7,7 @@ import csv
 from datetime import datetime
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
@@ -119,7 +119,13 @@ def usage_page(request: HttpRequest, *, site: admin.AdminSite) -> HttpResponse:
 def usage_csv(request: HttpRequest) -> HttpResponse:
     """The page's selection per period and group (``report.CSV_COLUMNS``): at most a row per
     day and group of a year, so written whole."""
-    _, analysis = _analysis(request, timezone.now())
+    selection, analysis = _analysis(request, timezone.now())
+    if selection.problems:
+        # The page shows today's figures under a note; a file has no place for the note, so a
+        # selection the page had to change is refused rather than exported as something else.
+        return HttpResponseBadRequest(
+            "\n".join(selection.problems) + "\n", content_type="text/plain; charset=utf-8"
+        )
     names = group_names(analysis.by, analysis.groups)
     usage_range = analysis.usage_range
     filename = (

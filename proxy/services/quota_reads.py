@@ -41,12 +41,15 @@ class QuotaReadReport:
 
 
 def quota_read_candidates(*, now: datetime, interval: timedelta) -> list[UsageCandidate]:
-    """The active accounts to read now: not read within ``interval``, least recently read
-    first (never read: first of all), at most ``MOST_READS_PER_RUN``."""
+    """The active accounts to read now: not read within ``interval`` (less a tenth: beat runs
+    this every ``interval`` and a run's own reads are stamped when it started, so the next run
+    finds them due although its queueing was quicker), least recently read first (never read:
+    first of all), at most ``MOST_READS_PER_RUN``."""
+    due_before = now - interval * 0.9
     rows = (
         Account.objects.filter(status=AccountStatus.ACTIVE, quota_limit_reached=False)
         .filter(Q(access_token_expires_at__isnull=True) | Q(access_token_expires_at__gt=now))
-        .filter(Q(quota_fetched_at__isnull=True) | Q(quota_fetched_at__lte=now - interval))
+        .filter(Q(quota_fetched_at__isnull=True) | Q(quota_fetched_at__lte=due_before))
         .order_by(F("quota_fetched_at").asc(nulls_first=True), "added_at", "id")
         .values_list("id", "access_token", "chatgpt_account_id")[:MOST_READS_PER_RUN]
     )

@@ -137,4 +137,12 @@ def usage_range(
         raise RangeError("the first day is after the last day")
     if (last - first).days + 1 > MOST_CUSTOM_DAYS:
         raise RangeError(f"a custom range covers at most {MOST_CUSTOM_DAYS} days")
+    # Year 1 or 9999 cannot be turned into instants (nor can the range before it): a message,
+    # not an OverflowError. The ledger holds nothing before 1970.
+    earliest, latest = (
+        date(1970, 1, 1) + timedelta(days=MOST_CUSTOM_DAYS),
+        today + timedelta(days=366),
+    )
+    if first < earliest or last > latest:
+        raise RangeError(f"a custom range lies between {earliest} and {latest}")
     return _whole_days(name, zone, first, last, now=now)

@@ -106,8 +106,10 @@ def test_an_account_whose_usage_cannot_be_read_is_left_as_it_was(upstream):
 def test_the_task_reads_with_the_interval_setting(upstream, settings):
     settings.PROXY_QUOTA_READ_INTERVAL_SECONDS = 600
     now = timezone.now()
-    make_pool_account("tok-recent", quota_fetched_at=now - timedelta(minutes=9))
-    due = make_pool_account("tok-due", quota_fetched_at=now - timedelta(minutes=11))
+    make_pool_account("tok-recent", quota_fetched_at=now - timedelta(minutes=8))
+    # Read by the previous run, ten minutes ago less its queueing: due all the same (a tenth
+    # of the interval is slack), else it would be read every other run.
+    due = make_pool_account("tok-due", quota_fetched_at=now - timedelta(minutes=9, seconds=40))
     upstream.usage["tok-due"] = usage(5, reset_at=now.timestamp() + 3600)
 
     result = read_active_quotas_task()

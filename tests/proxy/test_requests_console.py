@@ -271,3 +271,37 @@ def test_an_id_shaped_search_finds_exact_ids_only(operator, ledger):
     assert _count(operator, ERRORS, q="req_0") == 1
     assert _count(operator, ERRORS, q=error.pk) == 1
     assert _count(operator, USAGE, q="retried") == 1  # words still search the message
+
+
+def test_the_ids_a_client_reports_are_shown_whole(operator, ledger):
+    """A default request id (``req_`` + a UUID: 40 characters) and a response id (``resp_`` +
+    50 hex) are what a client quotes; the masking of long opaque runs must not hide them."""
+    request_id = "req_0b6f3c1e9a7d4f2b8c5e1a3d7f9b2c4e"
+    response_id = "resp_" + "0123456789abcdef" * 3 + "01"
+    usage_record_create(
+        created_at=ledger["now"],
+        account_id=ledger["main"].pk,
+        client_api_key_id=ledger["laptop"].pk,
+        model="gpt-5.4",
+        route="/v1/responses",
+        message="v1 responses completed",
+        request_id=request_id,
+        response_id=response_id,
+        input_tokens=10,
+        output_tokens=5,
+    )
+    error = ops_error_log_create(
+        created_at=ledger["now"],
+        message="v1 responses upstream request failed",
+        request_id=request_id,
+        response_id=response_id,
+        route="/v1/responses",
+        status_code=502,
+    )
+    record = UsageRecord.objects.get(request_id=request_id)
+
+    for page in (
+        operator.get(f"{USAGE}{quote(record.pk)}/change/").content.decode(),
+        operator.get(f"{ERRORS}{quote(error.pk)}/change/").content.decode(),
+    ):
+        assert request_id in page and response_id in page

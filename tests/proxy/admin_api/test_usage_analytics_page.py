@@ -252,3 +252,35 @@ def test_the_notes_say_how_far_back_the_tables_reach_and_what_was_sampled(
     assert "Usage records are kept 30 days and ops errors 30 days" in year.text("usage-notes")
     buckets = _page(operator, f"range=custom&start={old}&end={month.facts.now.date()}")
     assert "Buckets are kept 90 days: nothing before" in buckets.text("usage-notes")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "range=custom&start=9999-12-31&end=9999-12-31",
+        "range=custom&start=0001-01-01&end=0001-01-01",
+        "range=custom&start=0001-01-02&end=0001-01-05",
+        "status=%C2%B9%C2%B2%C2%B3",  # digits to str.isdigit, not to int()
+    ],
+)
+def test_far_off_dates_and_unicode_digits_are_said_not_a_500(db, operator, query):
+    page = _page(operator, query)
+
+    assert "Showing today." in page.text("content") or "left out." in page.text("content")
+    # The export refuses what the page had to change, rather than export something else.
+    refused = operator.get(f"/admin/usage/export.csv?{query}")
+    assert refused.status_code == 400
+    assert "left out" in refused.content.decode() or "Showing today" in refused.content.decode()
+
+
+def test_the_export_marks_a_name_a_spreadsheet_would_run(db):
+    from proxy.admin_usage.report import spreadsheet_safe
+
+    assert spreadsheet_safe('=HYPERLINK("http://x","a")') == '\'=HYPERLINK("http://x","a")'
+    assert [spreadsheet_safe(text) for text in ("+1", "-2", "@a", "\tb")] == [
+        "'+1",
+        "'-2",
+        "'@a",
+        "'\tb",
+    ]
+    assert spreadsheet_safe("gpt-5.4") == "gpt-5.4"
