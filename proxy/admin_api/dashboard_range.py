@@ -5,7 +5,7 @@ figures of as many days before, and the range's hours or days for the charts.
 Everything comes from ``request_time_buckets`` (seed 004 §5.3: period traffic cards come from
 the buckets): requests = successes + failures, tokens and latencies of successes, the cost
 priced per model and service tier of each bucket (no long-context surcharge). Days are the
-dashboard's days (China time, like its other cards).
+dashboard's days (the console's zone, CONSOLE_TIME_ZONE, like its other cards).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from telemetry.queries.usage_ranges import RANGE_NAMES, RangeError
 KIND = query("kind", "usage (default) | latency | errors")
 RANGE = [
     query("range", "The range of `range` (cards and points): today (default) | 7d | 30d | custom"),
-    query("startDate", "custom: the first day (YYYY-MM-DD, China time)"),
-    query("endDate", "custom: the last day (YYYY-MM-DD, China time), at most 366 days on"),
+    query("startDate", "custom: the first day (YYYY-MM-DD, CONSOLE_TIME_ZONE)"),
+    query("endDate", "custom: the last day (YYYY-MM-DD, CONSOLE_TIME_ZONE), at most 366 days on"),
 ]
 
 
