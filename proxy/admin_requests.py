@@ -162,6 +162,10 @@ admin.site.unregister(UsageRecord)
 admin.site.unregister(OpsErrorLog)
 
 
+# The filters both request lists open with: when, which key and account, what model and route.
+_WHEN_WHO_WHAT = (TimeRangeFilter, KeyFilter, AccountFilter, ModelFilter, RouteFilter)
+
+
 @admin.register(UsageRecord)
 class UsageRecordConsoleAdmin(FactConsoleMixin, ExactIdOrMessageSearch, ReadOnlyAdmin):
     list_display = (
@@ -175,15 +179,7 @@ class UsageRecordConsoleAdmin(FactConsoleMixin, ExactIdOrMessageSearch, ReadOnly
         "latency",
         "cost",
     )
-    list_filter = (
-        TimeRangeFilter,
-        KeyFilter,
-        AccountFilter,
-        ModelFilter,
-        RouteFilter,
-        UsageStatusFilter,
-        TransportFilter,
-    )
+    list_filter = (*_WHEN_WHO_WHAT, UsageStatusFilter, TransportFilter)
 
     @admin.display(description="tokens in · out · cached")
     def tokens(self, obj: UsageRecord) -> str:
@@ -214,16 +210,7 @@ class OpsErrorLogConsoleAdmin(FactConsoleMixin, ExactIdOrMessageSearch, ReadOnly
         "failure_class",
         "short_message",
     )
-    list_filter = (
-        TimeRangeFilter,
-        KeyFilter,
-        AccountFilter,
-        ModelFilter,
-        RouteFilter,
-        ErrorStatusFilter,
-        FailureClassFilter,
-        TransportFilter,
-    )
+    list_filter = (*_WHEN_WHO_WHAT, ErrorStatusFilter, FailureClassFilter, TransportFilter)
 
     @admin.display(description="status · client · upstream")
     def statuses(self, obj: OpsErrorLog) -> SafeString:

@@ -18,20 +18,18 @@ from django.db import connection
 from telemetry.services.buckets import BUCKET_SECONDS, bucket_start_for
 
 
-@dataclass
-class BucketSums:
-    success: int = 0
-    errors: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    first_token_sum: int = 0
-    first_token_count: int = 0
-    latency_sum: int = 0
-    latency_count: int = 0
-    max_latency_ms: int = 0
-    min_latency_ms: int | None = None
-    last_updated: datetime | None = None
+class SumReadings:
+    """What a set of request sums reads as (``BucketSums``, the usage analytics' ``UsageSums``):
+    the dataclass that mixes this in has the fields."""
+
+    success: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    first_token_sum: int
+    first_token_count: int
+    latency_sum: int
+    latency_count: int
 
     @property
     def requests(self) -> int:
@@ -48,6 +46,22 @@ class BucketSums:
     @property
     def average_latency_ms(self) -> float | None:
         return self.latency_sum / self.latency_count if self.latency_count else None
+
+
+@dataclass
+class BucketSums(SumReadings):
+    success: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    first_token_sum: int = 0
+    first_token_count: int = 0
+    latency_sum: int = 0
+    latency_count: int = 0
+    max_latency_ms: int = 0
+    min_latency_ms: int | None = None
+    last_updated: datetime | None = None
 
 
 _SUMS = """

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from telemetry.billing import prices_for, tier_of, tokens_cost
 from telemetry.models import UNKNOWN_DIMENSION
+from telemetry.queries.buckets import SumReadings
 from telemetry.queries.usage_analytics_sql import (
     FactCondition,
     FactSelection,
@@ -72,7 +73,7 @@ class AnalyticsFilters:
 
 
 @dataclass
-class UsageSums:
+class UsageSums(SumReadings):
     """Counts, token sums, latency sums and cost of some requests. ``reasoning_tokens`` is None
     where the source does not keep them (buckets)."""
 
@@ -92,14 +93,6 @@ class UsageSums:
     actual_cost: float = 0.0  # USD with them
 
     @property
-    def requests(self) -> int:
-        return self.success + self.errors
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @property
     def error_rate(self) -> float | None:
         """Failures per request in percent; None without requests."""
         return 100.0 * self.errors / self.requests if self.requests else None
@@ -107,14 +100,6 @@ class UsageSums:
     @property
     def cache_hit_rate(self) -> float | None:
         return 100.0 * self.cached_tokens / self.input_tokens if self.input_tokens else None
-
-    @property
-    def average_latency_ms(self) -> float | None:
-        return self.latency_sum / self.latency_count if self.latency_count else None
-
-    @property
-    def average_first_token_ms(self) -> float | None:
-        return self.first_token_sum / self.first_token_count if self.first_token_count else None
 
     def add(self, other: UsageSums) -> None:
         """Add ``other`` in (written out: it runs for every row of a year of buckets)."""

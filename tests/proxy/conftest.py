@@ -239,3 +239,11 @@ def make_oauth_account(oauth, identity, *, expires_in: float = 600, **fields):
         email=identity.email,
         **fields,
     )
+
+
+@pytest.fixture
+def console_in_utc(settings):
+    """For tests whose figures are written in UTC days and hours: the console's zone is a
+    setting (CONSOLE_TIME_ZONE, Asia/Shanghai by default) that every page follows
+    (tests/proxy/test_console_time_zone.py)."""
+    settings.TIME_ZONE = "UTC"

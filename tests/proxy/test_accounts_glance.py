@@ -25,15 +25,7 @@ from tests.fakes.oauth import Identity
 from tests.proxy.conftest import make_oauth_account
 from tests.proxy.factories import make_account
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def console_in_utc(settings):
-    """The figures below are written in UTC days and hours; the console's zone is a setting
-    (CONSOLE_TIME_ZONE, Asia/Shanghai by default), followed by every page
-    (tests/proxy/test_console_time_zone.py)."""
-    settings.TIME_ZONE = "UTC"
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("console_in_utc")]
 
 
 LIST = "/admin/proxy/account/"

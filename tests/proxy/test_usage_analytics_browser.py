@@ -22,15 +22,11 @@ from proxy.services.runtime_settings import runtime_settings_ensure
 from tests.proxy.usage_month import seed_month
 from tests.telemetry.month_of_facts import midnight
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
-
-
-@pytest.fixture(autouse=True)
-def console_in_utc(settings):
-    """The figures below are written in UTC days and hours; the console's zone is a setting
-    (CONSOLE_TIME_ZONE, Asia/Shanghai by default), followed by every page
-    (tests/proxy/test_console_time_zone.py)."""
-    settings.TIME_ZONE = "UTC"
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.browser,
+    pytest.mark.usefixtures("console_in_utc"),
+]
 
 
 PASSWORD = "correct horse battery staple"

@@ -20,15 +20,7 @@ from tests.proxy.page_text import PageText
 from tests.proxy.usage_month import seed_month
 from tests.telemetry.month_of_facts import midnight
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def console_in_utc(settings):
-    """The figures below are written in UTC days and hours; the console's zone is a setting
-    (CONSOLE_TIME_ZONE, Asia/Shanghai by default), followed by every page
-    (tests/proxy/test_console_time_zone.py)."""
-    settings.TIME_ZONE = "UTC"
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("console_in_utc")]
 
 
 @pytest.fixture
