@@ -37,8 +37,33 @@ async def wait_for(fut: Awaitable[Result], timeout: float | None) -> Result:
             return task.result()
         except asyncio.CancelledError as cancelled:
             raise TimeoutError from cancelled
-    async with asyncio.timeout(timeout):
+    if timeout is None:
         return await fut
+    # Not asyncio.timeout: before 3.11.7 (Debian's 3.11.2, say) its exit takes every earlier
+    # cancel of the task for its own, and a timeout in a task that once caught a cancel raised
+    # CancelledError; this is 3.12's rule (the cancels the task already had are not its own).
+    current = asyncio.current_task()
+    assert current is not None  # awaited: inside a task
+    cancelling_before = current.cancelling()
+    timed_out = False
+
+    def expire() -> None:
+        nonlocal timed_out
+        timed_out = True
+        current.cancel()
+
+    handle = asyncio.get_running_loop().call_later(timeout, expire)
+    try:
+        result = await fut
+    except asyncio.CancelledError:
+        if timed_out and current.uncancel() <= cancelling_before:
+            raise TimeoutError from None
+        raise
+    finally:
+        handle.cancel()
+    if timed_out:
+        current.uncancel()  # it expired as the result came: the result wins, the cancel is undone
+    return result
 
 
 def install() -> None:

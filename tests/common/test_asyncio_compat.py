@@ -6,6 +6,7 @@ then went on waiting for an account slot as if nobody had cancelled it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
 import pytest
@@ -50,6 +51,32 @@ def test_wait_for_still_times_out_and_returns_results():
         )
 
     _run(scenario())
+
+
+def test_a_timeout_in_a_task_that_once_caught_a_cancel_is_still_a_timeout():
+    """A task that caught a cancel and went on (a clean-up after its client left) and then
+    waits with a timeout gets TimeoutError, as on 3.12 (3.11.2's asyncio.timeout raised
+    CancelledError here, past every ``except TimeoutError``)."""
+
+    async def scenario() -> str:
+        async def cleaning_up() -> str:
+            with contextlib.suppress(asyncio.CancelledError):  # not uncancelled: it goes on
+                await asyncio.sleep(10)
+            try:
+                await asyncio.wait_for(asyncio.sleep(10), timeout=0.01)
+            except TimeoutError:
+                return "timed out"
+            return "not timed out"
+
+        task = asyncio.create_task(cleaning_up())
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return "cancelled instead of timed out"
+
+    assert _run(scenario()) == "timed out"
 
 
 def test_every_cancel_of_a_task_busy_on_the_proxys_redis_client_ends_it():

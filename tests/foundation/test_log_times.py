@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
@@ -17,7 +19,9 @@ def test_the_projects_log_lines_carry_utc_times():
         assert config["formatters"]["plain"]["class"] == "config.logging_filters.UtcFormatter"
     formatter = UtcFormatter(settings.LOGGING["formatters"]["plain"]["format"])
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
-    record.created, record.msecs = 0.0, 0  # 1970-01-01 00:00 UTC, 08:00 in Shanghai
+    record.created, record.msecs = 0.0, 0  # 1970-01-01 00:00 UTC
 
-    assert time.localtime(0).tm_hour == 8  # this process's local time is the console's zone
+    # This process's local time is the console's zone (Django set TZ from TIME_ZONE).
+    console_hour = datetime.fromtimestamp(0, ZoneInfo(settings.TIME_ZONE)).hour
+    assert settings.TIME_ZONE != "UTC" and time.localtime(0).tm_hour == console_hour
     assert formatter.format(record).startswith("1970-01-01 00:00:00,000 INFO")
